@@ -1,0 +1,136 @@
+"""The error hierarchy: retryability is a property of the error type.
+
+    MirrorError                      (base; carries ``error_class``, ``table``, ``version``, ``hint``)
+    ├── TransientError               retry with backoff (throttling, 5xx, timeouts, DB serialization)
+    ├── PermanentError               fail fast, fix configuration (auth, missing bucket, bad URL)
+    │   ├── UnsupportedTableError    the source uses a feature we refuse (e.g. catalogManaged)
+    │   ├── NotADeltaTableError      the source has no readable ``_delta_log``
+    │   └── TableNotFoundError / TableExistsError
+    ├── ConflictError                halt, alert, never overwrite
+    │   ├── CommitConflictError      another writer committed that version first
+    │   └── PublishConflictError     a different file already sits at ``_delta_log/<v>.json``
+    └── DataError                    an invalid action or a version gap: nothing is written
+        └── InvalidActionError
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorClass(StrEnum):
+    TRANSIENT = "TRANSIENT"
+    PERMANENT = "PERMANENT"
+    CONFLICT = "CONFLICT"
+    DATA = "DATA"
+
+
+class MirrorError(Exception):
+    """Base of every error the core raises on purpose."""
+
+    error_class: ErrorClass = ErrorClass.PERMANENT
+    retryable: bool = False
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        table: str | None = None,
+        version: int | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.what = what
+        self.table = table
+        self.version = version
+        self.hint = hint
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        where = []
+        if self.table is not None:
+            where.append(f"table '{self.table}'")
+        if self.version is not None:
+            where.append(f"version {self.version}")
+        text = self.what
+        if where:
+            text = f"{', '.join(where)}: {text}"
+        if self.hint:
+            text = f"{text} — {self.hint}"
+        return text
+
+
+class TransientError(MirrorError):
+    error_class = ErrorClass.TRANSIENT
+    retryable = True
+
+
+class PermanentError(MirrorError):
+    error_class = ErrorClass.PERMANENT
+
+
+class UnsupportedTableError(PermanentError):
+    """The table uses a protocol feature delta-mirror refuses to take authority over."""
+
+
+class NotADeltaTableError(PermanentError):
+    pass
+
+
+class TableNotFoundError(PermanentError):
+    pass
+
+
+class TableExistsError(PermanentError):
+    pass
+
+
+class ConflictError(MirrorError):
+    error_class = ErrorClass.CONFLICT
+
+
+class CommitConflictError(ConflictError):
+    """Optimistic concurrency: the version was taken by another writer."""
+
+
+class PublishConflictError(ConflictError):
+    """A different file already exists where the canonical commit belongs."""
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        table: str | None = None,
+        version: int | None = None,
+        hint: str | None = None,
+        expected_sha256: str = "",
+        found_sha256: str = "",
+    ) -> None:
+        self.expected_sha256 = expected_sha256
+        self.found_sha256 = found_sha256
+        super().__init__(what, table=table, version=version, hint=hint)
+
+
+class DataError(MirrorError):
+    error_class = ErrorClass.DATA
+
+
+class InvalidActionError(DataError):
+    pass
+
+
+__all__ = [
+    "CommitConflictError",
+    "ConflictError",
+    "DataError",
+    "ErrorClass",
+    "InvalidActionError",
+    "MirrorError",
+    "NotADeltaTableError",
+    "PermanentError",
+    "PublishConflictError",
+    "TableExistsError",
+    "TableNotFoundError",
+    "TransientError",
+    "UnsupportedTableError",
+]

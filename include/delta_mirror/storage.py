@@ -1,0 +1,257 @@
+"""Object storage behind one small interface (local folders, S3-compatible, GCS, Azure).
+
+Every store is rooted at a table root. Writes are confined to ``_delta_log/``: the mirror never
+touches data files (design invariant 6), and this module is where that is enforced.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import unquote, urlparse
+
+import obstore
+from obstore import exceptions as obe
+from obstore.store import LocalStore, S3Store, from_url
+
+from delta_mirror.errors import PermanentError, TransientError
+from delta_mirror.log_path import LOG_DIR
+
+
+class ObjectExistsError(Exception):
+    """``put_if_absent`` found an object already at that path (nothing was written)."""
+
+
+@dataclass(frozen=True)
+class ObjectMeta:
+    path: str
+    size: int
+    last_modified: datetime | None = None
+
+
+class ObjectStore(Protocol):
+    """A table root on some object storage. Paths are relative to the root, ``/``-separated."""
+
+    uri: str
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        """Create ``path`` atomically; raise ``ObjectExistsError`` (and write nothing) if it exists."""
+
+    def put(self, path: str, data: bytes) -> None:
+        """Create or atomically replace ``path`` (only for ``_last_checkpoint``)."""
+
+    def get(self, path: str) -> bytes | None:
+        """The object's bytes, or ``None`` when it does not exist."""
+
+    def head(self, path: str) -> ObjectMeta | None:
+        """Size and modification time, or ``None`` when it does not exist."""
+
+    def list(self, prefix: str) -> list[ObjectMeta]:
+        """Every object below ``prefix`` (recursively), sorted by path."""
+
+    def delete(self, path: str) -> None:
+        """Delete ``path`` (retention cleanup only); deleting a missing object is not an error."""
+
+
+def _check_log_path(path: str) -> None:
+    parts = path.split("/")
+    if parts[0] != LOG_DIR or len(parts) < 2 or any(p in ("", ".", "..") for p in parts):
+        raise PermanentError(
+            f"refusing to write '{path}': the mirror only writes below {LOG_DIR}/",
+            hint="this is a bug or a hostile input; report it",
+        )
+
+
+def _translate(exc: Exception, uri: str, path: str) -> Exception:
+    """Map object-store failures to the error classes (storage errors by status/code)."""
+    if isinstance(exc, obe.AlreadyExistsError | obe.PreconditionError):
+        return ObjectExistsError(path)
+    if isinstance(exc, obe.PermissionDeniedError | obe.UnauthenticatedError):
+        return PermanentError(
+            f"access denied writing {uri}/{path}: {exc}",
+            hint="check the credentials (AWS_ACCESS_KEY_ID / the Airflow connection) and bucket policy",
+        )
+    if isinstance(exc, obe.NotFoundError):
+        return PermanentError(
+            f"not found: {uri}/{path}", hint="check that the bucket or folder exists and the location is right"
+        )
+    if isinstance(exc, obe.UnknownConfigurationKeyError | obe.NotSupportedError | obe.InvalidPathError):
+        return PermanentError(f"storage configuration for {uri} is invalid: {exc}", hint="fix the location or options")
+    text = str(exc)
+    if isinstance(exc, OSError):
+        # Local folders: read-only or full disks need an operator, not retries.
+        return PermanentError(f"cannot write {uri}/{path}: {exc}", hint="check that the folder is writable and has space")
+    if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
+        return PermanentError(f"bucket missing for {uri}: {text[:300]}", hint="create the bucket or fix the location")
+    if "403" in text or "AccessDenied" in text or "InvalidAccessKeyId" in text or "SignatureDoesNotMatch" in text:
+        return PermanentError(f"access denied for {uri}/{path}", hint="check the credentials and the bucket policy")
+    return TransientError(
+        f"storage request failed for {uri}/{path}: {text[:300]}",
+        hint="retried automatically; if it persists check the storage endpoint's health",
+    )
+
+
+class ObstoreStore:
+    """``ObjectStore`` on the Rust ``object_store`` crate (through obstore)."""
+
+    def __init__(self, uri: str, store: Any) -> None:
+        self.uri = uri.rstrip("/")
+        self._store = store
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        _check_log_path(path)
+        try:
+            obstore.put(self._store, path, data, mode="create", use_multipart=False)
+        except Exception as exc:  # noqa: BLE001 - translated below
+            raise _translate(exc, self.uri, path) from exc
+
+    def put(self, path: str, data: bytes) -> None:
+        _check_log_path(path)
+        try:
+            obstore.put(self._store, path, data, use_multipart=False)
+        except Exception as exc:  # noqa: BLE001
+            raise _translate(exc, self.uri, path) from exc
+
+    def get(self, path: str) -> bytes | None:
+        try:
+            return bytes(obstore.get(self._store, path).bytes())
+        except FileNotFoundError:
+            return None
+        except obe.NotFoundError:
+            return None
+        except Exception as exc:  # noqa: BLE001
+            raise _translate(exc, self.uri, path) from exc
+
+    def head(self, path: str) -> ObjectMeta | None:
+        try:
+            meta = obstore.head(self._store, path)
+        except (FileNotFoundError, obe.NotFoundError):
+            return None
+        except Exception as exc:  # noqa: BLE001
+            raise _translate(exc, self.uri, path) from exc
+        return ObjectMeta(str(meta["path"]), int(meta["size"]), meta.get("last_modified"))
+
+    def list(self, prefix: str) -> list[ObjectMeta]:
+        out: list[ObjectMeta] = []
+        try:
+            for batch in obstore.list(self._store, prefix=prefix.rstrip("/") + "/"):
+                for meta in batch:
+                    out.append(ObjectMeta(str(meta["path"]), int(meta["size"]), meta.get("last_modified")))
+        except (FileNotFoundError, obe.NotFoundError):
+            return []
+        except Exception as exc:  # noqa: BLE001
+            raise _translate(exc, self.uri, prefix) from exc
+        out.sort(key=lambda m: m.path)
+        return out
+
+    def delete(self, path: str) -> None:
+        _check_log_path(path)
+        try:
+            obstore.delete(self._store, path)
+        except (FileNotFoundError, obe.NotFoundError):
+            return
+        except Exception as exc:  # noqa: BLE001
+            raise _translate(exc, self.uri, path) from exc
+
+
+def s3_options_from_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The usual AWS variables, as object_store / deltalake configuration keys."""
+    env = os.environ if env is None else env
+    keys = (
+        "AWS_ENDPOINT_URL",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_ALLOW_HTTP",
+    )
+    opts = {k: env[k] for k in keys if env.get(k)}
+    if "AWS_REGION" not in opts and "AWS_DEFAULT_REGION" in opts:
+        opts["AWS_REGION"] = opts["AWS_DEFAULT_REGION"]
+    opts.pop("AWS_DEFAULT_REGION", None)
+    if opts.get("AWS_ENDPOINT_URL", "").startswith("http://"):
+        opts.setdefault("AWS_ALLOW_HTTP", "true")
+    return opts
+
+
+def normalize_location(location: str) -> str:
+    """A table root as a URI: local paths become absolute ``file://`` URIs."""
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file"):
+        path = unquote(parsed.path) if parsed.scheme == "file" else location
+        return Path(path).expanduser().resolve().as_uri()
+    if parsed.scheme in ("s3", "s3a", "gs", "az", "abfs", "abfss"):
+        if not parsed.netloc:
+            raise PermanentError(f"location '{location}' has no bucket", hint="use s3://bucket/prefix")
+        return location.rstrip("/")
+    raise PermanentError(
+        f"unsupported location scheme '{parsed.scheme}' in '{location}'",
+        hint="use a local path, file://, s3://, gs:// or az://",
+    )
+
+
+def local_path(location: str) -> Path | None:
+    """The folder of a ``file://`` location, else ``None``."""
+    parsed = urlparse(location)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    return None
+
+
+def storage_options_for(location: str, options: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Options as deltalake's ``storage_options`` expects them (environment, then overrides)."""
+    opts: dict[str, str] = {}
+    scheme = urlparse(location).scheme
+    if scheme in ("s3", "s3a"):
+        opts.update(s3_options_from_env())
+        opts.setdefault("AWS_REGION", "us-east-1")
+    opts.update(options or {})
+    return opts
+
+
+def open_store(location: str, options: Mapping[str, str] | None = None) -> ObstoreStore:
+    """Open the table root ``location`` (local path, ``file://``, ``s3://``, ``gs://``, ``az://``)."""
+    uri = normalize_location(location)
+    parsed = urlparse(uri)
+    try:
+        if parsed.scheme == "file":
+            folder = Path(unquote(parsed.path))
+            folder.mkdir(parents=True, exist_ok=True)
+            return ObstoreStore(uri, LocalStore(prefix=folder))
+        if parsed.scheme in ("s3", "s3a"):
+            opts = storage_options_for(uri, options)
+            config = {k.lower().removeprefix("aws_"): v for k, v in opts.items()}
+            allow_http = str(config.pop("allow_http", "false")).lower() == "true"
+            if "endpoint_url" in config:
+                config["endpoint"] = config.pop("endpoint_url")
+            store = S3Store(
+                parsed.netloc,
+                prefix=parsed.path.strip("/") or None,
+                config={**config, "conditional_put": "etag"},  # type: ignore[typeddict-item]
+                client_options={"allow_http": allow_http, "timeout": "30s", "connect_timeout": "5s"},
+                retry_config={"max_retries": 3, "retry_timeout": __import__("datetime").timedelta(seconds=60)},
+            )
+            return ObstoreStore(uri, store)
+        return ObstoreStore(uri, from_url(uri, **dict(options or {})))  # type: ignore[arg-type]
+    except PermanentError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise PermanentError(f"cannot open storage at {uri}: {exc}", hint="check the location and its options") from exc
+
+
+__all__ = [
+    "ObjectExistsError",
+    "ObjectMeta",
+    "ObjectStore",
+    "ObstoreStore",
+    "local_path",
+    "normalize_location",
+    "open_store",
+    "s3_options_from_env",
+    "storage_options_for",
+]
