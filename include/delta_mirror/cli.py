@@ -1,0 +1,286 @@
+"""The ``delta-mirror`` command line.
+
+Errors print one line (what, which table/version, what to do) and exit non-zero; ``--debug``
+shows the traceback. Exit codes: 0 ok, 1 failure or validation problems, 2 usage, 3 conflict,
+4 invalid data, 5 transient (safe to retry).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+from delta_mirror import __version__
+from delta_mirror.errors import DataError, ErrorClass, MirrorError, TableNotFoundError
+
+EXIT_CODES = {ErrorClass.CONFLICT: 3, ErrorClass.DATA: 4, ErrorClass.TRANSIENT: 5, ErrorClass.PERMANENT: 1}
+
+
+class Ctx:
+    def __init__(self, store_url: str | None, debug: bool) -> None:
+        self.store_url = store_url
+        self.debug = debug
+
+    def store(self, *, initialised: bool = True) -> Any:
+        from delta_mirror.store import SqlStore
+
+        store = SqlStore(self.store_url)
+        if initialised:
+            store.ensure_initialised()
+        return store
+
+
+@contextmanager
+def _errors(ctx: Ctx) -> Iterator[None]:
+    try:
+        yield
+    except MirrorError as exc:
+        if ctx.debug:
+            raise
+        click.echo(f"error: {exc.message}", err=True)
+        sys.exit(EXIT_CODES.get(exc.error_class, 1))
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+def _progress(label: str) -> Callable[[int, int], None] | None:
+    """A progress line on a terminal (stderr), nothing when piped."""
+    if not sys.stderr.isatty():
+        return None
+
+    def report(done: int, total: int) -> None:
+        end = "\n" if done >= total else ""
+        click.echo(f"\r{label}: {done}/{total}", err=True, nl=False)
+        if end:
+            click.echo("", err=True)
+
+    return report
+
+
+def _emit(data: object, as_json: bool, text: Callable[[], None]) -> None:
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        text()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--store", "store_url", envvar="DELTA_MIRROR_STORE", default=None, metavar="URL",
+              help="SQL store URL (default: $DELTA_MIRROR_STORE, else sqlite under $DELTA_MIRROR_HOME).")
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+@click.version_option(__version__, prog_name="delta-mirror")
+@click.pass_context
+def cli(click_ctx: click.Context, store_url: str | None, debug: bool) -> None:
+    """Publish Delta logs whose authority is a SQL database."""
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    click_ctx.obj = Ctx(store_url, debug)
+
+
+# The store option is accepted after the sub-command too (`delta-mirror status --store URL`).
+def store_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def callback(click_ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+        if value:
+            click_ctx.find_object(Ctx).store_url = value  # type: ignore[union-attr]
+
+    return click.option("--store", "store_url", default=None, metavar="URL", expose_value=False,
+                        callback=callback, help="SQL store URL.")(fn)
+
+
+@cli.command()
+@store_option
+@click.pass_obj
+def init(ctx: Ctx) -> None:
+    """Create or upgrade the store's schema."""
+    with _errors(ctx):
+        store = ctx.store(initialised=False)
+        store.init()
+        click.echo(f"store ready: {store.display_url}")
+
+
+@cli.command("import")
+@click.argument("source_uri")
+@click.option("--table", "name", required=True, help="Name of the table in the store.")
+@click.option("--location", default=None, help="Where to publish (default: the source, in place).")
+@click.option("--json", "as_json", is_flag=True)
+@store_option
+@click.pass_obj
+def import_(ctx: Ctx, source_uri: str, name: str, location: str | None, as_json: bool) -> None:
+    """Import an existing Delta table's log into the store."""
+    from delta_mirror.importer import import_table
+
+    with _errors(ctx):
+        result = import_table(ctx.store(), source_uri, name=name, location=location,
+                              progress=_progress(f"importing {name}"))
+
+        def text() -> None:
+            start = f"checkpoint {result.base_checkpoint_version}" if result.base_checkpoint_version is not None \
+                else f"version {result.start_version}"
+            click.echo(f"imported '{name}': versions {result.start_version}..{result.end_version} "
+                       f"({result.commits} commits, starting at {start}) -> {result.location}"
+                       + (" (in place)" if result.in_place else ""))
+
+        _emit(result.to_json(), as_json, text)
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--actions", "actions_file", required=True, type=click.File("rb"),
+              help="JSON lines of Delta actions ('-' for stdin).")
+@click.option("--location", default=None, help="Create the table at this location if it does not exist.")
+@click.option("--expected-version", type=click.IntRange(min=0), default=None,
+              help="Fail unless the commit becomes exactly this version.")
+@click.option("--operation", default=None, help="commitInfo operation (default WRITE / CREATE TABLE).")
+@store_option
+@click.pass_obj
+def commit(ctx: Ctx, name: str, actions_file: Any, location: str | None, expected_version: int | None,
+           operation: str | None) -> None:
+    """Commit actions as the table's next version; prints the version."""
+    from delta_mirror.actions import parse_actions
+    from delta_mirror.storage import normalize_location
+
+    with _errors(ctx):
+        store = ctx.store()
+        actions = parse_actions(actions_file.read(), table=name)
+        try:
+            store.get_table(name)
+        except TableNotFoundError:
+            if not location:
+                raise
+            store.create_table(name, normalize_location(location))
+        click.echo(store.commit(name, actions, expected_version=expected_version, operation=operation))
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--to-version", type=click.IntRange(min=0), default=None)
+@click.option("--json", "as_json", is_flag=True)
+@store_option
+@click.pass_obj
+def mirror(ctx: Ctx, name: str, to_version: int | None, as_json: bool) -> None:
+    """Publish pending versions (and checkpoints when due) to the table's location."""
+    from delta_mirror.publisher import Publisher
+
+    with _errors(ctx):
+        result = Publisher(ctx.store()).publish(name, to_version, progress=_progress(f"publishing {name}"))
+
+        def text() -> None:
+            if not result.published and not result.already_present:
+                click.echo(f"'{name}' is up to date (published through version {result.last_published})")
+                return
+            click.echo(f"published {len(result.published)} version(s) of '{name}' through version "
+                       f"{result.last_published}" + (f", {len(result.already_present)} already present"
+                                                      if result.already_present else "")
+                       + (f"; checkpoint at {', '.join(map(str, result.checkpoints))}" if result.checkpoints else ""))
+
+        _emit(result.to_json(), as_json, text)
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--version", "version", type=click.IntRange(min=0), default=None)
+@store_option
+@click.pass_obj
+def checkpoint(ctx: Ctx, name: str, version: int | None) -> None:
+    """Write a checkpoint (default: at the last published version)."""
+    from delta_mirror.publisher import Publisher
+
+    with _errors(ctx):
+        v = Publisher(ctx.store()).checkpoint(name, version)
+        click.echo(f"checkpoint written for '{name}' at version {v}")
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--from-version", type=click.IntRange(min=0), default=None)
+@click.option("--to-version", type=click.IntRange(min=0), default=None)
+@click.option("--reader", type=click.Choice(["deltalake", "spark"]), default="deltalake", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@store_option
+@click.pass_obj
+def validate(ctx: Ctx, name: str, from_version: int | None, to_version: int | None, reader: str,
+             as_json: bool) -> None:
+    """Compare a reader's view of the published table and the log listing with the store."""
+    from delta_mirror.validate import validate_table
+
+    with _errors(ctx):
+        if from_version is not None and to_version is not None and from_version > to_version:
+            raise DataError(f"--from-version {from_version} is after --to-version {to_version}", table=name,
+                            hint="swap them")
+        report = validate_table(ctx.store(), name, from_version=from_version, to_version=to_version, reader=reader)
+
+        def text() -> None:
+            for p in report.problems:
+                where = f"version {p.version}: " if p.version is not None else ""
+                click.echo(f"PROBLEM [{p.kind}] {where}{p.message}\n  what to do: {p.hint}")
+            verdict = "OK" if report.ok else f"{len(report.problems)} problem(s)"
+            click.echo(f"validated '{name}' versions {report.from_version}..{report.to_version} "
+                       f"({report.versions_checked} checked with {reader}): {verdict}")
+
+        _emit(report.to_json(), as_json, text)
+        if not report.ok:
+            sys.exit(1)
+
+
+@cli.command()
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True)
+@store_option
+@click.pass_obj
+def status(ctx: Ctx, name: str | None, as_json: bool) -> None:
+    """Mirror status and lag per table."""
+    from delta_mirror.status import table_status
+
+    with _errors(ctx):
+        store = ctx.store()
+        tables = [store.get_table(name)] if name else store.list_tables()
+        rows = [table_status(store, t) for t in tables]
+
+        def text() -> None:
+            if not rows:
+                click.echo("no tables")
+                return
+            click.echo(f"{'TABLE':<24} {'STATE':<8} {'COMMITTED':>9} {'PUBLISHED':>9} {'BEHIND':>6} "
+                       f"{'LAG_S':>8} {'CHECKPOINT':>10}  LOCATION")
+            for r in rows:
+                click.echo(f"{r.table:<24} {r.state:<8} {_v(r.latest_committed):>9} {_v(r.last_published):>9} "
+                           f"{r.versions_behind:>6} {r.lag_seconds:>8.1f} {_v(r.last_checkpoint):>10}  {r.location}")
+                if r.halted_reason:
+                    click.echo(f"  halted: {r.halted_reason}")
+                elif r.last_error:
+                    click.echo(f"  last error [{r.last_error_class}]: {r.last_error}")
+
+        _emit([r.to_json() for r in rows] if not name else rows[0].to_json(), as_json, text)
+
+
+def _v(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+@cli.command()
+@click.argument("name")
+@store_option
+@click.pass_obj
+def resume(ctx: Ctx, name: str) -> None:
+    """Clear a halted table after its cause was fixed; failed versions are retried."""
+    with _errors(ctx):
+        store = ctx.store()
+        table = store.get_table(name)
+        store.resume_table(table.id)
+        for row in store.status_rows(table.id, states=("FAILED", "CONFLICT")):
+            store.mark_failed(table.id, row.version, row.artifact, "PENDING", row.error_class or "", row.last_error or "")
+        click.echo(f"'{name}' is active again; run `delta-mirror mirror {name}`")
+
+
+def main(argv: list[str] | None = None) -> None:
+    cli.main(args=argv, prog_name="delta-mirror")
+
+
+if __name__ == "__main__":
+    main()

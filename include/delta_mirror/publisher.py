@@ -1,0 +1,315 @@
+"""Publishing: committed versions → ``_delta_log/<v>.json``, in order, then checkpoints.
+
+Invariants kept here (design.md §2):
+1. ``v.json`` is written only after ``v-1.json`` is SUCCESS: versions go out one table at a time,
+   ascending, under the table's lease.
+2. Never overwrite: commits use put-if-absent. An existing identical file is an idempotent
+   success; a different one is a ``PublishConflictError`` that halts the table.
+3. The bytes are re-rendered from the store and must match the SHA-256 recorded at commit.
+4. A checkpoint for v is written only after ``v.json``; ``_last_checkpoint`` never moves back.
+5. SUCCESS is recorded only after the object is read back with the expected size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from delta_mirror.actions import render_commit
+from delta_mirror.checkpoint import CheckpointInput, build_checkpoint
+from delta_mirror.errors import (
+    DataError,
+    MirrorError,
+    PermanentError,
+    PublishConflictError,
+    TransientError,
+)
+from delta_mirror.log_path import LAST_CHECKPOINT, LOG_DIR, commit_name
+from delta_mirror.storage import ObjectExistsError, ObjectStore, open_store
+from delta_mirror.store.sql_store import SqlStore, TableInfo, now_ms
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEFAULT_CHECKPOINT_INTERVAL = 10
+DEFAULT_CHECKPOINT_MAX_BYTES = 32 * 1024 * 1024
+DEFAULT_TOMBSTONE_RETENTION_MS = 7 * 24 * 3600 * 1000
+_INTERVAL = re.compile(r"^\s*(?:interval\s+)?(\d+)\s+(\w+?)s?\s*$", re.IGNORECASE)
+_UNIT_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000,
+            "week": 604_800_000}
+
+
+def parse_interval_ms(text: str | None, default: int) -> int:
+    """Delta's ``interval 1 week`` style durations, in milliseconds."""
+    if not text:
+        return default
+    m = _INTERVAL.match(text)
+    if not m or m[2].lower() not in _UNIT_MS:
+        return default
+    return int(m[1]) * _UNIT_MS[m[2].lower()]
+
+
+@dataclass
+class RetryPolicy:
+    """Exponential backoff with full jitter for transient errors inside one run."""
+
+    attempts: int = 4
+    base_delay: float = 0.2
+    max_delay: float = 5.0
+
+    def run(self, fn: Callable[[], T]) -> T:
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return fn()
+            except TransientError:
+                if attempt == self.attempts:
+                    raise
+                time.sleep(random.uniform(0, min(self.max_delay, self.base_delay * 2 ** (attempt - 1))))
+        raise AssertionError("unreachable")
+
+
+@dataclass
+class PublishResult:
+    table: str
+    published: list[int] = field(default_factory=list)
+    already_present: list[int] = field(default_factory=list)
+    checkpoints: list[int] = field(default_factory=list)
+    last_published: int | None = None
+    latest_committed: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"table": self.table, "published": len(self.published), "already_present": len(self.already_present),
+                "first": self.published[0] if self.published else None,
+                "last_published": self.last_published, "latest_committed": self.latest_committed,
+                "checkpoints": self.checkpoints}
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Publisher:
+    """Publishes a table's pending versions and checkpoints from the store to its location."""
+
+    def __init__(self, store: SqlStore, *, owner: str | None = None, lease_ttl: float = 120.0,
+                 batch_size: int = 500, retry: RetryPolicy | None = None,
+                 open_location: Callable[[str], ObjectStore] = open_store) -> None:
+        self.store = store
+        self.owner = owner or default_owner()
+        self.lease_ttl = lease_ttl
+        self.batch_size = batch_size
+        self.retry = retry or RetryPolicy()
+        self.open_location = open_location
+
+    # -- publishing commits ----------------------------------------------------------------------
+    def publish(self, name: str, to_version: int | None = None,
+                progress: Callable[[int, int], None] | None = None) -> PublishResult:
+        table = self.store.get_table(name)
+        if table.state == "HALTED":
+            raise PermanentError(f"the table is halted: {table.halted_reason}", table=name,
+                                 version=table.halted_version,
+                                 hint="fix the cause, then run `delta-mirror resume " + name + "`")
+        if not self.store.acquire_lease(table.id, self.owner, self.lease_ttl):
+            raise TransientError("another publisher holds this table's lease", table=name,
+                                 hint="it will be retried; a crashed publisher's lease expires by itself")
+        try:
+            self.store.reset_in_progress(table.id)
+            return self._publish(table, to_version, progress)
+        finally:
+            self.store.release_lease(table.id, self.owner)
+
+    def _publish(self, table: TableInfo, to_version: int | None,
+                 progress: Callable[[int, int], None] | None) -> PublishResult:
+        result = PublishResult(table.name)
+        latest = self.store.latest_version(table.id)
+        result.latest_committed = latest
+        last = self.store.last_published_version(table.id)
+        result.last_published = last
+        if latest is None:
+            return result
+        target = latest if to_version is None else min(to_version, latest)
+        objects = self.open_location(table.location)
+        start = table.first_version if last is None else last + 1
+        if (table.base_checkpoint_version is not None and last is not None
+                and last >= table.base_checkpoint_version
+                and self.store.last_checkpoint_version(table.id) is None):
+            # An imported table that starts at a checkpoint needs that checkpoint before more commits.
+            self._checkpoint(table, objects, table.base_checkpoint_version, result)
+        version = start
+        total = max(0, target - start + 1)
+        while version <= target:
+            end = min(target, version + self.batch_size - 1)
+            self._publish_batch(table, objects, version, end, result)
+            if progress:
+                progress(end - start + 1, total)
+            version = end + 1
+        if result.last_published is not None and result.published:
+            v = result.last_published
+            if self._checkpoint_due(table, v):
+                self._checkpoint(table, objects, v, result)
+        return result
+
+    def _publish_batch(self, table: TableInfo, objects: ObjectStore, start: int, end: int,
+                       result: PublishResult) -> None:
+        rows = self.store.commit_rows(table.id, start, end)
+        lines = self.store.commit_lines(table.id, start, end)
+        expected = start
+        for row in rows:
+            if row.version != expected:
+                raise DataError(f"version gap in the store: {expected} is missing", table=table.name,
+                                version=expected, hint="the store was edited by hand; restore it from backup")
+            expected += 1
+        self.store.mark_started(table.id, [r.version for r in rows if r.has_json], "json", self.owner)
+        done: list[tuple[int, str, int]] = []
+        try:
+            for row in rows:
+                if row.has_json:
+                    data = render_commit(lines.get(row.version, []))
+                    digest = hashlib.sha256(data).hexdigest()
+                    if digest != row.sha256:
+                        raise DataError(
+                            f"the stored actions no longer match the recorded SHA-256 ({row.sha256[:12]}…)",
+                            table=table.name, version=row.version,
+                            hint="the store was modified outside delta-mirror; restore it from backup")
+                    present = self.retry.run(lambda: self._put_commit(table, objects, row.version, data, digest))
+                    done.append((row.version, digest, len(data)))
+                    (result.already_present if present else result.published).append(row.version)
+                    result.last_published = row.version
+                if row.version == table.base_checkpoint_version:
+                    self.store.mark_succeeded(table.id, "json", done)
+                    done = []
+                    if self.store.last_checkpoint_version(table.id) is None:
+                        self._checkpoint(table, objects, row.version, result)
+                    result.last_published = row.version
+        except MirrorError as exc:
+            self.store.mark_succeeded(table.id, "json", done)
+            failed = done[-1][0] + 1 if done else start
+            state = "CONFLICT" if isinstance(exc, PublishConflictError) else "FAILED"
+            self.store.mark_failed(table.id, failed, "json", state, exc.error_class.value, exc.message)
+            if isinstance(exc, PublishConflictError | DataError):
+                self.store.halt_table(table.id, exc.message, failed)
+            raise
+        self.store.mark_succeeded(table.id, "json", done)
+
+    def _put_commit(self, table: TableInfo, objects: ObjectStore, version: int, data: bytes, digest: str) -> bool:
+        """Put-if-absent one commit; True when an identical file was already there."""
+        path = f"{LOG_DIR}/{commit_name(version)}"
+        try:
+            objects.put_if_absent(path, data)
+            present = False
+        except ObjectExistsError:
+            existing = objects.get(path)
+            if existing is None:
+                raise TransientError("commit file vanished between write and read", table=table.name,
+                                     version=version, hint="retried automatically") from None
+            if existing != data:
+                found = hashlib.sha256(existing).hexdigest()
+                raise PublishConflictError(
+                    f"a different file already exists at {path} (expected sha256 {digest}, found {found})",
+                    table=table.name, version=version, expected_sha256=digest, found_sha256=found,
+                    hint="an external writer or a split brain wrote to this log; the table is halted. Import the "
+                         "foreign commit or restore the log, then `delta-mirror resume`") from None
+            present = True
+        meta = objects.head(path)
+        if meta is None or meta.size != len(data):
+            raise TransientError(f"{path} is not durable after the write (size {meta.size if meta else None})",
+                                 table=table.name, version=version, hint="retried automatically")
+        return present
+
+    # -- checkpoints ------------------------------------------------------------------------------
+    def _checkpoint_due(self, table: TableInfo, version: int) -> bool:
+        """Replay cost since the last checkpoint: versions and JSON bytes, whichever fills first."""
+        last_cp = self.store.last_checkpoint_version(table.id)
+        if last_cp is not None and last_cp >= version:
+            return False
+        interval = table.checkpoint_interval
+        if interval is None:
+            config = json.loads(self.store.snapshot(table.id, version).metadata)["metaData"].get("configuration") or {}
+            try:
+                interval = int(config.get("delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL))
+            except ValueError:
+                interval = DEFAULT_CHECKPOINT_INTERVAL
+        interval = max(1, interval)
+        since = last_cp if last_cp is not None else 0
+        if version - since >= interval:
+            return True
+        max_bytes = table.checkpoint_max_bytes or DEFAULT_CHECKPOINT_MAX_BYTES
+        return self.store.json_bytes_between(table.id, since, version) >= max_bytes
+
+    def checkpoint(self, name: str, version: int | None = None) -> int:
+        """Write a checkpoint at ``version`` (default: the last published version)."""
+        table = self.store.get_table(name)
+        last = self.store.last_published_version(table.id)
+        if last is None:
+            raise PermanentError("nothing is published yet", table=name, hint="run `delta-mirror mirror` first")
+        version = last if version is None else version
+        if version > last or version < table.first_version:
+            raise PermanentError(
+                f"cannot checkpoint version {version}: published versions are {table.first_version}..{last}",
+                table=name, version=version, hint="checkpoints follow published commits; mirror first")
+        if not self.store.acquire_lease(table.id, self.owner, self.lease_ttl):
+            raise TransientError("another publisher holds this table's lease", table=name, hint="retry later")
+        try:
+            self._checkpoint(table, self.open_location(table.location), version, PublishResult(name))
+        finally:
+            self.store.release_lease(table.id, self.owner)
+        return version
+
+    def _checkpoint(self, table: TableInfo, objects: ObjectStore, version: int, result: PublishResult) -> None:
+        snap = self.store.snapshot(table.id, version)
+        config = json.loads(snap.metadata)["metaData"].get("configuration") or {}
+        retention = parse_interval_ms(config.get("delta.deletedFileRetentionDuration"), DEFAULT_TOMBSTONE_RETENTION_MS)
+        adds = [line for batch in self.store.iter_active_add_lines(table.id, version) for line in batch]
+        removes = self.store.tombstone_lines(table.id, version, now_ms() - retention)
+        built = build_checkpoint(
+            CheckpointInput(version=version, protocol=snap.protocol, metadata=snap.metadata, txns=snap.txns,
+                            domain_metadata=snap.domain_metadata, adds=adds, removes=removes),
+            kind=table.checkpoint_kind, part_size=table.checkpoint_part_size,
+            checkpoint_id=f"{table.table_uuid}/{version}")
+        self.store.ensure_status(table.id, version, "checkpoint")
+        self.store.mark_started(table.id, [version], "checkpoint", self.owner)
+        try:
+            for f in built.files:
+                self.retry.run(lambda f=f: self._put_checkpoint_file(objects, f.path, f.data))  # type: ignore[misc]
+            self.retry.run(lambda: self._put_last_checkpoint(objects, version, built.last_checkpoint))
+        except MirrorError as exc:
+            self.store.mark_failed(table.id, version, "checkpoint", "FAILED", exc.error_class.value, exc.message)
+            raise
+        top = built.files[-1]
+        self.store.mark_succeeded(table.id, "checkpoint", [(version, hashlib.sha256(top.data).hexdigest(), len(top.data))])
+        result.checkpoints.append(version)
+
+    @staticmethod
+    def _put_checkpoint_file(objects: ObjectStore, path: str, data: bytes) -> None:
+        try:
+            objects.put_if_absent(path, data)
+        except ObjectExistsError:
+            return  # written by an earlier run (or the source, in place); validate checks its content
+        meta = objects.head(path)
+        if meta is None or meta.size != len(data):
+            raise TransientError(f"{path} is not durable after the write", hint="retried automatically")
+
+    @staticmethod
+    def _put_last_checkpoint(objects: ObjectStore, version: int, data: bytes) -> None:
+        path = f"{LOG_DIR}/{LAST_CHECKPOINT}"
+        existing = objects.get(path)
+        if existing:
+            try:
+                if int(json.loads(existing)["version"]) > version:
+                    return  # never move backwards
+            except (ValueError, KeyError, TypeError):
+                pass  # a malformed pointer is replaced
+        objects.put(path, data)
+
+
+__all__ = ["PublishResult", "Publisher", "RetryPolicy", "parse_interval_ms"]

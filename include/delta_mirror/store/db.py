@@ -1,0 +1,132 @@
+"""Engines, migrations and database error classification for the store."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, inspect
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
+
+from delta_mirror.config import redact_url
+from delta_mirror.errors import MirrorError, PermanentError, TransientError
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+# SQLSTATE classes that are worth retrying: serialization failures, deadlocks, connection
+# exceptions, and the server shutting down or starting up.
+_TRANSIENT_SQLSTATES = ("40001", "40P01", "57P01", "57P02", "57P03", "53300")
+_TRANSIENT_SQLSTATE_CLASSES = ("08",)
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; SQLite gets WAL and a busy timeout so writers queue, not fail."""
+    try:
+        parsed = make_url(url)
+    except Exception as exc:  # noqa: BLE001
+        raise PermanentError(f"store URL is not valid: {exc}", hint="use sqlite:///path or postgresql+psycopg://...") from None
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(parsed, connect_args={"timeout": 60})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(conn: Connection) -> None:
+            # Take the write lock up front: two writers queue on the busy timeout instead of
+            # failing late with "database is locked" on lock upgrade.
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_autocommit_off(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None
+
+        return engine
+    if parsed.get_backend_name() == "postgresql":
+        return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+    raise PermanentError(
+        f"unsupported store backend '{parsed.get_backend_name()}'",
+        hint="use sqlite:///path or postgresql+psycopg://user@host/db",
+    )
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    orig = getattr(exc, "orig", None)
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return str(state) if state else None
+
+
+def classify_db_error(exc: SQLAlchemyError, url: str, action: str) -> MirrorError:
+    """Database errors by SQLSTATE (never by message text), SQLite by its error codes."""
+    state = sqlstate(exc)
+    where = redact_url(url)
+    if state:
+        if state in _TRANSIENT_SQLSTATES or state[:2] in _TRANSIENT_SQLSTATE_CLASSES:
+            return TransientError(f"database unavailable while {action} ({where}, SQLSTATE {state})",
+                                  hint="retried automatically; check the database if it persists")
+        if state == "42P01":
+            return PermanentError(f"the store at {where} is not initialised", hint="run `delta-mirror init`")
+        if state[:2] == "28":
+            return PermanentError(f"database login failed for {where} (SQLSTATE {state})",
+                                  hint="check the user and password of the store connection")
+        if state == "3D000":
+            return PermanentError(f"database does not exist: {where}", hint="create it, then run `delta-mirror init`")
+        return PermanentError(f"database error while {action} ({where}, SQLSTATE {state}): {str(exc.orig)[:200]}")
+    code = getattr(getattr(exc, "orig", None), "sqlite_errorname", "")
+    if code in ("SQLITE_BUSY", "SQLITE_LOCKED") or (isinstance(exc, OperationalError) and "locked" in str(exc)):
+        return TransientError(f"SQLite store busy while {action} ({where})", hint="retried automatically")
+    if isinstance(exc, OperationalError) and "no such table" in str(exc):
+        return PermanentError(f"the store at {where} is not initialised", hint="run `delta-mirror init`")
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return TransientError(f"database connection lost while {action} ({where})", hint="retried automatically")
+    if isinstance(exc, OperationalError):
+        return TransientError(f"database error while {action} ({where}): {str(exc.orig)[:200]}",
+                              hint="retried automatically; check the database if it persists")
+    return PermanentError(f"database error while {action} ({where}): {str(exc)[:300]}")
+
+
+def is_unique_violation(exc: IntegrityError) -> bool:
+    state = sqlstate(exc)
+    if state:
+        return state == "23505"
+    return re.search(r"UNIQUE|PRIMARY KEY", str(exc.orig), re.IGNORECASE) is not None
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest Alembic revision (idempotent)."""
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+def is_initialised(engine: Engine) -> bool:
+    return "dl_tables" in inspect(engine).get_table_names()
+
+
+@contextmanager
+def translated(url: str, action: str) -> Iterator[None]:
+    """Turn SQLAlchemy errors raised inside into the core's error classes."""
+    try:
+        yield
+    except MirrorError:
+        raise
+    except SQLAlchemyError as exc:
+        raise classify_db_error(exc, url, action) from exc
+
+
+__all__ = ["classify_db_error", "is_initialised", "is_unique_violation", "make_engine", "migrate", "translated"]

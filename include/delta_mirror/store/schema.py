@@ -1,0 +1,130 @@
+"""Table definitions of the store. Alembic migrations create them; this module names them.
+
+Action payloads are JSON *text* (never PostgreSQL ``jsonb``, which reorders keys) so that the bytes
+of a commit file are a pure function of the stored rows. ``dl_files`` indexes every ``add`` and
+``remove`` so that the active file set at any version is one indexed query: the cost follows the
+number of active files, not the length of the history.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+# Parts of a version's actions: the JSON commit itself, or the base snapshot an imported table
+# starts from (the actions of the source's checkpoint at that version).
+PART_COMMIT = 0
+PART_SNAPSHOT = 1
+
+dl_tables = Table(
+    "dl_tables",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(255), nullable=False),
+    Column("location", Text, nullable=False),
+    Column("table_uuid", String(36), nullable=False),
+    Column("state", String(16), nullable=False, server_default="ACTIVE"),
+    Column("halted_reason", Text),
+    Column("halted_version", BigInteger),
+    Column("first_version", BigInteger, nullable=False, server_default="0"),
+    Column("base_checkpoint_version", BigInteger),
+    Column("checkpoint_kind", String(16), nullable=False, server_default="classic"),
+    Column("checkpoint_part_size", BigInteger),
+    Column("checkpoint_interval", Integer),
+    Column("checkpoint_max_bytes", BigInteger),
+    Column("settings", Text, nullable=False, server_default="{}"),
+    Column("created_at", BigInteger, nullable=False),
+    Column("lease_owner", String(255)),
+    Column("lease_expires_at", BigInteger),
+    UniqueConstraint("name", name="uq_dl_tables_name"),
+)
+
+dl_commits = Table(
+    "dl_commits",
+    metadata,
+    Column("table_id", Integer, primary_key=True),
+    Column("version", BigInteger, primary_key=True, autoincrement=False),
+    Column("committed_at", BigInteger, nullable=False),
+    Column("in_commit_timestamp", BigInteger),
+    Column("action_count", Integer, nullable=False),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("has_json", Boolean, nullable=False, server_default="1"),
+    Column("source", String(16), nullable=False, server_default="native"),
+)
+
+dl_actions = Table(
+    "dl_actions",
+    metadata,
+    Column("table_id", Integer, primary_key=True),
+    Column("version", BigInteger, primary_key=True, autoincrement=False),
+    Column("part", SmallInteger, primary_key=True, autoincrement=False),
+    Column("seq", Integer, primary_key=True, autoincrement=False),
+    Column("action_type", String(32), nullable=False),
+    Column("payload", Text, nullable=False),
+)
+Index("ix_dl_actions_type", dl_actions.c.table_id, dl_actions.c.action_type, dl_actions.c.version)
+
+dl_files = Table(
+    "dl_files",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("table_id", Integer, nullable=False),
+    Column("path", Text, nullable=False),
+    Column("dv_id", Text, nullable=False, server_default=""),
+    Column("add_version", BigInteger),
+    Column("add_part", SmallInteger),
+    Column("add_seq", Integer),
+    Column("remove_version", BigInteger),
+    Column("remove_part", SmallInteger),
+    Column("remove_seq", Integer),
+    Column("size", BigInteger),
+    Column("partition_values", Text),
+    Column("deletion_timestamp", BigInteger),
+)
+Index("ix_dl_files_active", dl_files.c.table_id, dl_files.c.remove_version)
+Index("ix_dl_files_key", dl_files.c.table_id, dl_files.c.path, dl_files.c.dv_id)
+
+dl_mirror_status = Table(
+    "dl_mirror_status",
+    metadata,
+    Column("table_id", Integer, primary_key=True),
+    Column("version", BigInteger, primary_key=True, autoincrement=False),
+    Column("artifact", String(16), primary_key=True),
+    Column("state", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("error_class", String(16)),
+    Column("last_error", Text),
+    Column("sha256", String(64)),
+    Column("size_bytes", BigInteger),
+    Column("enqueued_at", BigInteger, nullable=False),
+    Column("started_at", BigInteger),
+    Column("finished_at", BigInteger),
+    Column("lease_owner", String(255)),
+    Column("lease_expires_at", BigInteger),
+)
+Index("ix_dl_mirror_status_state", dl_mirror_status.c.state, dl_mirror_status.c.table_id)
+
+__all__ = [
+    "PART_COMMIT",
+    "PART_SNAPSHOT",
+    "dl_actions",
+    "dl_commits",
+    "dl_files",
+    "dl_mirror_status",
+    "dl_tables",
+    "metadata",
+]
