@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
+from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
@@ -48,7 +49,7 @@ def main() -> None:
         pa.table({"id": [4, 5], "city": ["Quito", "Accra"], "amount": [11.0, 7.75]}, schema=schema),
         pa.table({"id": [6], "city": ["Hanoi"], "amount": [42.0]}, schema=schema),
     ]
-    first = [
+    first: list[tuple[str, dict[str, Any]]] = [
         ("protocol", {"minReaderVersion": 1, "minWriterVersion": 2}),
         ("metaData", {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
                       "schemaString": delta_schema_string(schema), "partitionColumns": [],

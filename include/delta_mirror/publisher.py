@@ -181,7 +181,7 @@ class Publisher:
                             f"the stored actions no longer match the recorded SHA-256 ({row.sha256[:12]}…)",
                             table=table.name, version=row.version,
                             hint="the store was modified outside delta-mirror; restore it from backup")
-                    present = self.retry.run(lambda: self._put_commit(table, objects, row.version, data, digest))
+                    present = self._put_with_retry(table, objects, row.version, data, digest)
                     done.append((row.version, digest, len(data)))
                     (result.already_present if present else result.published).append(row.version)
                     result.last_published = row.version
@@ -200,6 +200,10 @@ class Publisher:
                 self.store.halt_table(table.id, exc.message, failed)
             raise
         self.store.mark_succeeded(table.id, "json", done)
+
+    def _put_with_retry(self, table: TableInfo, objects: ObjectStore, version: int, data: bytes,
+                        digest: str) -> bool:
+        return self.retry.run(lambda: self._put_commit(table, objects, version, data, digest))
 
     def _put_commit(self, table: TableInfo, objects: ObjectStore, version: int, data: bytes, digest: str) -> bool:
         """Put-if-absent one commit; True when an identical file was already there."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
@@ -232,12 +232,12 @@ def open_store(location: str, options: Mapping[str, str] | None = None) -> Obsto
             store = S3Store(
                 parsed.netloc,
                 prefix=parsed.path.strip("/") or None,
-                config={**config, "conditional_put": "etag"},  # type: ignore[typeddict-item]
+                config={**config, "conditional_put": "etag"},  # type: ignore[arg-type]
                 client_options={"allow_http": allow_http, "timeout": "30s", "connect_timeout": "5s"},
-                retry_config={"max_retries": 3, "retry_timeout": __import__("datetime").timedelta(seconds=60)},
+                retry_config={"max_retries": 3, "retry_timeout": timedelta(seconds=60)},
             )
             return ObstoreStore(uri, store)
-        return ObstoreStore(uri, from_url(uri, **dict(options or {})))  # type: ignore[arg-type]
+        return ObstoreStore(uri, from_url(uri, **dict(options or {})))  # type: ignore[call-overload]
     except PermanentError:
         raise
     except Exception as exc:  # noqa: BLE001

@@ -70,6 +70,7 @@ def classify_db_error(exc: SQLAlchemyError, url: str, action: str) -> MirrorErro
     """Database errors by SQLSTATE (never by message text), SQLite by its error codes."""
     state = sqlstate(exc)
     where = redact_url(url)
+    orig = getattr(exc, "orig", None)
     if state:
         if state in _TRANSIENT_SQLSTATES or state[:2] in _TRANSIENT_SQLSTATE_CLASSES:
             return TransientError(f"database unavailable while {action} ({where}, SQLSTATE {state})",
@@ -81,8 +82,8 @@ def classify_db_error(exc: SQLAlchemyError, url: str, action: str) -> MirrorErro
                                   hint="check the user and password of the store connection")
         if state == "3D000":
             return PermanentError(f"database does not exist: {where}", hint="create it, then run `delta-mirror init`")
-        return PermanentError(f"database error while {action} ({where}, SQLSTATE {state}): {str(exc.orig)[:200]}")
-    code = getattr(getattr(exc, "orig", None), "sqlite_errorname", "")
+        return PermanentError(f"database error while {action} ({where}, SQLSTATE {state}): {str(orig)[:200]}")
+    code = getattr(orig, "sqlite_errorname", "")
     if code in ("SQLITE_BUSY", "SQLITE_LOCKED") or (isinstance(exc, OperationalError) and "locked" in str(exc)):
         return TransientError(f"SQLite store busy while {action} ({where})", hint="retried automatically")
     if isinstance(exc, OperationalError) and "no such table" in str(exc):
@@ -90,7 +91,7 @@ def classify_db_error(exc: SQLAlchemyError, url: str, action: str) -> MirrorErro
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return TransientError(f"database connection lost while {action} ({where})", hint="retried automatically")
     if isinstance(exc, OperationalError):
-        return TransientError(f"database error while {action} ({where}): {str(exc.orig)[:200]}",
+        return TransientError(f"database error while {action} ({where}): {str(orig)[:200]}",
                               hint="retried automatically; check the database if it persists")
     return PermanentError(f"database error while {action} ({where}): {str(exc)[:300]}")
 

@@ -36,7 +36,6 @@ from delta_mirror.errors import (
 from delta_mirror.store import db
 from delta_mirror.store.schema import (
     PART_COMMIT,
-    PART_SNAPSHOT,
     dl_actions,
     dl_commits,
     dl_files,

@@ -1,0 +1,173 @@
+"""Shared fixtures: real PostgreSQL and S3-protocol servers on 127.0.0.1, stores, table locations, corpus.
+
+Services start lazily, the first time a test requests them, and stop at the end of the session.
+
+- ``pg_url`` (session): SQLAlchemy URL of a throwaway PostgreSQL database (or ``DELTA_MIRROR_TEST_PG``).
+- ``pg_server`` (session): the ``PgServer`` behind it (``stop()``, ``start()``, ``restart()``,
+  ``create_database()``).
+- ``pg_restart`` (function): a callable that restarts the server (crash-style by default).
+- ``pg_store_url`` (function): a fresh, empty database per test, dropped afterwards.
+- ``s3`` (session): the ``S3Server`` (``endpoint``, keys, ``region``, ``make_bucket()``, ``env()``).
+- ``s3_env`` (function): sets the ``AWS_*`` variables for the test and yields a fresh bucket name.
+- ``store_url`` (function, parametrized sqlite/postgres): a fresh store URL.
+- ``table_location`` (function, parametrized local/s3): a fresh table root URI.
+- ``corpus_dir`` (session): the shared Delta corpus (``DELTA_MIRROR_CORPUS``), skipped when absent.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from services import PG_ENV, PgServer, S3Server, ServiceUnavailable  # noqa: E402
+
+
+def repo_root() -> Path:
+    here = Path(__file__).resolve().parent
+    for d in (here, *here.parents):
+        if (d / "pyproject.toml").exists():
+            return d
+    return here.parent
+
+
+# --------------------------------------------------------------------------------------------------
+# markers: tests that use a service get its marker, so ``-m "not postgres"`` etc. work
+
+_SERVICE_MARKERS = {
+    "pg_url": "postgres",
+    "pg_server": "postgres",
+    "pg_restart": "postgres",
+    "pg_store_url": "postgres",
+    "s3": "s3",
+    "s3_env": "s3",
+    "corpus_dir": "corpus",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        marks = {m for f, m in _SERVICE_MARKERS.items() if f in names}
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None:
+            if callspec.params.get("store_url") == "postgres":
+                marks.add("postgres")
+            if callspec.params.get("table_location") == "s3":
+                marks.add("s3")
+        for m in sorted(marks):
+            if m not in {mk.name for mk in item.iter_markers()}:
+                item.add_marker(m)
+
+
+# --------------------------------------------------------------------------------------------------
+# PostgreSQL
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    try:
+        server = PgServer.from_env_or_start()
+    except ServiceUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(str(exc), pytrace=False)
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop_and_remove()
+
+
+@pytest.fixture(scope="session")
+def pg_url(pg_server: PgServer) -> str:
+    return pg_server.url
+
+
+@pytest.fixture
+def pg_restart(pg_server: PgServer) -> Callable[..., None]:
+    """``pg_restart(mode="immediate")`` stops and starts the server; skipped for an external server."""
+    if not pg_server.owned:
+        pytest.skip(f"pg_restart needs the throwaway server, not {PG_ENV}")
+    return pg_server.restart
+
+
+@pytest.fixture
+def pg_store_url(pg_server: PgServer) -> Iterator[str]:
+    """A fresh empty database for one test (``dm_<random>``), dropped with ``WITH (FORCE)`` afterwards."""
+    url = pg_server.create_database()
+    yield url
+    if not pg_server.is_running():  # a fault test left it down
+        pg_server.start()
+    pg_server.drop_database(url)
+
+
+# --------------------------------------------------------------------------------------------------
+# S3
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[S3Server]:
+    server = S3Server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Point the ``AWS_*`` variables at the test server for this test; return a fresh bucket name."""
+    for var in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    for k, v in s3.env().items():
+        monkeypatch.setenv(k, v)
+    no_proxy = ",".join(x for x in (os.environ.get("NO_PROXY"), "127.0.0.1", "localhost") if x)
+    monkeypatch.setenv("NO_PROXY", no_proxy)
+    monkeypatch.setenv("no_proxy", no_proxy)
+    return s3.make_bucket()
+
+
+# --------------------------------------------------------------------------------------------------
+# parametrized store and table location
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh SQL store URL: ``sqlite:///<tmp>/store.db`` or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    return str(request.getfixturevalue("pg_store_url"))
+
+
+@pytest.fixture(params=["local", "s3"])
+def table_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh table root: a ``file://`` folder under tmp_path, or ``s3://<fresh bucket>/table`` (env set)."""
+    if request.param == "local":
+        folder = tmp_path / "table"
+        folder.mkdir()
+        return folder.as_uri()
+    bucket = request.getfixturevalue("s3_env")
+    return f"s3://{bucket}/table"
+
+
+# --------------------------------------------------------------------------------------------------
+# corpus
+
+
+def corpus_path() -> Path:
+    """``DELTA_MIRROR_CORPUS``, else ``../shared/corpus`` beside the repository (may not exist)."""
+    default = repo_root().parent / "shared" / "corpus"
+    return Path(os.environ.get("DELTA_MIRROR_CORPUS") or default).resolve()
+
+
+@pytest.fixture(scope="session")
+def corpus_dir() -> Path:
+    path = corpus_path()
+    if not path.is_dir():
+        pytest.skip(f"corpus not found at {path}: set DELTA_MIRROR_CORPUS")
+    return path
