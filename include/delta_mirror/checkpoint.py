@@ -34,7 +34,7 @@ import json
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -227,15 +227,21 @@ def build_checkpoint(
     if sidecar_size < 1:
         raise ValueError("sidecar_size must be >= 1")
     version = inp.version
-    protocol = _action(inp.protocol, "protocol", version)
+    protocol = _protocol(_action(inp.protocol, "protocol", version))
     metadata = _action(inp.metadata, "metaData", version)
     _check_kind_allowed(kind, protocol, version)
     ctx = _Context(version, _partition_keys(metadata, version))
     non_file = _non_file_rows(inp, protocol, metadata)
 
     if kind == "v2":
-        return _build_v2(inp, ctx, non_file, sidecar_size, checkpoint_id or f"{metadata.get('id')}/{version}",
-                         modification_time_ms)
+        return _build_v2(
+            inp,
+            ctx,
+            non_file,
+            sidecar_size,
+            checkpoint_id or f"{metadata.get('id')}/{version}",
+            modification_time_ms,
+        )
     if kind == "multipart":
         assert part_size is not None
         return _build_multipart(inp, ctx, non_file, part_size)
@@ -247,7 +253,9 @@ def build_checkpoint(
 # --------------------------------------------------------------------------------------------
 
 
-def _build_classic(version: int, non_file: dict[str, list[Any]], chunks: Iterable[tuple[str, Any]]) -> CheckpointResult:
+def _build_classic(
+    version: int, non_file: dict[str, list[Any]], chunks: Iterable[tuple[str, Any]]
+) -> CheckpointResult:
     sink = _ParquetSink(CHECKPOINT_SCHEMA)
     sink.write(_rows_table(non_file, CHECKPOINT_SCHEMA))
     num_adds = 0
@@ -359,7 +367,9 @@ def _result(
     if v2 is not None:
         info["v2Checkpoint"] = v2
     last = (json.dumps(info, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
-    return CheckpointResult(files=files, last_checkpoint=last, num_add_files=num_adds, num_actions=num_actions)
+    return CheckpointResult(
+        files=files, last_checkpoint=last, num_add_files=num_adds, num_actions=num_actions
+    )
 
 
 def _check_kind_allowed(kind: str, protocol: dict[str, Any], version: int) -> None:
@@ -397,6 +407,16 @@ def _action(line: str, key: str, version: int) -> dict[str, Any]:
     return body
 
 
+def _protocol(body: dict[str, Any]) -> dict[str, Any]:
+    """Feature lists only with reader 3 / writer 7 (PROTOCOL.md; duckdb-delta #151 chokes otherwise)."""
+    body = dict(body)
+    if body.get("minReaderVersion") != 3:
+        body.pop("readerFeatures", None)
+    if body.get("minWriterVersion") != 7:
+        body.pop("writerFeatures", None)
+    return body
+
+
 def _non_file_rows(
     inp: CheckpointInput, protocol: dict[str, Any], metadata: dict[str, Any]
 ) -> dict[str, list[Any]]:
@@ -426,7 +446,9 @@ def _rows_table(rows: dict[str, list[Any]], schema: Any) -> Any:
         try:
             columns.append(pa.array(values, type=field.type))
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
-            raise InvalidActionError(f"{field.name} action does not fit the checkpoint schema: {exc}") from exc
+            raise InvalidActionError(
+                f"{field.name} action does not fit the checkpoint schema: {exc}"
+            ) from exc
     return pa.Table.from_arrays(columns, schema=schema)
 
 
@@ -452,7 +474,9 @@ def _partition_keys(metadata: dict[str, Any], version: int) -> tuple[str, ...]:
     try:
         fields = json.loads(metadata.get("schemaString") or "")["fields"]
     except (TypeError, ValueError, KeyError) as exc:
-        raise InvalidActionError(f"metaData.schemaString is not a Delta schema: {exc}", version=version) from exc
+        raise InvalidActionError(
+            f"metaData.schemaString is not a Delta schema: {exc}", version=version
+        ) from exc
     physical = {
         f.get("name"): (f.get("metadata") or {}).get("delta.columnMapping.physicalName", f.get("name"))
         for f in fields
@@ -465,24 +489,26 @@ def _file_chunks(inp: CheckpointInput, ctx: _Context) -> Iterator[tuple[str, Any
     """``("add"|"remove", StructArray)`` chunks of bounded text size, adds first."""
     for column, lines in (("add", inp.adds), ("remove", inp.removes)):
         batch: list[str] = []
-        chars = 0
+        chars = longest = 0
         for line in lines:
             batch.append(line)
-            chars += len(line)
+            size = len(line)
+            chars += size
+            longest = max(longest, size)
             if chars >= _CHUNK_CHARS:
-                yield column, _parse_file_actions(batch, column, ctx)
-                batch, chars = [], 0
+                yield column, _parse_file_actions(batch, column, ctx, longest)
+                batch, chars, longest = [], 0, 0
         if batch:
-            yield column, _parse_file_actions(batch, column, ctx)
+            yield column, _parse_file_actions(batch, column, ctx, longest)
 
 
 class _Fallback(Exception):
     """The Arrow fast path cannot take this chunk; parse it line by line instead."""
 
 
-def _parse_file_actions(lines: list[str], column: str, ctx: _Context) -> Any:
+def _parse_file_actions(lines: list[str], column: str, ctx: _Context, longest: int = 0) -> Any:
     try:
-        return _parse_fast(lines, column, ctx)
+        return _parse_fast(lines, column, ctx, longest)
     except _Fallback:
         return _parse_slow(lines, column, ctx)
 
@@ -495,12 +521,18 @@ def _reader_type(column: str) -> Any:
 _READER_SCHEMAS = {c: pa.schema([pa.field(c, _reader_type(c))]) for c in ("add", "remove")}
 
 
-def _parse_fast(lines: list[str], column: str, ctx: _Context) -> Any:
-    data = "\n".join(lines).encode("utf-8")
+def _parse_fast(lines: list[str], column: str, ctx: _Context, longest: int = 0) -> Any:
+    """Parse a chunk with Arrow's multi-threaded JSON reader into the checkpoint's struct type."""
+    try:
+        data = "\n".join(lines).encode("utf-8")
+    except UnicodeEncodeError as exc:  # lone surrogates: the slow path names the line
+        raise _Fallback from exc
+    # a JSON object may not straddle blocks: make room for the longest line (4 bytes per char max)
+    block_size = max(_JSON_BLOCK, 4 * longest + 64)
     try:
         table = pa_json.read_json(
             io.BytesIO(data),
-            read_options=pa_json.ReadOptions(use_threads=True, block_size=_JSON_BLOCK),
+            read_options=pa_json.ReadOptions(use_threads=True, block_size=block_size),
             parse_options=pa_json.ParseOptions(
                 explicit_schema=_READER_SCHEMAS[column], unexpected_field_behavior="infer"
             ),
@@ -517,12 +549,15 @@ def _parse_fast(lines: list[str], column: str, ctx: _Context) -> Any:
     n = len(parsed)
     names = {f.name for f in parsed.type}
     children = []
-    for field in (_ADD if column == "add" else _REMOVE):
+    for field in _ADD if column == "add" else _REMOVE:
         if field.name == "dataChange":
             children.append(pa.repeat(pa.scalar(False), n))
         elif field.name == "partitionValues":
-            children.append(_struct_to_map(parsed.field(field.name) if field.name in names else None,
-                                           n, ctx.partition_keys))
+            children.append(
+                _struct_to_map(
+                    parsed.field(field.name) if field.name in names else None, n, ctx.partition_keys
+                )
+            )
         elif field.name == "tags":
             children.append(_struct_to_map(parsed.field(field.name) if field.name in names else None, n, ()))
         elif field.name not in names:
@@ -558,11 +593,13 @@ def _struct_to_map(struct: Any, n: int, expected: Sequence[str]) -> Any:
     if not pa.types.is_struct(struct.type):
         raise _Fallback
     present = {f.name: i for i, f in enumerate(struct.type)}
-    keys = list(expected) + sorted(k for k in present if k not in set(expected))
+    wanted = set(expected)
+    keys = list(expected) + sorted(k for k in present if k not in wanted)
     if not keys:
         offsets = pa.repeat(pa.scalar(0, _INT), n + 1)
-        return pa.MapArray.from_arrays(offsets, pa.array([], _STR), pa.array([], _STR), type=_MAP,
-                                       mask=struct.is_null())
+        return pa.MapArray.from_arrays(
+            offsets, pa.array([], _STR), pa.array([], _STR), type=_MAP, mask=struct.is_null()
+        )
     values = []
     for key in keys:
         if key not in present:
@@ -588,7 +625,7 @@ def _struct_to_map(struct: Any, n: int, expected: Sequence[str]) -> Any:
     include = []
     counts = pa.repeat(pa.scalar(0, _INT), n)
     for j, key in enumerate(keys):
-        keep = row_valid if key in expected else pc.and_(row_valid, values[j].is_valid())
+        keep = row_valid if key in wanted else pc.and_(row_valid, values[j].is_valid())
         keep = pc.fill_null(keep, False)
         include.append(keep)
         counts = pc.add(counts, pc.cast(keep, _INT))
@@ -622,14 +659,17 @@ def _parse_slow(lines: list[str], column: str, ctx: _Context) -> Any:
     try:
         return pa.array(rows, type=target)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
-        raise InvalidActionError(f"{column} action does not fit the checkpoint schema: {exc}",
-                                 version=ctx.version) from exc
+        raise InvalidActionError(
+            f"{column} action does not fit the checkpoint schema: {exc}", version=ctx.version
+        ) from exc
 
 
 def _normalize_file_action(line: str, column: str, ctx: _Context) -> dict[str, Any]:
     body = _action(line, column, ctx.version)
     if not isinstance(body.get("path"), str):
-        raise InvalidActionError(f"{column} action without a string path: {line[:120]!r}", version=ctx.version)
+        raise InvalidActionError(
+            f"{column} action without a string path: {line[:120]!r}", version=ctx.version
+        )
     row = {f.name: body.get(f.name) for f in (_ADD if column == "add" else _REMOVE)}
     row["dataChange"] = False
     row["partitionValues"] = _map_value(row.get("partitionValues"), ctx.partition_keys, line, ctx)
@@ -641,13 +681,16 @@ def _normalize_file_action(line: str, column: str, ctx: _Context) -> dict[str, A
     return row
 
 
-def _map_value(value: Any, expected: Sequence[str], line: str, ctx: _Context) -> list[tuple[str, str | None]] | None:
+def _map_value(
+    value: Any, expected: Sequence[str], line: str, ctx: _Context
+) -> list[tuple[str, str | None]] | None:
     """Same rule as the fast path: expected keys always, others when set, others sorted."""
     if value is None:
         return None
     if not isinstance(value, dict) or not all(v is None or isinstance(v, str) for v in value.values()):
         raise InvalidActionError(f"expected a string-to-string map in {line[:120]!r}", version=ctx.version)
-    extra = sorted(k for k, v in value.items() if k not in set(expected) and v is not None)
+    wanted = set(expected)
+    extra = sorted(k for k, v in value.items() if k not in wanted and v is not None)
     return [(k, value.get(k)) for k in expected] + [(k, value[k]) for k in extra]
 
 
@@ -667,7 +710,9 @@ class _ParquetSink:
     """An in-memory Parquet file; small writes are coalesced into row groups of bounded size."""
 
     def __init__(self, schema: Any) -> None:
-        self._out = pa.BufferOutputStream()
+        # BytesIO, not pa.BufferOutputStream: getvalue() hands over its buffer without a copy,
+        # which halves peak memory for big checkpoints (the output sits in memory once).
+        self._out = io.BytesIO()
         self._writer = pq.ParquetWriter(
             self._out,
             schema,
@@ -700,7 +745,7 @@ class _ParquetSink:
     def close(self) -> bytes:
         self._flush()
         self._writer.close()
-        return cast(bytes, self._out.getvalue().to_pybytes())
+        return self._out.getvalue()
 
 
 # --------------------------------------------------------------------------------------------
@@ -782,8 +827,9 @@ def spark_hash_partition(paths: Any, num_parts: int) -> Any:
     h = pc.bit_wise_xor(h, pc.shift_right(h, _u32(16)))
     # to signed int32, then pmod
     wide = pc.cast(h, _LONG)
-    signed_h = pc.if_else(pc.greater_equal(wide, pa.scalar(1 << 31, _LONG)),
-                          pc.subtract(wide, pa.scalar(1 << 32, _LONG)), wide)
+    signed_h = pc.if_else(
+        pc.greater_equal(wide, pa.scalar(1 << 31, _LONG)), pc.subtract(wide, pa.scalar(1 << 32, _LONG)), wide
+    )
     p = pa.scalar(num_parts, _LONG)
     rem = pc.subtract(signed_h, pc.multiply(pc.divide(signed_h, p), p))
     return pc.if_else(pc.less(rem, zero), pc.add(rem, p), rem)

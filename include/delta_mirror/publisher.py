@@ -59,6 +59,14 @@ def parse_interval_ms(text: str | None, default: int) -> int:
     return int(m[1]) * _UNIT_MS[m[2].lower()]
 
 
+def checkpoint_kind(table: TableInfo, protocol_line: str) -> str:
+    """V2 exactly when the protocol has ``v2Checkpoint`` (the protocol requires it); else the table's choice."""
+    protocol = json.loads(protocol_line)["protocol"]
+    if "v2Checkpoint" in (protocol.get("readerFeatures") or []):
+        return "v2"
+    return "classic" if table.checkpoint_kind == "v2" else table.checkpoint_kind
+
+
 @dataclass
 class RetryPolicy:
     """Exponential backoff with full jitter for transient errors inside one run."""
@@ -278,8 +286,8 @@ class Publisher:
         built = build_checkpoint(
             CheckpointInput(version=version, protocol=snap.protocol, metadata=snap.metadata, txns=snap.txns,
                             domain_metadata=snap.domain_metadata, adds=adds, removes=removes),
-            kind=table.checkpoint_kind, part_size=table.checkpoint_part_size,
-            checkpoint_id=f"{table.table_uuid}/{version}")
+            kind=checkpoint_kind(table, snap.protocol), part_size=table.checkpoint_part_size,
+            checkpoint_id=f"{table.table_uuid}/{version}", modification_time_ms=self._committed_at(table, version))
         self.store.ensure_status(table.id, version, "checkpoint")
         self.store.mark_started(table.id, [version], "checkpoint", self.owner)
         try:
@@ -292,6 +300,10 @@ class Publisher:
         top = built.files[-1]
         self.store.mark_succeeded(table.id, "checkpoint", [(version, hashlib.sha256(top.data).hexdigest(), len(top.data))])
         result.checkpoints.append(version)
+
+    def _committed_at(self, table: TableInfo, version: int) -> int:
+        rows = self.store.commit_rows(table.id, version, version)
+        return rows[0].committed_at if rows else 0
 
     @staticmethod
     def _put_checkpoint_file(objects: ObjectStore, path: str, data: bytes) -> None:
