@@ -7,7 +7,9 @@ result with deltalake and prints the table as deltalake reads it.
 from __future__ import annotations
 
 import shutil
+import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -24,7 +26,8 @@ from delta_mirror.validate import validate_table
 TABLE = "demo"
 
 
-def main() -> None:
+def prepare() -> Path:
+    """Create the demo table and commit a few versions (nothing published yet)."""
     root = home()
     store = SqlStore()
     store.init()
@@ -66,10 +69,21 @@ def main() -> None:
     version = store.commit(TABLE, [("remove", {"path": adds[-1]["path"], "deletionTimestamp": add["modificationTime"],
                                                "dataChange": True, "size": add["size"]})])
     print(f"committed version {version}: delete the Hanoi file")
+    return location
 
-    result = Publisher(store).publish(TABLE)
+
+def publish() -> None:
+    """Publish without Airflow (the core library alone)."""
+    result = Publisher(SqlStore()).publish(TABLE)
     print(f"published versions {result.published[0]}..{result.last_published}; "
           f"checkpoint at {result.checkpoints or 'none'}")
+
+
+def show() -> None:
+    """Validate the published table and print it as deltalake reads it."""
+    store = SqlStore()
+    location = local_path(store.get_table(TABLE).location)
+    assert location is not None
     report = validate_table(store, TABLE)
     for p in report.problems:
         print(f"PROBLEM [{p.kind}] {p.message}")
@@ -91,6 +105,12 @@ def _has_pandas() -> bool:
     except ImportError:
         return False
     return True
+
+
+def main(argv: list[str] | None = None) -> None:
+    steps = (argv if argv is not None else sys.argv[1:]) or ["prepare", "publish", "show"]
+    for step in steps:
+        {"prepare": prepare, "publish": publish, "show": show}[step]()
 
 
 if __name__ == "__main__":

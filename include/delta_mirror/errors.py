@@ -2,6 +2,7 @@
 
     MirrorError                      (base; carries ``error_class``, ``table``, ``version``, ``hint``)
     ├── TransientError               retry with backoff (throttling, 5xx, timeouts, DB serialization)
+    │   └── LeaseHeldError           another publisher is working on the table right now
     ├── PermanentError               fail fast, fix configuration (auth, missing bucket, bad URL)
     │   ├── UnsupportedTableError    the source uses a feature we refuse (e.g. catalogManaged)
     │   ├── NotADeltaTableError      the source has no readable ``_delta_log``
@@ -65,6 +66,10 @@ class TransientError(MirrorError):
     retryable = True
 
 
+class LeaseHeldError(TransientError):
+    """Another publisher holds the table's lease (it expires by itself if that publisher died)."""
+
+
 class PermanentError(MirrorError):
     error_class = ErrorClass.PERMANENT
 
@@ -125,6 +130,7 @@ __all__ = [
     "DataError",
     "ErrorClass",
     "InvalidActionError",
+    "LeaseHeldError",
     "MirrorError",
     "NotADeltaTableError",
     "PermanentError",

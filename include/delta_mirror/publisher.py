@@ -21,7 +21,7 @@ import re
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -29,6 +29,7 @@ from delta_mirror.actions import render_commit
 from delta_mirror.checkpoint import CheckpointInput, build_checkpoint
 from delta_mirror.errors import (
     DataError,
+    LeaseHeldError,
     MirrorError,
     PermanentError,
     PublishConflictError,
@@ -111,13 +112,15 @@ class Publisher:
 
     def __init__(self, store: SqlStore, *, owner: str | None = None, lease_ttl: float = 120.0,
                  batch_size: int = 500, retry: RetryPolicy | None = None,
-                 open_location: Callable[[str], ObjectStore] = open_store) -> None:
+                 open_location: Callable[[str], ObjectStore] | None = None,
+                 storage_options: Mapping[str, str] | None = None) -> None:
         self.store = store
         self.owner = owner or default_owner()
         self.lease_ttl = lease_ttl
         self.batch_size = batch_size
         self.retry = retry or RetryPolicy()
-        self.open_location = open_location
+        self.storage_options = dict(storage_options or {})
+        self.open_location = open_location or (lambda location: open_store(location, self.storage_options))
 
     # -- publishing commits ----------------------------------------------------------------------
     def publish(self, name: str, to_version: int | None = None,
@@ -128,7 +131,7 @@ class Publisher:
                                  version=table.halted_version,
                                  hint="fix the cause, then run `delta-mirror resume " + name + "`")
         if not self.store.acquire_lease(table.id, self.owner, self.lease_ttl):
-            raise TransientError("another publisher holds this table's lease", table=name,
+            raise LeaseHeldError("another publisher holds this table's lease", table=name,
                                  hint="it will be retried; a crashed publisher's lease expires by itself")
         try:
             self.store.reset_in_progress(table.id)
@@ -158,13 +161,14 @@ class Publisher:
         while version <= target:
             end = min(target, version + self.batch_size - 1)
             self._publish_batch(table, objects, version, end, result)
+            # The cadence is applied at batch boundaries: a long backlog still gets checkpoints
+            # along the way (readers replay less), without one per `interval` versions.
+            v = result.last_published
+            if v is not None and (result.published or result.already_present) and self._checkpoint_due(table, v):
+                self._checkpoint(table, objects, v, result)
             if progress:
                 progress(end - start + 1, total)
             version = end + 1
-        if result.last_published is not None and result.published:
-            v = result.last_published
-            if self._checkpoint_due(table, v):
-                self._checkpoint(table, objects, v, result)
         return result
 
     def _publish_batch(self, table: TableInfo, objects: ObjectStore, start: int, end: int,
@@ -258,6 +262,14 @@ class Publisher:
         max_bytes = table.checkpoint_max_bytes or DEFAULT_CHECKPOINT_MAX_BYTES
         return self.store.json_bytes_between(table.id, since, version) >= max_bytes
 
+    def checkpoint_if_due(self, name: str) -> int | None:
+        """Write a checkpoint at the last published version when the cadence policy says so."""
+        table = self.store.get_table(name)
+        last = self.store.last_published_version(table.id)
+        if last is None or not self._checkpoint_due(table, last):
+            return None
+        return self.checkpoint(name, last)
+
     def checkpoint(self, name: str, version: int | None = None) -> int:
         """Write a checkpoint at ``version`` (default: the last published version)."""
         table = self.store.get_table(name)
@@ -270,7 +282,7 @@ class Publisher:
                 f"cannot checkpoint version {version}: published versions are {table.first_version}..{last}",
                 table=name, version=version, hint="checkpoints follow published commits; mirror first")
         if not self.store.acquire_lease(table.id, self.owner, self.lease_ttl):
-            raise TransientError("another publisher holds this table's lease", table=name, hint="retry later")
+            raise LeaseHeldError("another publisher holds this table's lease", table=name, hint="retry later")
         try:
             self._checkpoint(table, self.open_location(table.location), version, PublishResult(name))
         finally:

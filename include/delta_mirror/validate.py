@@ -1,0 +1,1052 @@
+"""Validation: does what readers see at the table's location agree with the SQL store?
+
+Two independent checks over a version range (design.md §7):
+
+1. **Log listing vs SQL.** ``_delta_log/`` is listed once and compared with the store: every
+   published commit is present with the recorded SHA-256; no commit or checkpoint sits at a
+   version the store does not know (an external writer); ``_last_checkpoint`` is well formed,
+   points at a complete checkpoint and never lags the store's newest checkpoint (§10.3).
+2. **Reader view vs SQL.** A real Delta reader (deltalake) opens the published log and walks the
+   range version by version; at each version its protocol, metadata, schema, active files and
+   ``txn`` versions must equal the store's. At a checkpoint version the reader starts afresh, so
+   the checkpoint's own content is what gets compared there.
+
+The store side of (2) is computed incrementally: the snapshot and active files at the first
+version, then each commit's actions applied in order. Asking the store for a full snapshot per
+version would cost O(history) per version; replaying one commit costs O(its actions).
+Problems are data, not exceptions: each names the version, what was expected and what was found,
+the likely cause and what to do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, date, datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any, TypeGuard
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+
+from delta_mirror.actions import dv_id
+from delta_mirror.errors import PermanentError
+from delta_mirror.log_path import LAST_CHECKPOINT, LOG_DIR, SIDECAR_DIR, LogFile, LogFileKind, parse_log_file
+from delta_mirror.publisher import parse_interval_ms
+from delta_mirror.storage import ObjectStore, local_path, normalize_location, open_store, storage_options_for
+from delta_mirror.store.sql_store import FileEntry, SqlStore, TableInfo, now_ms
+
+READERS = ("deltalake", "spark")
+MAX_PROBLEMS_PER_KIND = 20  # a systematic fault shows on every version; the first few say it all
+_BATCH = 200  # versions per store query while walking a range
+_FETCH_WORKERS = 8
+_BACKTRACE = re.compile(r"\n\s*0: ")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One disagreement between the published log and the store."""
+
+    kind: str
+    version: int | None
+    message: str  # what was expected and what was found
+    hint: str  # the likely cause and what to do
+
+
+@dataclass
+class ValidationReport:
+    table: str
+    location: str
+    from_version: int | None
+    to_version: int | None
+    versions_checked: int
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "location": self.location,
+            "from_version": self.from_version,
+            "to_version": self.to_version,
+            "versions_checked": self.versions_checked,
+            "ok": self.ok,
+            "problems": [asdict(p) for p in self.problems],
+        }
+
+
+def validate_table(
+    store: SqlStore,
+    name: str,
+    *,
+    from_version: int | None = None,
+    to_version: int | None = None,
+    reader: str = "deltalake",
+    open_location: Callable[[str], ObjectStore] | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> ValidationReport:
+    """Validate the published versions ``from_version..to_version`` of table ``name``.
+
+    The default range is the whole published history (from the base checkpoint of an imported
+    table that starts at one). Raises ``PermanentError`` for an unknown reader or a range outside
+    the published versions; everything found at the location is reported, not raised.
+    """
+    if reader == "spark":
+        raise PermanentError("reader 'spark' is not available yet", table=name, hint="use --reader deltalake")
+    if reader not in READERS:
+        raise PermanentError(
+            f"unknown reader '{reader}'", table=name, hint=f"use one of {', '.join(READERS)}"
+        )
+    table = store.get_table(name)
+    last = store.last_published_version(table.id)
+    start = table.first_version if table.base_checkpoint_version is None else table.base_checkpoint_version
+    floor = table.settings.get("log_floor")
+    if isinstance(floor, int) and floor > start:
+        start = floor  # older log files were removed by retention cleanup (maintenance)
+    if (
+        last is None
+        and table.base_checkpoint_version is not None
+        and store.last_checkpoint_version(table.id) is not None
+    ):
+        last = table.base_checkpoint_version  # imported as a checkpoint alone: there is no JSON to publish
+    if last is None or last < table.first_version:
+        raise PermanentError(
+            "nothing is published yet", table=name, hint=f"run `delta-mirror mirror {name}` first"
+        )
+    lo = start if from_version is None else from_version
+    hi = last if to_version is None else to_version
+    if lo > hi:
+        raise PermanentError(
+            f"empty version range {lo}..{hi}", table=name, hint="from_version must be <= to_version"
+        )
+    if lo < start or hi > last:
+        raise PermanentError(
+            f"versions {lo}..{hi} are outside the published versions {start}..{last}",
+            table=name,
+            hint="validate only published versions; run `delta-mirror mirror` first to publish the rest",
+        )
+    report = ValidationReport(name, table.location, lo, hi, hi - lo + 1)
+    objects = (open_location or (lambda loc: open_store(loc, storage_options)))(table.location)
+    listing = _check_listing(store, table, objects, lo, hi, last, report.problems)
+    reader_from = max(lo, start)  # before the base checkpoint the store keeps no file index
+    if reader_from <= hi:
+        _ReaderCheck(
+            store, table, reader_from, hi, listing.complete_checkpoints, report.problems, storage_options
+        ).run()
+    return report
+
+
+# -----------------------------------------------------------------------------------------------
+# Part 1: the log listing
+# -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Listing:
+    files: dict[str, LogFile]  # top-level protocol files of _delta_log/, by name
+    sidecars: set[str]  # names under _delta_log/_sidecars/
+    complete_checkpoints: set[int] = field(default_factory=set)
+
+
+def _list_log(objects: ObjectStore) -> _Listing:
+    files: dict[str, LogFile] = {}
+    sidecars: set[str] = set()
+    for meta in objects.list(LOG_DIR):
+        rel = meta.path.split(f"{LOG_DIR}/", 1)[-1]
+        parts = rel.split("/")
+        if len(parts) == 2 and parts[0] == SIDECAR_DIR:
+            sidecars.add(parts[1])
+        elif len(parts) == 1 and (parsed := parse_log_file(rel)) is not None:
+            files[rel] = parsed
+    return _Listing(files, sidecars)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _check_listing(
+    store: SqlStore,
+    table: TableInfo,
+    objects: ObjectStore,
+    lo: int,
+    hi: int,
+    last_published: int,
+    problems: list[Problem],
+) -> _Listing:
+    listing = _list_log(objects)
+    latest = store.latest_version(table.id)
+    latest = last_published if latest is None else latest
+    commits = {f.version: name for name, f in listing.files.items() if f.kind is LogFileKind.COMMIT}
+
+    # Published commits in range: present, with the bytes that were published (or adopted).
+    rows = store.commit_rows(table.id, lo, hi)
+    status = {s.version: s for s in store.status_rows(table.id, "json", from_version=lo, to_version=hi)}
+    expected: dict[int, str] = {}
+    missing: list[int] = []
+    for row in rows:
+        if not row.has_json:
+            continue
+        st = status.get(row.version)
+        expected[row.version] = (
+            st.sha256 if st is not None and st.state == "SUCCESS" and st.sha256 else row.sha256
+        )
+        if row.version not in commits:
+            missing.append(row.version)
+    for first, last in _runs(missing):
+        what = (
+            f"{LOG_DIR}/{first:020d}.json is missing although version {first} is published"
+            if first == last
+            else f"the commit files of versions {first}..{last} are missing although they are published"
+        )
+        problems.append(
+            Problem(
+                "missing_commit",
+                first,
+                what,
+                "the file was deleted (by hand or by a too aggressive log cleanup) and readers now see a gap or "
+                "fail; restore it from a backup, or set the version's json status back to PENDING and run "
+                f"`delta-mirror mirror {table.name}`, which rewrites the identical bytes",
+            )
+        )
+    present = sorted(v for v in expected if v in commits)
+    for version, found in zip(present, _fetch_hashes(objects, [commits[v] for v in present]), strict=True):
+        if found is None:
+            continue  # deleted between list and get: the next run reports it as missing
+        if found != expected[version]:
+            problems.append(
+                Problem(
+                    "hash_mismatch",
+                    version,
+                    f"{LOG_DIR}/{commits[version]} has sha256 {found}, the store recorded {expected[version]}",
+                    "the commit file was replaced after publishing (never-overwrite was bypassed: a manual copy, "
+                    "another writer or a restore from an older backup) and readers may see other data than SQL. "
+                    "Find out who wrote it; if SQL is right, put back the bytes rendered from SQL "
+                    "(SqlStore.commit_bytes)",
+                )
+            )
+
+    # Versions the store knows but has not published: a file there must be our own canonical bytes.
+    pending = [
+        s
+        for s in store.status_rows(table.id, "json", from_version=last_published + 1)
+        if s.state != "SUCCESS" and s.version in commits
+    ]
+    canonical = {r.version: r.sha256 for r in store.commit_rows(table.id, last_published + 1, latest)}
+    pending = [s for s in pending if s.version in canonical]
+    for st, found in zip(pending, _fetch_hashes(objects, [commits[s.version] for s in pending]), strict=True):
+        if found is not None and found != canonical[st.version]:
+            problems.append(
+                Problem(
+                    "external_commit",
+                    st.version,
+                    f"{LOG_DIR}/{commits[st.version]} exists with sha256 {found} while the store's version "
+                    f"{st.version} (status {st.state}) renders to sha256 {canonical[st.version]}",
+                    "another writer committed to this log directly; publishing will stop with a CONFLICT. Import "
+                    "or discard the foreign commit, then `delta-mirror resume` the table",
+                )
+            )
+
+    # Files at versions the store does not know.
+    for first, last in _runs(sorted(v for v in commits if v > latest)):
+        what = (
+            f"{LOG_DIR}/{commits[first]} exists"
+            if first == last
+            else f"the commit files of versions {first}..{last} exist"
+        )
+        problems.append(
+            Problem(
+                "external_commit",
+                first,
+                f"{what} but the store's latest version is {latest}",
+                "another writer (Spark, delta-rs...) committed to the published log instead of through the "
+                "store; readers now see versions SQL does not have. Stop that writer, then import its "
+                "commits or delete them, before publishing again",
+            )
+        )
+    for name, f in sorted(listing.files.items()):
+        if f.kind is LogFileKind.COMMIT:
+            continue
+        if f.is_checkpoint and f.version > last_published:
+            problems.append(
+                Problem(
+                    "unknown_file",
+                    f.version,
+                    f"checkpoint file {LOG_DIR}/{name} is at version {f.version}, after the last published "
+                    f"version {last_published}",
+                    "another writer created it (the mirror only checkpoints published versions); readers may "
+                    "load it. Remove it once you know who wrote it",
+                )
+            )
+        elif (
+            f.kind in (LogFileKind.CRC, LogFileKind.COMPACTED) and max(f.version, f.end_version or 0) > latest
+        ):
+            problems.append(
+                Problem(
+                    "unknown_file",
+                    f.version,
+                    f"{LOG_DIR}/{name} covers versions the store does not have (latest {latest})",
+                    "another writer created it; Spark trusts .crc and .compacted.json files blindly, so remove it",
+                )
+            )
+
+    # Checkpoints: the recorded ones exist and are complete; _last_checkpoint points at one.
+    by_version: dict[int, list[LogFile]] = {}
+    for f in listing.files.values():
+        if f.is_checkpoint:
+            by_version.setdefault(f.version, []).append(f)
+    for version, cps in by_version.items():
+        if lo <= version <= hi and _complete_checkpoint(objects, listing, cps):
+            listing.complete_checkpoints.add(version)
+    for st in store.status_rows(table.id, "checkpoint", states=("SUCCESS",), from_version=lo, to_version=hi):
+        if st.version not in listing.complete_checkpoints:
+            found = ", ".join(sorted(f.name for f in by_version.get(st.version, []))) or "no checkpoint file"
+            problems.append(
+                Problem(
+                    "missing_checkpoint",
+                    st.version,
+                    f"the store recorded a checkpoint at version {st.version} but the log has {found} there "
+                    "(a complete checkpoint is expected)",
+                    "a checkpoint file (or one of its parts / sidecars) was deleted after it was written; readers "
+                    f"fall back to an older checkpoint. Write it again with `delta-mirror checkpoint {table.name} "
+                    f"--version {st.version}`",
+                )
+            )
+    _check_last_checkpoint(store, table, objects, listing, by_version, last_published, problems)
+    return listing
+
+
+def _runs(versions: list[int]) -> list[tuple[int, int]]:
+    """Ascending versions as (first, last) runs of consecutive numbers."""
+    out: list[tuple[int, int]] = []
+    for v in versions:
+        if out and out[-1][1] == v - 1:
+            out[-1] = (out[-1][0], v)
+        else:
+            out.append((v, v))
+    return out
+
+
+def _fetch_hashes(objects: ObjectStore, names: list[str]) -> list[str | None]:
+    """SHA-256 of each file, fetched in parallel (object stores answer slowly, not narrowly)."""
+
+    def one(name: str) -> str | None:
+        data = objects.get(f"{LOG_DIR}/{name}")
+        return None if data is None else _sha(data)
+
+    if len(names) < 4:
+        return [one(n) for n in names]
+    with ThreadPoolExecutor(max_workers=_FETCH_WORKERS) as pool:
+        return list(pool.map(one, names))
+
+
+def _complete_checkpoint(
+    objects: ObjectStore,
+    listing: _Listing,
+    cps: list[LogFile],
+    parts: int | None = None,
+    v2_name: str | None = None,
+) -> bool:
+    """Whether these files make one complete checkpoint (all parts; a V2 file and its sidecars)."""
+    if parts is None and v2_name is None and any(f.kind is LogFileKind.CHECKPOINT for f in cps):
+        return True
+    multipart: dict[int, set[int]] = {}
+    for f in cps:
+        if f.kind is LogFileKind.MULTIPART_CHECKPOINT:
+            multipart.setdefault(f.num_parts, set()).add(f.part)
+    if v2_name is None:
+        wanted = [parts] if parts is not None else list(multipart)
+        if any(n in multipart and multipart[n] == set(range(1, n + 1)) for n in wanted):
+            return True
+        if parts is not None:
+            return False
+    for f in cps:
+        if f.kind is LogFileKind.UUID_CHECKPOINT and (v2_name is None or f.name == v2_name):
+            sidecars = _v2_sidecars(objects, f.name)
+            if sidecars is not None and all(s in listing.sidecars for s in sidecars):
+                return True
+    return False
+
+
+def _v2_sidecars(objects: ObjectStore, name: str) -> list[str] | None:
+    """File names of the sidecars a V2 checkpoint references (None when it cannot be read)."""
+    data = objects.get(f"{LOG_DIR}/{name}")
+    if data is None:
+        return None
+    paths: list[str] = []
+    try:
+        if name.endswith(".json"):
+            for line in data.decode("utf-8").splitlines():
+                if line.strip():
+                    sidecar = json.loads(line).get("sidecar")
+                    if isinstance(sidecar, dict):
+                        paths.append(str(sidecar.get("path")))
+        else:
+            pf = pq.ParquetFile(io.BytesIO(data))
+            if "sidecar" in pf.schema_arrow.names:
+                for row in pf.read(columns=["sidecar"]).column("sidecar").to_pylist():
+                    if row is not None:
+                        paths.append(str(row.get("path")))
+    except Exception:  # noqa: BLE001 - an unreadable checkpoint is simply not complete
+        return None
+    return [unquote(p.rsplit("/", 1)[-1]) for p in paths]
+
+
+def _check_last_checkpoint(
+    store: SqlStore,
+    table: TableInfo,
+    objects: ObjectStore,
+    listing: _Listing,
+    by_version: dict[int, list[LogFile]],
+    last_published: int,
+    problems: list[Problem],
+) -> None:
+    raw = objects.get(f"{LOG_DIR}/{LAST_CHECKPOINT}")
+    if raw is None:
+        return  # optional: readers then list the log
+    hint = (
+        "readers trust _last_checkpoint to find the newest checkpoint; rewrite it with "
+        f"`delta-mirror checkpoint {table.name}`"
+    )
+
+    def bad(version: int | None, message: str, why: str = hint) -> None:
+        problems.append(
+            Problem("bad_last_checkpoint", version, f"{LOG_DIR}/{LAST_CHECKPOINT} {message}", why)
+        )
+
+    try:
+        info = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        bad(None, f"is not valid JSON ({exc})", "it was truncated or written by hand; " + hint)
+        return
+    if not isinstance(info, dict):
+        bad(None, f"must be a JSON object, found {type(info).__name__}")
+        return
+    raw_version = info.get("version")
+    if not _is_int(raw_version) or raw_version < 0:
+        bad(None, f"has no valid 'version' (found {raw_version!r})")
+        return
+    version: int = raw_version
+    if not _is_int(info.get("size")):
+        bad(version, f"has no valid 'size' (found {info.get('size')!r})")
+    nulls = sorted(k for k, v in info.items() if v is None)
+    if nulls:
+        bad(version, f"has null fields {nulls}", "some readers reject nulls there; " + hint)
+    parts = info.get("parts")
+    if parts == 1:
+        bad(
+            version,
+            'contains "parts":1 for a single-file checkpoint',
+            'Trino rejects "parts":1; write "parts" only for multi-part checkpoints. ' + hint,
+        )
+        parts = None
+    elif parts is not None and (not _is_int(parts) or parts < 1):
+        bad(version, f"has an invalid 'parts' value {parts!r}")
+        parts = None
+    v2 = info.get("v2Checkpoint")
+    v2_name = (
+        unquote(str(v2.get("path")).rsplit("/", 1)[-1]) if isinstance(v2, dict) and v2.get("path") else None
+    )
+    cps = by_version.get(version, [])
+    if not _complete_checkpoint(objects, listing, cps, parts, v2_name):
+        what = (
+            f"a {parts}-part checkpoint" if parts else f"checkpoint {v2_name}" if v2_name else "a checkpoint"
+        )
+        found = ", ".join(sorted(f.name for f in cps)) or "nothing"
+        bad(
+            version,
+            f"points at {what} at version {version}, but the log holds {found} there",
+            "the checkpoint was deleted or never completed; readers fail or fall back to listing. " + hint,
+        )
+    if version > last_published:
+        bad(
+            version,
+            f"points at version {version}, after the last published version {last_published}",
+            "a checkpoint must follow its commit; another writer may have written it. " + hint,
+        )
+    newest = store.last_checkpoint_version(table.id)
+    if newest is not None and version < newest:
+        bad(
+            version,
+            f"points at version {version}, older than the store's newest checkpoint {newest}",
+            "_last_checkpoint moved backwards (an old copy was restored or another writer replaced it); "
+            + hint,
+        )
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# -----------------------------------------------------------------------------------------------
+# Part 2: the reader's view
+# -----------------------------------------------------------------------------------------------
+
+_READER_HINT = (
+    "deltalake could not load this version of the published log: see the log problems reported "
+    "with it (missing or foreign commits, a bad _last_checkpoint); if the log is intact the "
+    "table may use a feature deltalake does not support"
+)
+_FILES_HINT = (
+    "the published log and SQL disagree on the table's files: a commit or checkpoint file was "
+    "changed after publishing, or the checkpoint builder wrote a wrong file list; look for "
+    "hash_mismatch problems and rewrite the checkpoint"
+)
+
+
+@dataclass
+class _Schema:
+    """What partition values need from the metadata: column types and physical names."""
+
+    partition_columns: list[str]
+    physical: list[str]  # the keys of ``partitionValues`` (column mapping renames them)
+    types: list[Any]
+    type_keys: list[str]
+
+
+class _StoreState:
+    """The store's view of one version, advanced commit by commit."""
+
+    def __init__(self, store: SqlStore, table: TableInfo, version: int) -> None:
+        snap = store.snapshot(table.id, version)
+        self.protocol: dict[str, Any] = json.loads(snap.protocol)["protocol"]
+        self.metadata: dict[str, Any] = json.loads(snap.metadata)["metaData"]
+        self.txns: dict[str, tuple[int, int | None]] = {}  # appId -> (version, lastUpdated)
+        for line in snap.txns:
+            self._txn(json.loads(line)["txn"])
+        self.files: dict[tuple[str, str], FileEntry] = {
+            (f.path, f.dv_id): f for f in store.active_files(table.id, version)
+        }
+        # (path, dv id) -> the comparable form of its entry; kept in step with ``files``
+        self.views: dict[tuple[str, str], tuple[str, tuple[Any, ...]]] = {}
+        self.cardinality: dict[tuple[str, str], int] = {}  # rows deleted by each file's DV
+        if any(dv for _, dv in self.files):
+            for batch in store.iter_active_add_lines(table.id, version):
+                for line in batch:
+                    if '"deletionVector"' in line:
+                        self._dv(json.loads(line)["add"])
+
+    def _txn(self, body: dict[str, Any]) -> None:
+        updated = body.get("lastUpdated")
+        self.txns[str(body.get("appId"))] = (int(body["version"]), updated if _is_int(updated) else None)
+
+    def _dv(self, add: dict[str, Any]) -> None:
+        dv = add.get("deletionVector")
+        if isinstance(dv, dict):
+            self.cardinality[(add.get("path", ""), dv_id(dv))] = int(dv.get("cardinality") or 0)
+
+    def apply(self, lines: Iterable[str]) -> None:
+        """One commit: removes apply to the state before it, then adds (as the store's index does)."""
+        adds: list[dict[str, Any]] = []
+        for line in lines:
+            ((kind, body),) = json.loads(line).items()
+            if kind == "protocol":
+                self.protocol = body
+            elif kind == "metaData":
+                self.metadata = body
+            elif kind == "txn":
+                self._txn(body)
+            elif kind == "remove":
+                key = (body.get("path", ""), dv_id(body.get("deletionVector")))
+                self.files.pop(key, None)
+                self.views.pop(key, None)
+                self.cardinality.pop(key, None)
+            elif kind == "add":
+                adds.append(body)
+        for body in adds:
+            key = (body.get("path", ""), dv_id(body.get("deletionVector")))
+            size = body.get("size")
+            self.files[key] = FileEntry(
+                key[0], key[1], size if _is_int(size) else None, body.get("partitionValues")
+            )
+            self.views.pop(key, None)
+            self._dv(body)
+
+
+class _ReaderCheck:
+    """Walk ``lo..hi`` with deltalake (incrementally) and compare every version with the store."""
+
+    def __init__(
+        self,
+        store: SqlStore,
+        table: TableInfo,
+        lo: int,
+        hi: int,
+        checkpoints: set[int],
+        problems: list[Problem],
+        storage_options: Mapping[str, str] | None = None,
+    ) -> None:
+        self.store, self.table, self.lo, self.hi = store, table, lo, hi
+        self.checkpoints = {v for v in checkpoints if lo < v <= hi}
+        self.problems = problems
+        self.uri = normalize_location(table.location)
+        self.options = storage_options_for(self.uri, storage_options)
+        folder = local_path(self.uri)
+        roots = {self.uri + "/", unquote(self.uri) + "/", table.location.rstrip("/") + "/"}
+        if folder is not None:
+            roots.add(str(folder) + "/")
+        self.roots = sorted(roots, key=len, reverse=True)
+        self.counts: dict[str, int] = {}
+        self._rel_cache: dict[str, str] = {}
+        self._schema_key: str | None = None
+        self._schema: _Schema | None = None
+        self._text_cache: dict[tuple[str, str | None], Any] = {}
+
+    # -- walking ----------------------------------------------------------------------------------
+    def run(self) -> None:
+        """Load each version incrementally; at a checkpoint version start afresh from the checkpoint.
+
+        A fresh open is what every new reader of the table does, so the checkpoint's own content is
+        compared (deltalake 1.6.6 would use it on an incremental load too, but that is its choice).
+        """
+        state = _StoreState(self.store, self.table, self.lo)
+        dt, error = self._open(self.lo)
+        failures: list[tuple[int, str]] = []
+        if error is not None:
+            if self._open(self.hi)[1] is not None:
+                self._report(
+                    "reader_error",
+                    None,
+                    f"deltalake cannot open the table at {self.uri} (versions {self.lo}..{self.hi}): {error}",
+                    _READER_HINT,
+                )
+                return
+            failures.append((self.lo, error))
+        else:
+            self._compare(dt, self.lo, state, "")
+        for start in range(self.lo + 1, self.hi + 1, _BATCH):
+            end = min(self.hi, start + _BATCH - 1)
+            lines = self.store.commit_lines(self.table.id, start, end)
+            for version in range(start, end + 1):
+                state.apply(lines.get(version, []))
+                from_checkpoint = version in self.checkpoints
+                if dt is None or from_checkpoint:
+                    dt, error = self._open(version)
+                else:
+                    try:
+                        dt.load_as_version(version)
+                    except BaseException as exc:  # noqa: BLE001 - pyo3 panics are BaseExceptions
+                        _reraise_interrupts(exc)
+                        dt, error = None, _text(exc)
+                if dt is None:
+                    failures.append((version, error or "unknown error"))
+                    continue
+                self._compare(dt, version, state, " (read from its checkpoint)" if from_checkpoint else "")
+        self._report_failures(failures)
+
+    def _open(self, version: int) -> tuple[Any, str | None]:
+        """A fresh reader at ``version`` (it starts from the newest checkpoint at or before it)."""
+        try:
+            return DeltaTable(self.uri, version=version, storage_options=self.options), None
+        except BaseException as exc:  # noqa: BLE001 - pyo3 panics are BaseExceptions
+            _reraise_interrupts(exc)
+            return None, _text(exc)
+
+    def _report_failures(self, failures: list[tuple[int, str]]) -> None:
+        """Consecutive versions failing with the same error are one problem."""
+        i = 0
+        while i < len(failures):
+            j = i
+            while (
+                j + 1 < len(failures)
+                and failures[j + 1][0] == failures[j][0] + 1
+                and failures[j + 1][1] == failures[i][1]
+            ):
+                j += 1
+            first, last, text = failures[i][0], failures[j][0], failures[i][1]
+            span = f"version {first}" if first == last else f"versions {first}..{last}"
+            self._report("reader_error", first, f"deltalake cannot load {span}: {text}", _READER_HINT)
+            i = j + 1
+
+    def _report(self, kind: str, version: int | None, message: str, hint: str) -> None:
+        n = self.counts[kind] = self.counts.get(kind, 0) + 1
+        if n <= MAX_PROBLEMS_PER_KIND:
+            self.problems.append(Problem(kind, version, message, hint))
+        elif n == MAX_PROBLEMS_PER_KIND + 1:
+            self.problems.append(
+                Problem(
+                    kind,
+                    version,
+                    f"more versions have {kind} problems (not listed)",
+                    "fix the problems above and validate again",
+                )
+            )
+
+    # -- comparing one version --------------------------------------------------------------------
+    def _compare(self, dt: Any, version: int, state: _StoreState, via: str) -> None:
+        at = f"at version {version}{via}"
+        found_version = dt.version()
+        if found_version != version:
+            self._report(
+                "reader_version",
+                version,
+                f"deltalake loaded version {found_version} when asked for version {version}{via}",
+                _READER_HINT,
+            )
+            return
+        self._compare_protocol(dt, version, state, at)
+        self._compare_metadata(dt, version, state, at)
+        self._compare_files(dt, version, state, at)
+        retention = (state.metadata.get("configuration") or {}).get("delta.setTransactionRetentionDuration")
+        cutoff = now_ms() - parse_interval_ms(retention, 0) if retention else None
+        for app_id, (expected, updated) in sorted(state.txns.items()):
+            found = dt.transaction_version(app_id)
+            expired = cutoff is not None and updated is not None and updated < cutoff
+            if found != expected and not (expired and found is None):  # readers drop expired txns
+                self._report(
+                    "reader_txn",
+                    version,
+                    f"{at}: deltalake has txn version {found} for appId '{app_id}', the store {expected}",
+                    "a txn action was lost or changed in the published log or checkpoint; idempotent "
+                    "writers relying on it may write twice. Rewrite the checkpoint",
+                )
+
+    def _compare_protocol(self, dt: Any, version: int, state: _StoreState, at: str) -> None:
+        p = state.protocol
+        expected = (
+            p.get("minReaderVersion"),
+            p.get("minWriterVersion"),
+            sorted(p.get("readerFeatures") or []),
+            sorted(p.get("writerFeatures") or []),
+        )
+        rp = dt.protocol()
+        found = (
+            rp.min_reader_version,
+            rp.min_writer_version,
+            sorted(rp.reader_features or []),
+            sorted(rp.writer_features or []),
+        )
+        if found != expected:
+            self._report(
+                "reader_protocol",
+                version,
+                f"{at}: deltalake sees protocol (reader {found[0]}, writer {found[1]}, reader features "
+                f"{found[2]}, writer features {found[3]}); the store has (reader {expected[0]}, writer "
+                f"{expected[1]}, reader features {expected[2]}, writer features {expected[3]})",
+                "the protocol action in the published log or checkpoint differs from SQL; check for "
+                "hash_mismatch problems and rewrite the checkpoint",
+            )
+
+    def _compare_metadata(self, dt: Any, version: int, state: _StoreState, at: str) -> None:
+        md = state.metadata
+        m = dt.metadata()
+        diffs = []
+        for label, found, expected in (
+            ("id", m.id, md.get("id")),
+            ("partitionColumns", list(m.partition_columns), list(md.get("partitionColumns") or [])),
+            ("configuration", dict(m.configuration or {}), dict(md.get("configuration") or {})),
+            ("name", m.name or None, md.get("name") or None),
+            ("description", m.description or None, md.get("description") or None),
+        ):
+            if found != expected:
+                diffs.append(f"{label}: deltalake {found!r}, store {expected!r}")
+        if diffs:
+            self._report(
+                "reader_metadata",
+                version,
+                f"{at}: metaData differs: " + "; ".join(diffs),
+                "the metaData action in the published log or checkpoint differs from SQL; check for "
+                "hash_mismatch problems and rewrite the checkpoint",
+            )
+        expected_schema = json.loads(md.get("schemaString") or "{}")
+        found_schema = json.loads(dt.schema().to_json())
+        schema_diffs = _schema_diffs(expected_schema, found_schema, "")
+        if schema_diffs:
+            shown = "; ".join(schema_diffs[:5]) + (
+                f" (+{len(schema_diffs) - 5} more)" if len(schema_diffs) > 5 else ""
+            )
+            self._report(
+                "reader_schema",
+                version,
+                f"{at}: schema differs (store vs deltalake): {shown}",
+                "the schemaString readers parse is not the store's; check the metaData action for "
+                "hash_mismatch problems. If only a type's spelling differs, deltalake may not "
+                "support that type yet",
+            )
+
+    # -- files --------------------------------------------------------------------------------------
+    def _partition_schema(self, state: _StoreState) -> _Schema:
+        md = state.metadata
+        config = md.get("configuration") or {}
+        key = json.dumps(
+            [md.get("schemaString"), md.get("partitionColumns"), config.get("delta.columnMapping.mode")]
+        )
+        if key != self._schema_key or self._schema is None:
+            fields = {f.get("name"): f for f in json.loads(md.get("schemaString") or "{}").get("fields", [])}
+            mapped = config.get("delta.columnMapping.mode", "none") != "none"
+            cols = [str(c) for c in md.get("partitionColumns") or []]
+            physical = [
+                str(((fields.get(c) or {}).get("metadata") or {}).get("delta.columnMapping.physicalName", c))
+                if mapped
+                else c
+                for c in cols
+            ]
+            types = [(fields.get(c) or {}).get("type") for c in cols]
+            self._schema_key = key
+            self._schema = _Schema(cols, physical, types, [_type_text(t) for t in types])
+            state.views.clear()
+        return self._schema
+
+    def _rel(self, path: str) -> str:
+        """A path relative to the table root, percent-decoded (readers differ in both respects)."""
+        rel = self._rel_cache.get(path)
+        if rel is None:
+            rel = path
+            for root in self.roots:
+                if rel.startswith(root):
+                    rel = rel[len(root) :]
+                    break
+            rel = self._rel_cache[path] = unquote(rel)
+        return rel
+
+    def _store_view(self, state: _StoreState, schema: _Schema) -> dict[str, tuple[Any, ...]]:
+        out: dict[str, tuple[Any, ...]] = {}
+        views = state.views
+        for key, f in state.files.items():
+            view = views.get(key)
+            if view is None:
+                pv = f.partition_values or {}
+                values = tuple(
+                    self._from_text(t, tk, pv.get(p, pv.get(c)))
+                    for c, p, t, tk in zip(
+                        schema.partition_columns, schema.physical, schema.types, schema.type_keys, strict=True
+                    )
+                )
+                view = views[key] = (self._rel(f.path), (f.size, values))
+            out[view[0]] = view[1]
+        return out
+
+    def _from_text(self, typ: Any, type_key: str, text: str | None) -> Any:
+        key = (type_key, text)
+        if key not in self._text_cache:
+            self._text_cache[key] = _partition_from_text(typ, text)
+        return self._text_cache[key]
+
+    def _compare_files(self, dt: Any, version: int, state: _StoreState, at: str) -> None:
+        schema = self._partition_schema(state)
+        adds = pa.table(dt.get_add_actions(flatten=True))
+        columns = []
+        for c, t in zip(schema.partition_columns, schema.types, strict=True):
+            name = f"partition.{c}"
+            values = adds.column(name).to_pylist() if name in adds.column_names else [None] * adds.num_rows
+            columns.append([_partition_from_reader(t, v) for v in values])
+        paths = adds.column("path").to_pylist()
+        sizes = adds.column("size_bytes").to_pylist()
+        found = {
+            self._rel(p): (s, tuple(col[i] for col in columns))
+            for i, (p, s) in enumerate(zip(paths, sizes, strict=True))
+        }
+        expected = self._store_view(state, schema)
+        if found != expected:
+            missing = sorted(expected.keys() - found.keys())
+            extra = sorted(found.keys() - expected.keys())
+            changed = sorted(p for p in expected.keys() & found.keys() if expected[p] != found[p])
+            parts = [f"deltalake sees {len(found)} active files, the store {len(expected)}"]
+            if missing:
+                parts.append(f"{len(missing)} missing from the reader (e.g. {missing[0]})")
+            if extra:
+                parts.append(f"{len(extra)} not in the store (e.g. {extra[0]})")
+            if changed:
+                p = changed[0]
+
+                def show(entry: tuple[Any, ...]) -> str:
+                    values = ", ".join(
+                        f"{c}={v}" for c, v in zip(schema.partition_columns, entry[1], strict=True)
+                    )
+                    return f"size {entry[0]}" + (f", {values}" if values else "")
+
+                parts.append(
+                    f"{len(changed)} with a different size or partition values (e.g. {p}: store "
+                    f"{show(expected[p])}; deltalake {show(found[p])})"
+                )
+            self._report("reader_files", version, f"{at}: " + "; ".join(parts), _FILES_HINT)
+        self._compare_deletion_vectors(dt, version, state, at)
+
+    def _compare_deletion_vectors(self, dt: Any, version: int, state: _StoreState, at: str) -> None:
+        """Which files have a DV and how many rows each deletes (deltalake exposes no DV id)."""
+        expected = {self._rel(key[0]): n for key, n in state.cardinality.items()}
+        if not expected and "deletionVectors" not in (state.protocol.get("readerFeatures") or []):
+            return
+        try:
+            dvs = pa.table(dt.deletion_vectors().read_all())
+        except BaseException as exc:  # noqa: BLE001 - pyo3 panics are BaseExceptions
+            _reraise_interrupts(exc)
+            self._report(
+                "reader_error",
+                version,
+                f"{at}: deltalake cannot read the deletion vectors: {_text(exc)}",
+                "a deletion vector file is missing or unreadable; it is data written by the table's writer "
+                "(the mirror never writes it): restore it, or check the deletionVector of that add",
+            )
+            return
+        vectors = dvs.column("selection_vector").combine_chunks()
+        deleted = (
+            pa.table(
+                {
+                    "row": pc.list_parent_indices(vectors),
+                    "deleted": pc.invert(pc.list_flatten(vectors)).cast(pa.int64()),
+                }
+            )
+            .group_by("row")
+            .aggregate([("deleted", "sum")])
+        )
+        counts = dict(
+            zip(deleted.column("row").to_pylist(), deleted.column("deleted_sum").to_pylist(), strict=True)
+        )
+        found = {self._rel(p): counts.get(i, 0) for i, p in enumerate(dvs.column("filepath").to_pylist())}
+        if found != expected:
+            lost = sorted(expected.keys() - found.keys())
+            gained = sorted(found.keys() - expected.keys())
+            changed = sorted(p for p in expected.keys() & found.keys() if expected[p] != found[p])
+            parts = [f"{at}: deletion vectors differ"]
+            if lost:
+                parts.append(f"{len(lost)} files have one only in the store (e.g. {lost[0]})")
+            if gained:
+                parts.append(f"{len(gained)} only in deltalake (e.g. {gained[0]})")
+            if changed:
+                p = changed[0]
+                parts.append(
+                    f"{len(changed)} delete a different number of rows (e.g. {p}: store cardinality "
+                    f"{expected[p]}, deltalake {found[p]} deleted rows)"
+                )
+            self._report("reader_files", version, "; ".join(parts), _FILES_HINT)
+
+
+# -----------------------------------------------------------------------------------------------
+# Values: Delta's text encodings vs deltalake's typed values
+# -----------------------------------------------------------------------------------------------
+
+_INTS = ("byte", "short", "integer", "long")
+_FLOATS = ("float", "double")
+
+
+def _partition_from_text(typ: Any, text: str | None) -> Any:
+    """A partition value from its Delta text form, typed like deltalake returns it.
+
+    An empty string is null for every type (PROTOCOL.md). Text that does not parse is kept as text,
+    so a real mismatch still shows.
+    """
+    if text is None or text == "":
+        return None
+    t = typ if isinstance(typ, str) else ""
+    try:
+        if t in _INTS:
+            return int(text)
+        if t in _FLOATS:
+            return float(text)
+        if t == "boolean":
+            return {"true": True, "false": False}.get(text.lower(), text)
+        if t == "date":
+            return date.fromisoformat(text)
+        if t.startswith("timestamp"):
+            return _utc_naive(datetime.fromisoformat(text.replace("Z", "+00:00")))
+        if t.startswith("decimal"):
+            return Decimal(text).normalize()
+    except (ValueError, InvalidOperation):
+        return text
+    return text
+
+
+def _partition_from_reader(typ: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return _utc_naive(value)
+    if isinstance(value, Decimal):
+        return value.normalize()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, str) and typ not in ("string", "binary"):
+        return _partition_from_text(typ, value)
+    return value
+
+
+def _utc_naive(value: datetime) -> datetime:
+    return value if value.tzinfo is None else value.astimezone(UTC).replace(tzinfo=None)
+
+
+def _type_text(typ: Any) -> str:
+    return typ.replace(" ", "").lower() if isinstance(typ, str) else json.dumps(typ)
+
+
+_METADATA_KEYS = ("delta.columnMapping.id", "delta.columnMapping.physicalName")
+
+
+def _schema_diffs(expected: Any, found: Any, where: str) -> list[str]:
+    """Differences that matter to a reader: names, types, nullability, column-mapping metadata.
+
+    Other field metadata (comments, identity high-water marks...) and the spelling of primitive
+    types (``decimal(10, 2)``) are not compared.
+    """
+    label = where or "(root)"
+    if isinstance(expected, str) or isinstance(found, str):
+        if _type_text(expected) != _type_text(found):
+            return [f"{label}: type {_type_text(expected)} vs {_type_text(found)}"]
+        return []
+    if not isinstance(expected, dict) or not isinstance(found, dict):
+        return [f"{label}: {expected!r} vs {found!r}"]
+    kind = expected.get("type")
+    if kind != found.get("type"):
+        return [f"{label}: type {kind} vs {found.get('type')}"]
+    out: list[str] = []
+    if kind == "struct":
+        e_fields = expected.get("fields") or []
+        f_fields = {f.get("name"): f for f in found.get("fields") or []}
+        names = [f.get("name") for f in e_fields]
+        extra = [n for n in f_fields if n not in names]
+        if extra:
+            out.append(f"{label}: deltalake has extra fields {extra}")
+        if [n for n in f_fields if n in names] != [n for n in names if n in f_fields]:
+            out.append(f"{label}: field order {names} vs {list(f_fields)}")
+        for ef in e_fields:
+            name = ef.get("name")
+            path = f"{where}.{name}" if where else str(name)
+            ff = f_fields.get(name)
+            if ff is None:
+                out.append(f"{path}: missing in deltalake")
+                continue
+            if bool(ef.get("nullable", True)) != bool(ff.get("nullable", True)):
+                out.append(f"{path}: nullable {ef.get('nullable')} vs {ff.get('nullable')}")
+            e_meta, f_meta = ef.get("metadata") or {}, ff.get("metadata") or {}
+            for key in _METADATA_KEYS:
+                if key in e_meta and str(e_meta.get(key)) != str(f_meta.get(key)):
+                    out.append(f"{path}: metadata {key} {e_meta.get(key)!r} vs {f_meta.get(key)!r}")
+            out.extend(_schema_diffs(ef.get("type"), ff.get("type"), path))
+    elif kind == "array":
+        if bool(expected.get("containsNull", True)) != bool(found.get("containsNull", True)):
+            out.append(f"{label}: containsNull {expected.get('containsNull')} vs {found.get('containsNull')}")
+        out.extend(_schema_diffs(expected.get("elementType"), found.get("elementType"), f"{where}[]"))
+    elif kind == "map":
+        if bool(expected.get("valueContainsNull", True)) != bool(found.get("valueContainsNull", True)):
+            out.append(
+                f"{label}: valueContainsNull {expected.get('valueContainsNull')} vs "
+                f"{found.get('valueContainsNull')}"
+            )
+        out.extend(_schema_diffs(expected.get("keyType"), found.get("keyType"), f"{where}.key"))
+        out.extend(_schema_diffs(expected.get("valueType"), found.get("valueType"), f"{where}.value"))
+    return out
+
+
+def _text(exc: BaseException) -> str:
+    """The error on one line, without the Rust backtrace deltalake appends."""
+    text = " ".join(_BACKTRACE.split(str(exc), maxsplit=1)[0].split())
+    return f"{type(exc).__name__}: {text[:500]}"
+
+
+def _reraise_interrupts(exc: BaseException) -> None:
+    if isinstance(exc, KeyboardInterrupt | SystemExit | GeneratorExit):
+        raise exc
+
+
+__all__ = ["MAX_PROBLEMS_PER_KIND", "READERS", "Problem", "ValidationReport", "validate_table"]
