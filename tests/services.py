@@ -296,19 +296,26 @@ class PgServer:
 
 
 class S3Server:
-    """moto's ``ThreadedMotoServer`` on 127.0.0.1; buckets are made fresh per test."""
+    """moto's S3 server in its own process on 127.0.0.1; buckets are made fresh per test.
+
+    A separate process, not ``ThreadedMotoServer``: deltalake's query engine holds the GIL while
+    it waits on HTTP, which deadlocks against a server thread in the same interpreter.
+    """
 
     access_key = "testing"
     secret_key = "testing"
     region = "us-east-1"
 
     def __init__(self) -> None:
-        from moto.server import ThreadedMotoServer
+        import subprocess
+        import sys
 
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         self.port = free_port()
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
-        self._server.start()
+        self._log = open(os.devnull, "wb")  # noqa: SIM115 - closed in stop()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=self._log, stderr=self._log, start_new_session=True,
+        )
         _wait_port(self.port)
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self._client: Any = None
@@ -342,4 +349,9 @@ class S3Server:
         }
 
     def stop(self) -> None:
-        self._server.stop()
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=10)
+        except Exception:  # noqa: BLE001
+            self._proc.kill()
+        self._log.close()

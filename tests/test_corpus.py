@@ -80,6 +80,25 @@ def _engine(data: bytes) -> str:
     return ""
 
 
+def _as_jackson_writes(data: bytes) -> bool:
+    """True when the file is exactly what Jackson writes (compact, one action per line, final newline).
+
+    A few corpus files were edited by hand after Spark wrote them (spaces after ':' or ','); for those
+    only the actions, not the bytes, can be compared.
+    """
+    lines = data.decode("utf-8").split("\n")
+    if lines[-1] != "":
+        return False
+    return all(json.dumps(json.loads(line), separators=(",", ":"), ensure_ascii=False) == line for line in lines[:-1])
+
+
+def _open_or_none(path: str, version: int | None = None) -> DeltaTable | None:
+    try:
+        return DeltaTable(path, version=version)
+    except Exception:  # noqa: BLE001 - deltalake cannot read it (e.g. geometry type, no schemaString)
+        return None
+
+
 def _add_paths(dt: DeltaTable) -> set[str]:
     return set(pa.table(dt.get_add_actions(flatten=True)).column("path").to_pylist())
 
@@ -113,10 +132,14 @@ def _checkpoint_adds(objects: Any, version: int) -> set[tuple[str, str]] | None:
                 assert side is not None, f"sidecar {row['sidecar']['path']} missing"
                 for srow in pq.read_table(pa.BufferReader(side)).to_pylist():
                     if srow.get("add"):
-                        out.add((srow["add"]["path"], json.dumps(srow["add"].get("deletionVector"), sort_keys=True)))
+                        out.add((srow["add"]["path"], _dv_key(srow["add"].get("deletionVector"))))
             if row.get("add"):
-                out.add((row["add"]["path"], json.dumps(row["add"].get("deletionVector"), sort_keys=True)))
+                out.add((row["add"]["path"], _dv_key(row["add"].get("deletionVector"))))
     return out
+
+
+def _dv_key(dv: Any) -> str:
+    return json.dumps({k: v for k, v in dv.items() if v is not None} if dv else None, sort_keys=True)
 
 
 def _store_adds(store: SqlStore, table_id: int, version: int) -> set[tuple[str, str]]:
@@ -124,7 +147,7 @@ def _store_adds(store: SqlStore, table_id: int, version: int) -> set[tuple[str, 
     for batch in store.iter_active_add_lines(table_id, version):
         for line in batch:
             add = json.loads(line)["add"]
-            out.add((add["path"], json.dumps(add.get("deletionVector"), sort_keys=True)))
+            out.add((add["path"], _dv_key(add.get("deletionVector"))))
     return out
 
 
@@ -158,22 +181,26 @@ def _check_table(row: dict[str, str], corpus: Path, store_url: str, location: st
         mirrored = objects.get(fname)
         assert mirrored is not None, f"{fname} not published"
         assert _lines(mirrored) == _lines(original), f"{name} v{version}: actions differ"
-        if _engine(original).startswith("Apache-Spark") and original.endswith(b"\n"):
+        if _engine(original).startswith("Apache-Spark") and _as_jackson_writes(original):
             assert mirrored == original, f"{name} v{version}: not byte-identical to Delta-Spark's file"
-    # deltalake sees the same version, files and rows.
-    src_dt = DeltaTable(str(source))
-    dst_dt = DeltaTable(location, storage_options=opts)
-    assert dst_dt.version() == src_dt.version()
-    assert _add_paths(dst_dt) == _add_paths(src_dt)
-    if row["category"] == "ok":
-        assert _row_count(dst_dt) == _row_count(src_dt)
+    # deltalake sees the same version, files and rows (where it can read the source at all).
+    src_dt = _open_or_none(str(source))
+    if src_dt is not None:
+        dst_dt = DeltaTable(location, storage_options=opts)
+        assert dst_dt.version() == src_dt.version()
+        assert _add_paths(dst_dt) == _add_paths(src_dt)
+        if row["category"] == "ok":
+            assert _row_count(dst_dt) == _row_count(src_dt)
     # Every published checkpoint alone rebuilds the file set at its version.
     for status in store.status_rows(info.id, artifact="checkpoint", states=("SUCCESS",)):
         adds = _checkpoint_adds(objects, status.version)
         assert adds is not None, f"checkpoint {status.version} missing"
         assert adds == _store_adds(store, info.id, status.version), f"checkpoint {status.version} file set differs"
-    report = validate_table(store, table, open_location=lambda loc: open_store(loc))
-    assert report.ok, [f"{p.kind} v{p.version}: {p.message}" for p in report.problems]
+    report = validate_table(store, table)
+    # deltalake's own limits (it cannot read the source either) are not mirror problems.
+    problems = [p for p in report.problems
+                if not (p.kind == "reader_error" and _open_or_none(str(source), p.version) is None)]
+    assert not problems, [f"{p.kind} v{p.version}: {p.message}" for p in problems]
     store.close()
 
 

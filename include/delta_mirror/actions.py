@@ -45,13 +45,15 @@ SPARK_KEY_ORDER: dict[str, tuple[str, ...]] = {
         "path", "partitionValues", "size", "modificationTime", "dataChange", "stats", "tags",
         "deletionVector", "baseRowId", "defaultRowCommitVersion", "clusteringProvider",
     ),
+    # RemoveFile declares ``stats`` last (it was added after the other fields).
     "remove": (
         "path", "deletionTimestamp", "dataChange", "extendedFileMetadata", "partitionValues", "size",
-        "stats", "tags", "deletionVector", "baseRowId", "defaultRowCommitVersion",
+        "tags", "deletionVector", "baseRowId", "defaultRowCommitVersion", "stats",
     ),
     "txn": ("appId", "version", "lastUpdated"),
     "domainMetadata": ("domain", "configuration", "removed"),
-    "cdc": ("path", "partitionValues", "size", "dataChange", "tags"),
+    # AddCDCFile's constructor fields first, then its ``dataChange`` member (always false).
+    "cdc": ("path", "partitionValues", "size", "tags", "dataChange"),
 }
 _DV_ORDER = ("storageType", "pathOrInlineDv", "offset", "sizeInBytes", "cardinality", "maxRowIndex")
 
@@ -98,6 +100,11 @@ def dv_id(dv: Mapping[str, Any] | None) -> str:
     return text
 
 
+def _reject_constant(name: str) -> Any:
+    # NaN / Infinity are not JSON: other readers would reject the commit file.
+    raise json.JSONDecodeError(f"{name} is not valid JSON", name, 0)
+
+
 def parse_actions(data: bytes, *, table: str, version: int | None = None) -> list[Action]:
     """Parse JSON lines of actions strictly (native commits): one object with one key per line."""
     try:
@@ -110,11 +117,13 @@ def parse_actions(data: bytes, *, table: str, version: int | None = None) -> lis
             hint="write the actions file as UTF-8 JSON lines",
         ) from None
     out: list[Action] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # Only '\n' separates actions: str.splitlines() would also split on U+2028, U+0085... which
+    # are valid unescaped inside JSON strings.
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, parse_constant=_reject_constant)
         except json.JSONDecodeError as exc:
             raise InvalidActionError(
                 f"line {number}: malformed JSON ({exc.msg} at column {exc.colno})",
@@ -135,6 +144,7 @@ def parse_actions(data: bytes, *, table: str, version: int | None = None) -> lis
                 f"line {number}: the body of '{action_type}' must be a JSON object",
                 table=table,
                 version=version,
+                hint=f"e.g. {{\"{action_type}\": {{...}}}}",
             )
         out.append((action_type, body))
     if not out:
@@ -197,6 +207,16 @@ def _check_string_map(value: Any, field: str, where: str, table: str, version: i
 def validate_action(action_type: str, body: Mapping[str, Any], *, number: int, table: str,
                     version: int | None, location: str | None) -> None:
     """Check one action of a native commit against the protocol's required fields."""
+    try:
+        _validate_action(action_type, body, number=number, table=table, version=version, location=location)
+    except InvalidActionError as exc:
+        if exc.hint is None:  # every refusal says what to do
+            exc.hint = f"fix action {number} of the commit (see the Delta protocol's '{action_type}' action)"
+        raise
+
+
+def _validate_action(action_type: str, body: Mapping[str, Any], *, number: int, table: str,
+                     version: int | None, location: str | None) -> None:
     where = f"action {number} ({action_type})"
     req = _require
     if action_type in ("add", "remove", "cdc"):
@@ -252,6 +272,19 @@ def validate_action(action_type: str, body: Mapping[str, Any], *, number: int, t
         if "writerFeatures" in body and writer != 7:
             raise InvalidActionError(f"{where}: writerFeatures is only allowed with minWriterVersion 7",
                                      table=table, version=version, hint="set minWriterVersion to 7 or drop writerFeatures")
+        # Delta-Spark refuses the converse too ("Mismatched minReaderVersion and readerFeatures").
+        if reader == 3 and writer != 7:
+            raise InvalidActionError(f"{where}: minReaderVersion 3 needs minWriterVersion 7", table=table,
+                                     version=version, hint="table features need writer version 7")
+        for field, level in (("readerFeatures", reader == 3), ("writerFeatures", writer == 7)):
+            if level and field not in body:
+                what = "minReaderVersion 3" if field == "readerFeatures" else "minWriterVersion 7"
+                raise InvalidActionError(f"{where}: {what} needs {field} (a list, possibly empty)", table=table,
+                                         version=version, hint=f"add \"{field}\": [...]")
+            if field in body and not (isinstance(body[field], list)
+                                      and all(isinstance(f, str) for f in body[field])):
+                raise InvalidActionError(f"{where}: {field} must be a list of strings", table=table,
+                                         version=version)
     elif action_type == "txn":
         req(body, "appId", str, where, table, version)
         req(body, "version", int, where, table, version)
@@ -260,7 +293,9 @@ def validate_action(action_type: str, body: Mapping[str, Any], *, number: int, t
         req(body, "configuration", str, where, table, version)
         req(body, "removed", bool, where, table, version)
     elif action_type == "commitInfo":
-        pass
+        # Free-form provenance, but the timestamps feed in-commit timestamps and must be integers.
+        req(body, "timestamp", int, where, table, version, optional=True)
+        req(body, "inCommitTimestamp", int, where, table, version, optional=True)
     else:
         raise InvalidActionError(
             f"{where}: unknown action type '{action_type}'", table=table, version=version,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,18 +37,36 @@ class Ctx:
         return store
 
 
+def _one_line(text: str) -> str:
+    """Error text as one line: drivers and object stores put newlines (and debug dumps) in theirs."""
+    return " ".join(re.split(r"\n\s*Debug source:", text)[0].split())
+
+
 @contextmanager
-def _errors(ctx: Ctx) -> Iterator[None]:
+def _errors(ctx: Ctx, table: str | None = None) -> Iterator[None]:
+    """Errors become one ``error:`` line naming the table (what, where, what to do); no traceback."""
     try:
         yield
     except MirrorError as exc:
         if ctx.debug:
             raise
-        click.echo(f"error: {exc.message}", err=True)
+        if exc.table is None:
+            exc.table = table
+        exc.what = _one_line(exc.what)
+        click.echo(f"error: {_one_line(exc.message)}", err=True)
         sys.exit(EXIT_CODES.get(exc.error_class, 1))
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
+    except click.ClickException:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
+        if ctx.debug:
+            raise
+        where = f"table '{table}': " if table else ""
+        click.echo(f"error: {where}unexpected {type(exc).__name__}: {_one_line(str(exc))[:300]} — this is a bug; "
+                   "rerun with --debug for the traceback and report it", err=True)
+        sys.exit(1)
 
 
 def _progress(label: str) -> Callable[[int, int], None] | None:
@@ -115,7 +134,7 @@ def import_(ctx: Ctx, source_uri: str, name: str, location: str | None, as_json:
     """Import an existing Delta table's log into the store."""
     from delta_mirror.importer import import_table
 
-    with _errors(ctx):
+    with _errors(ctx, name):
         result = import_table(ctx.store(), source_uri, name=name, location=location,
                               progress=_progress(f"importing {name}"))
 
@@ -145,16 +164,30 @@ def commit(ctx: Ctx, name: str, actions_file: Any, location: str | None, expecte
     from delta_mirror.actions import parse_actions
     from delta_mirror.storage import normalize_location
 
-    with _errors(ctx):
+    with _errors(ctx, name):
         store = ctx.store()
         actions = parse_actions(actions_file.read(), table=name)
-        try:
-            store.get_table(name)
-        except TableNotFoundError:
-            if not location:
-                raise
-            store.create_table(name, normalize_location(location))
-        click.echo(store.commit(name, actions, expected_version=expected_version, operation=operation))
+        target = normalize_location(location) if location else None
+        if target is not None:
+            try:
+                store.get_table(name)
+            except TableNotFoundError:
+                _check_new_location(name, target)
+        # The table is created in the commit's own transaction: a refused commit leaves no table.
+        click.echo(store.commit(name, actions, expected_version=expected_version, operation=operation,
+                                location=target))
+
+
+def _check_new_location(name: str, location: str) -> None:
+    """A new table's location must be reachable and hold no Delta log (that one is imported instead)."""
+    from delta_mirror.errors import TableExistsError
+    from delta_mirror.log_path import LOG_DIR, parse_log_file
+    from delta_mirror.storage import open_store
+
+    existing = [m for m in open_store(location).list(LOG_DIR) if parse_log_file(m.path.rsplit("/", 1)[-1])]
+    if existing:
+        raise TableExistsError(f"{location} already holds a Delta log ({existing[0].path})", table=name,
+                               hint=f"import it with `delta-mirror import {location} --table {name}`")
 
 
 @cli.command()
@@ -167,7 +200,7 @@ def mirror(ctx: Ctx, name: str, to_version: int | None, as_json: bool) -> None:
     """Publish pending versions (and checkpoints when due) to the table's location."""
     from delta_mirror.publisher import Publisher
 
-    with _errors(ctx):
+    with _errors(ctx, name):
         result = Publisher(ctx.store()).publish(name, to_version, progress=_progress(f"publishing {name}"))
 
         def text() -> None:
@@ -191,7 +224,7 @@ def checkpoint(ctx: Ctx, name: str, version: int | None) -> None:
     """Write a checkpoint (default: at the last published version)."""
     from delta_mirror.publisher import Publisher
 
-    with _errors(ctx):
+    with _errors(ctx, name):
         v = Publisher(ctx.store()).checkpoint(name, version)
         click.echo(f"checkpoint written for '{name}' at version {v}")
 
@@ -209,7 +242,7 @@ def validate(ctx: Ctx, name: str, from_version: int | None, to_version: int | No
     """Compare a reader's view of the published table and the log listing with the store."""
     from delta_mirror.validate import validate_table
 
-    with _errors(ctx):
+    with _errors(ctx, name):
         if from_version is not None and to_version is not None and from_version > to_version:
             raise DataError(f"--from-version {from_version} is after --to-version {to_version}", table=name,
                             hint="swap them")
@@ -237,7 +270,7 @@ def status(ctx: Ctx, name: str | None, as_json: bool) -> None:
     """Mirror status and lag per table."""
     from delta_mirror.status import table_status
 
-    with _errors(ctx):
+    with _errors(ctx, name):
         store = ctx.store()
         tables = [store.get_table(name)] if name else store.list_tables()
         rows = [table_status(store, t) for t in tables]
@@ -269,7 +302,7 @@ def _v(value: int | None) -> str:
 @click.pass_obj
 def resume(ctx: Ctx, name: str) -> None:
     """Clear a halted table after its cause was fixed; failed versions are retried."""
-    with _errors(ctx):
+    with _errors(ctx, name):
         store = ctx.store()
         table = store.get_table(name)
         store.resume_table(table.id)

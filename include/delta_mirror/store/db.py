@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +24,14 @@ _TRANSIENT_SQLSTATES = ("40001", "40P01", "57P01", "57P02", "57P03", "53300")
 _TRANSIENT_SQLSTATE_CLASSES = ("08",)
 
 
+READ_ONLY = "delta_mirror_read_only"
+
+
+def reader(engine: Engine) -> Engine:
+    """The same engine and pool, for read-only work (on SQLite its transactions do not block writers)."""
+    return engine.execution_options(**{READ_ONLY: True})
+
+
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite gets WAL and a busy timeout so writers queue, not fail."""
     try:
@@ -31,7 +40,12 @@ def make_engine(url: str) -> Engine:
         raise PermanentError(f"store URL is not valid: {exc}", hint="use sqlite:///path or postgresql+psycopg://...") from None
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            folder = Path(parsed.database).expanduser().parent
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise PermanentError(f"cannot create the folder {folder} of the SQLite store: {exc.strerror or exc}",
+                                     hint="point --store (or DELTA_MIRROR_HOME) at a writable folder") from None
         engine = create_engine(parsed, connect_args={"timeout": 60})
 
         @event.listens_for(engine, "connect")
@@ -43,9 +57,10 @@ def make_engine(url: str) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _sqlite_begin(conn: Connection) -> None:
-            # Take the write lock up front: two writers queue on the busy timeout instead of
-            # failing late with "database is locked" on lock upgrade.
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # Writers take the write lock up front: two writers queue on the busy timeout instead of
+            # failing late with "database is locked" on lock upgrade. Readers (``reader(engine)``)
+            # begin deferred: under WAL they read a snapshot and must not block writers.
+            conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
 
         @event.listens_for(engine, "connect")
         def _sqlite_autocommit_off(dbapi_conn: Any, _record: Any) -> None:
@@ -100,23 +115,37 @@ def is_unique_violation(exc: IntegrityError) -> bool:
     state = sqlstate(exc)
     if state:
         return state == "23505"
+    code = getattr(exc.orig, "sqlite_errorname", "")  # SQLite has no SQLSTATE; Python 3.11+ names the code
+    if code:
+        return code in ("SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY")
     return re.search(r"UNIQUE|PRIMARY KEY", str(exc.orig), re.IGNORECASE) is not None
 
 
+# Alembic keeps its migration context in module globals: one migration at a time per process.
+_MIGRATE_LOCK = threading.Lock()
+# Any constant works: it only has to be the same for every delta-mirror process.
+_PG_MIGRATE_LOCK_KEY = 0x64656C7461  # "delta"
+
+
 def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest Alembic revision (idempotent)."""
+    """Bring the schema to the newest Alembic revision (idempotent, safe to run concurrently)."""
     from alembic import command
     from alembic.config import Config
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as conn:
+    with _MIGRATE_LOCK, engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            # Concurrent `init`s queue here; the later ones then find the schema at head.
+            # (SQLite needs nothing: every transaction starts with BEGIN IMMEDIATE.)
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_MIGRATE_LOCK_KEY})")
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
 
 
 def is_initialised(engine: Engine) -> bool:
-    return "dl_tables" in inspect(engine).get_table_names()
+    with reader(engine).connect() as conn:
+        return "dl_tables" in inspect(conn).get_table_names()
 
 
 @contextmanager
@@ -130,4 +159,7 @@ def translated(url: str, action: str) -> Iterator[None]:
         raise classify_db_error(exc, url, action) from exc
 
 
-__all__ = ["classify_db_error", "is_initialised", "is_unique_violation", "make_engine", "migrate", "translated"]
+__all__ = [
+    "READ_ONLY", "classify_db_error", "is_initialised", "is_unique_violation", "make_engine", "migrate", "reader",
+    "translated",
+]

@@ -43,7 +43,9 @@ from delta_mirror.store.schema import (
     dl_tables,
 )
 
-TABLE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
+TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")  # fullmatch: '$' would allow a trailing '\n'
+# Without an expected version a writer that loses a race retries on the next version this often.
+_NEXT_VERSION_ATTEMPTS = 50
 REFUSED_FEATURES = ("catalogManaged", "catalogOwned-preview")
 _CHUNK = 500
 
@@ -53,7 +55,7 @@ def now_ms() -> int:
 
 
 def check_table_name(name: str) -> None:
-    if not TABLE_NAME.match(name or ""):
+    if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
         raise PermanentError(
             f"invalid table name {name!r}",
             hint="use 1-128 letters, digits, '_', '.' or '-', starting with a letter, digit or '_'",
@@ -159,6 +161,7 @@ class SqlStore:
     def __init__(self, url: str | None = None) -> None:
         self.url = resolve_store_url(url)
         self.engine = db.make_engine(self.url)
+        self.reader = db.reader(self.engine)  # read-only transactions (never block writers on SQLite)
 
     @property
     def display_url(self) -> str:
@@ -214,11 +217,11 @@ class SqlStore:
 
     def get_table(self, name: str) -> TableInfo:
         check_table_name(name)
-        with db.translated(self.url, f"reading table '{name}'"), self.engine.connect() as conn:
+        with db.translated(self.url, f"reading table '{name}'"), self.reader.connect() as conn:
             return self._get_table(conn, name)
 
     def list_tables(self) -> list[TableInfo]:
-        with db.translated(self.url, "listing tables"), self.engine.connect() as conn:
+        with db.translated(self.url, "listing tables"), self.reader.connect() as conn:
             return [_table_info(r) for r in conn.execute(select(dl_tables).order_by(dl_tables.c.name))]
 
     def update_table(self, table_id: int, **values: Any) -> None:
@@ -265,30 +268,62 @@ class SqlStore:
         if conn is not None:
             value = conn.execute(q).scalar()
         else:
-            with db.translated(self.url, "reading the latest version"), self.engine.connect() as c:
+            with db.translated(self.url, "reading the latest version"), self.reader.connect() as c:
                 value = c.execute(q).scalar()
         return None if value is None else int(value)
 
     def commit(self, name: str, actions: Sequence[Action], *, expected_version: int | None = None,
-               operation: str | None = None) -> int:
+               operation: str | None = None, location: str | None = None) -> int:
         """Commit native actions as the next version; returns it.
 
-        Raises ``CommitConflictError`` when another writer took the version, ``DataError`` for
-        invalid actions or a version gap. Nothing is written unless everything is valid.
+        Raises ``CommitConflictError`` when another writer took ``expected_version``, ``DataError``
+        for invalid actions or a version gap. Nothing is written unless everything is valid.
+        Without ``expected_version`` a writer that loses a race re-validates its actions and takes
+        the next free version (SQLite queues writers, PostgreSQL lets them race: both behave alike).
+        ``location`` creates the table there when it does not exist, in the same transaction.
         """
-        table = self.get_table(name)
+        check_table_name(name)
+        attempts = 1 if expected_version is not None else _NEXT_VERSION_ATTEMPTS
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._commit_once(name, actions, expected_version, operation, location)
+            except CommitConflictError:
+                if attempt >= attempts:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _commit_once(self, name: str, actions: Sequence[Action], expected_version: int | None,
+                     operation: str | None, location: str | None) -> int:
         with db.translated(self.url, f"committing to table '{name}'"):
             try:
                 with self.engine.begin() as conn:
+                    try:
+                        table = self._get_table(conn, name)
+                    except TableNotFoundError:
+                        if location is None:
+                            raise
+                        table = self._create_in(conn, name, location, expected_version)
+                    else:
+                        if location is not None and location.rstrip("/") != table.location.rstrip("/"):
+                            raise PermanentError(
+                                f"the table is at {table.location}, not {location}", table=name,
+                                hint="drop --location, or commit to a new table name")
                     return self._commit(conn, table, actions, expected_version, operation)
             except IntegrityError as exc:
                 if db.is_unique_violation(exc):
-                    version = expected_version if expected_version is not None else self.latest_version(table.id)
                     raise CommitConflictError(
-                        "another writer committed this version first", table=name, version=version,
+                        "another writer committed this version first", table=name, version=expected_version,
                         hint="re-read the table and retry the commit on the new latest version",
                     ) from None
                 raise
+
+    def _create_in(self, conn: Connection, name: str, location: str, expected_version: int | None) -> TableInfo:
+        try:
+            return self.create_table(name, location, conn=conn)
+        except TableExistsError:
+            raise CommitConflictError(
+                "another writer created the table first", table=name, version=expected_version or 0,
+                hint="commit again: the table exists now") from None
 
     def _commit(self, conn: Connection, table: TableInfo, actions: Sequence[Action],
                 expected_version: int | None, operation: str | None) -> int:
@@ -304,9 +339,16 @@ class SqlStore:
                             version=version, hint="versions must be contiguous; omit the expected version")
         # Claim the version first: a racing writer fails here, before any other work.
         ts = now_ms()
-        conn.execute(insert(dl_commits).values(
-            table_id=table.id, version=version, committed_at=ts, action_count=0, size_bytes=0, sha256="",
-            has_json=True, source="native"))
+        try:
+            conn.execute(insert(dl_commits).values(
+                table_id=table.id, version=version, committed_at=ts, action_count=0, size_bytes=0, sha256="",
+                has_json=True, source="native"))
+        except IntegrityError as exc:
+            if not db.is_unique_violation(exc):
+                raise
+            raise CommitConflictError(
+                "another writer committed this version first", table=name, version=version,
+                hint="re-read the table and retry the commit on the new latest version") from None
         ordered = self._validate_native(conn, table, version, actions)
         ordered = self._with_commit_info(conn, table, version, ordered, ts, operation)
         self._write_actions(conn, table.id, version, PART_COMMIT, ordered, strict=True, table_name=name,
@@ -326,6 +368,7 @@ class SqlStore:
         name = table.name
         counts: dict[str, int] = {}
         seen_adds: set[tuple[str, str]] = set()
+        seen_removes: set[tuple[str, str]] = set()
         ordered: list[Action] = []
         for number, (kind, body) in enumerate(actions, start=1):
             validate_action(kind, body, number=number, table=name, version=version, location=table.location)
@@ -336,6 +379,12 @@ class SqlStore:
                     raise InvalidActionError(f"action {number}: duplicate add of '{key[0]}' in one commit",
                                              table=name, version=version, hint="add each file once per commit")
                 seen_adds.add(key)
+            elif kind == "remove":
+                key = (body["path"], dv_id(body.get("deletionVector")))
+                if key in seen_removes:
+                    raise InvalidActionError(f"action {number}: duplicate remove of '{key[0]}' in one commit",
+                                             table=name, version=version, hint="remove each file once per commit")
+                seen_removes.add(key)
             ordered.append((kind, spark_ordered(kind, body)))
         for kind in ("metaData", "protocol", "commitInfo"):
             if counts.get(kind, 0) > 1:
@@ -510,7 +559,7 @@ class SqlStore:
 
     # -- reading ------------------------------------------------------------------------------
     def commit_rows(self, table_id: int, from_version: int, to_version: int) -> list[CommitRow]:
-        with db.translated(self.url, "reading commits"), self.engine.connect() as conn:
+        with db.translated(self.url, "reading commits"), self.reader.connect() as conn:
             rows = conn.execute(
                 select(dl_commits.c.version, dl_commits.c.sha256, dl_commits.c.size_bytes, dl_commits.c.has_json,
                        dl_commits.c.committed_at)
@@ -522,7 +571,7 @@ class SqlStore:
     def commit_lines(self, table_id: int, from_version: int, to_version: int) -> dict[int, list[str]]:
         """Canonical lines of the commits in [from, to], by version (one query for a batch)."""
         out: dict[int, list[str]] = {}
-        with db.translated(self.url, "reading actions"), self.engine.connect() as conn:
+        with db.translated(self.url, "reading actions"), self.reader.connect() as conn:
             rows = conn.execute(
                 select(dl_actions.c.version, dl_actions.c.payload)
                 .where(dl_actions.c.table_id == table_id, dl_actions.c.part == PART_COMMIT,
@@ -537,7 +586,7 @@ class SqlStore:
 
     def snapshot(self, table_id: int, version: int) -> Snapshot:
         """Protocol, metadata, txn and domain metadata at ``version`` (files are streamed apart)."""
-        with db.translated(self.url, "reading a snapshot"), self.engine.connect() as conn:
+        with db.translated(self.url, "reading a snapshot"), self.reader.connect() as conn:
             protocol = self._latest_action(conn, table_id, "protocol", version)
             metadata = self._latest_action(conn, table_id, "metaData", version)
             if protocol is None or metadata is None:
@@ -572,7 +621,7 @@ class SqlStore:
             dl_actions.c.table_id == dl_files.c.table_id, dl_actions.c.version == dl_files.c.add_version,
             dl_actions.c.part == dl_files.c.add_part, dl_actions.c.seq == dl_files.c.add_seq))
         q = select(dl_actions.c.payload).select_from(join).where(self._active_where(table_id, version))
-        with db.translated(self.url, "reading active files"), self.engine.connect() as conn:
+        with db.translated(self.url, "reading active files"), self.reader.connect() as conn:
             result = conn.execution_options(stream_results=True, yield_per=batch).execute(q)
             for part in result.partitions(batch):
                 yield [str(r[0]) for r in part]
@@ -587,18 +636,18 @@ class SqlStore:
                     dl_files.c.remove_seq.is_not(None),
                     or_(dl_files.c.deletion_timestamp.is_(None),
                         dl_files.c.deletion_timestamp >= min_deletion_timestamp)))
-        with db.translated(self.url, "reading tombstones"), self.engine.connect() as conn:
+        with db.translated(self.url, "reading tombstones"), self.reader.connect() as conn:
             return [str(r[0]) for r in conn.execute(q)]
 
     def active_files(self, table_id: int, version: int) -> list[FileEntry]:
         q = (select(dl_files.c.path, dl_files.c.dv_id, dl_files.c.size, dl_files.c.partition_values)
              .where(self._active_where(table_id, version)))
-        with db.translated(self.url, "reading active files"), self.engine.connect() as conn:
+        with db.translated(self.url, "reading active files"), self.reader.connect() as conn:
             return [FileEntry(r.path, r.dv_id, r.size, json.loads(r.partition_values) if r.partition_values else None)
                     for r in conn.execute(q)]
 
     def count_active_files(self, table_id: int, version: int) -> int:
-        with db.translated(self.url, "counting active files"), self.engine.connect() as conn:
+        with db.translated(self.url, "counting active files"), self.reader.connect() as conn:
             return int(conn.execute(select(func.count()).select_from(dl_files)
                                     .where(self._active_where(table_id, version))).scalar() or 0)
 
@@ -615,32 +664,34 @@ class SqlStore:
         if to_version is not None:
             q = q.where(dl_mirror_status.c.version <= to_version)
         q = q.order_by(dl_mirror_status.c.version, dl_mirror_status.c.artifact)
-        with db.translated(self.url, "reading mirror status"), self.engine.connect() as conn:
+        with db.translated(self.url, "reading mirror status"), self.reader.connect() as conn:
             return [StatusRow(r.version, r.artifact, r.state, r.attempts, r.error_class, r.last_error, r.sha256,
                               r.size_bytes, r.enqueued_at, r.started_at, r.finished_at) for r in conn.execute(q)]
 
     def last_published_version(self, table_id: int) -> int | None:
         """Highest version V such that every JSON commit up to V is published (SUCCESS)."""
-        with db.translated(self.url, "reading mirror status"), self.engine.connect() as conn:
+        with db.translated(self.url, "reading mirror status"), self.reader.connect() as conn:
             first_open = conn.execute(
                 select(func.min(dl_mirror_status.c.version)).where(
                     dl_mirror_status.c.table_id == table_id, dl_mirror_status.c.artifact == "json",
                     dl_mirror_status.c.state != "SUCCESS")).scalar()
             if first_open is not None:
-                return int(first_open) - 1
+                first = conn.execute(select(dl_tables.c.first_version).where(dl_tables.c.id == table_id)).scalar()
+                # Nothing published yet is None, not first_version - 1 (-1 for a new table).
+                return None if first is None or first_open <= first else int(first_open) - 1
             top = conn.execute(select(func.max(dl_mirror_status.c.version)).where(
                 dl_mirror_status.c.table_id == table_id, dl_mirror_status.c.artifact == "json")).scalar()
             return None if top is None else int(top)
 
     def last_checkpoint_version(self, table_id: int) -> int | None:
-        with db.translated(self.url, "reading mirror status"), self.engine.connect() as conn:
+        with db.translated(self.url, "reading mirror status"), self.reader.connect() as conn:
             v = conn.execute(select(func.max(dl_mirror_status.c.version)).where(
                 dl_mirror_status.c.table_id == table_id, dl_mirror_status.c.artifact == "checkpoint",
                 dl_mirror_status.c.state == "SUCCESS")).scalar()
             return None if v is None else int(v)
 
     def json_bytes_between(self, table_id: int, after_version: int, to_version: int) -> int:
-        with db.translated(self.url, "reading commit sizes"), self.engine.connect() as conn:
+        with db.translated(self.url, "reading commit sizes"), self.reader.connect() as conn:
             return int(conn.execute(select(func.coalesce(func.sum(dl_commits.c.size_bytes), 0)).where(
                 dl_commits.c.table_id == table_id, dl_commits.c.version > after_version,
                 dl_commits.c.version <= to_version)).scalar() or 0)

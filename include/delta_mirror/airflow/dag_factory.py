@@ -1,0 +1,242 @@
+"""DAGs generated from the table config (re-read at every parse: edits need no restart).
+
+- ``delta_mirror__<table>``: publish → checkpoint → validate → metrics, on the table's schedule or
+  event-driven (an ``AssetWatcher`` polling the store), with retries, a ``DeadlineAlert`` and
+  failure notifications;
+- ``delta_mirror_reconcile``: re-drives failed/stuck/lagging versions; escalates persistent failures;
+- ``delta_mirror_backfill``: manual, a ``Param`` form (table, version range, steps);
+- ``delta_mirror_monitor``: lag metrics and lag-SLO breach emails;
+- ``delta_mirror_maintenance``: log cleanup by retention (dry-run by default).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from airflow.sdk import (
+    DAG,
+    Asset,
+    AssetWatcher,
+    AsyncCallback,
+    DeadlineAlert,
+    DeadlineReference,
+    Param,
+    task,
+)
+
+from delta_mirror.airflow.notifications import deadline_missed, send, task_failure_callback
+from delta_mirror.airflow.operators import (
+    DeltaMirrorCheckpointOperator,
+    DeltaMirrorLagOperator,
+    DeltaMirrorMaintenanceOperator,
+    DeltaMirrorPublishOperator,
+    DeltaMirrorReconcileOperator,
+    DeltaMirrorValidateOperator,
+)
+from delta_mirror.airflow.triggers import StoreCommitTrigger
+from delta_mirror.table_config import MirrorConfig, TableConfig, load_config
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+BASE_TAGS = ["delta-mirror"]
+STEPS = ["publish", "checkpoint", "validate"]
+# Validate what this run published; when nothing new was published, just the latest version.
+_JUST_PUBLISHED_FROM = (
+    "{% set r = ti.xcom_pull(task_ids='publish') or {} %}"
+    "{{ r.get('first') if r.get('first') is not none else r.get('last_published') }}"
+)
+_JUST_PUBLISHED_TO = "{{ (ti.xcom_pull(task_ids='publish') or {}).get('last_published') }}"
+
+
+def _default_args(cfg: TableConfig) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "owner": cfg.owner,
+        "retries": cfg.retries,
+        "retry_delay": cfg.retry_delay,
+        "max_retry_delay": cfg.max_retry_delay,
+        "on_failure_callback": task_failure_callback(cfg.notify, cfg.name),
+    }
+    if cfg.retry_exponential_backoff:
+        args["retry_exponential_backoff"] = cfg.retry_exponential_backoff
+    return args
+
+
+def _conn(cfg: TableConfig) -> dict[str, Any]:
+    return {"store_conn_id": cfg.store_conn_id, "aws_conn_id": cfg.aws_conn_id}
+
+
+def _schedule(cfg: TableConfig) -> Any:
+    if cfg.event_driven:
+        trigger = StoreCommitTrigger(table=cfg.name, store_conn_id=cfg.store_conn_id,
+                                     poll_interval=cfg.poll_interval.total_seconds())
+        asset = Asset(name=f"delta_mirror_{cfg.name}_commits", uri=f"delta-mirror://commits/{cfg.name}",
+                      watchers=[AssetWatcher(name=f"delta_mirror_{cfg.name}_watcher", trigger=trigger)])
+        return [asset]
+    return cfg.schedule
+
+
+def table_dag(cfg: TableConfig) -> DAG:
+    deadline = None
+    if cfg.deadline is not None:
+        deadline = DeadlineAlert(
+            reference=DeadlineReference.DAGRUN_QUEUED_AT, interval=cfg.deadline,
+            callback=AsyncCallback(deadline_missed, kwargs={"table": cfg.name, "deadline": str(cfg.deadline)}))
+    with DAG(
+        dag_id=cfg.dag_id, schedule=_schedule(cfg), start_date=START, catchup=False, max_active_runs=1,
+        default_args=_default_args(cfg), tags=[*BASE_TAGS, "table", *cfg.tags], deadline=deadline,
+        doc_md=f"Publishes the Delta log of **{cfg.name}** from the SQL store: publish → checkpoint (when due) "
+               f"→ validate the versions just published ({cfg.reader}) → lag metrics. "
+               f"Schedule: `{cfg.schedule}`; lag SLO {cfg.lag_slo}; deadline {cfg.deadline}.",
+    ) as dag:
+        publish = DeltaMirrorPublishOperator(task_id="publish", table=cfg.name, **_conn(cfg))
+        checkpoint = DeltaMirrorCheckpointOperator(task_id="checkpoint", table=cfg.name, **_conn(cfg))
+        tasks: list[Any] = [publish, checkpoint]
+        if cfg.validate:
+            tasks.append(DeltaMirrorValidateOperator(
+                task_id="validate", table=cfg.name, reader=cfg.reader, **_conn(cfg),
+                from_version=_JUST_PUBLISHED_FROM, to_version=_JUST_PUBLISHED_TO))
+        tasks.append(DeltaMirrorLagOperator(task_id="metrics", tables=[cfg.name], store_conn_id=cfg.store_conn_id))
+        for upstream, downstream in zip(tasks, tasks[1:], strict=False):
+            upstream >> downstream
+    return dag
+
+
+def reconcile_dag(config: MirrorConfig) -> DAG:
+    defaults = config.defaults
+    with DAG(
+        dag_id="delta_mirror_reconcile", schedule=config.reconcile_schedule, start_date=START, catchup=False,
+        max_active_runs=1, default_args=_default_args(defaults), tags=[*BASE_TAGS, "reconcile"],
+        doc_md="Finds FAILED, stuck (lease expired) and lagging versions across the configured tables and "
+               "re-drives them; emails the table's contacts when failures persist "
+               f"(≥ {config.escalate_after_attempts} attempts) or a table is halted.",
+    ) as dag:
+        report = DeltaMirrorReconcileOperator(
+            task_id="reconcile", tables=sorted(config.tables) or None,
+            escalate_after_attempts=config.escalate_after_attempts, store_conn_id=defaults.store_conn_id,
+            aws_conn_id=defaults.aws_conn_id)
+
+        @task(task_id="escalate")
+        def escalate(result: dict[str, Any]) -> list[str]:
+            cfg = load_config()
+            sent = []
+            for entry in result["tables"]:
+                if not entry["persistent_failures"] and entry["action"] != "halted":
+                    continue
+                table = cfg.tables.get(entry["table"], cfg.defaults)
+                lines = [f"Table: {entry['table']}", f"State: {entry['action']}"]
+                if entry.get("error"):
+                    lines.append(f"Error: {entry['error']}")
+                for f in entry["persistent_failures"]:
+                    lines.append(f"- version {f['version']} ({f['artifact']}): {f['attempts']} attempt(s), "
+                                 f"[{f['error_class']}] {f['error']}")
+                lines.append("What to do: see docs/troubleshooting.md for the error class; fix the cause, "
+                             f"then `delta-mirror resume {entry['table']}` if halted.")
+                send(table.notify, f"[delta-mirror] {entry['table']}: persistent publish failures", "\n".join(lines))
+                sent.append(entry["table"])
+            return sent
+
+        escalate(report.output)
+    return dag
+
+
+def backfill_dag(config: MirrorConfig) -> DAG:
+    tables = sorted(config.tables)
+    defaults = config.defaults
+    with DAG(
+        dag_id="delta_mirror_backfill", schedule=None, start_date=START, catchup=False,
+        default_args=_default_args(defaults), tags=[*BASE_TAGS, "backfill"],
+        params={
+            "table": Param(tables[0] if tables else "", type="string", enum=tables or [""],
+                           description="A configured table."),
+            "from_version": Param(None, type=["null", "integer"], minimum=0, description="First version (validate)."),
+            "to_version": Param(None, type=["null", "integer"], minimum=0,
+                                description="Last version (default: the latest committed)."),
+            "steps": Param(STEPS, type="array", items={"type": "string", "enum": STEPS}, uniqueItems=True,
+                           description="Which steps to run."),
+        },
+        doc_md="Manual version-range runs for one table: publish up to `to_version`, checkpoint at it, validate "
+               "`from_version..to_version`. Trigger from the UI form, `airflow dags trigger -c '{...}'` or the REST API.",
+    ) as dag:
+
+        @task(task_id="check_params")
+        def check_params(params: dict[str, Any] | None = None) -> dict[str, Any]:
+            from delta_mirror.airflow.backfill import check_backfill_params
+
+            return check_backfill_params(params or {}, tables)
+
+        checked = check_params()
+        common = {"table": "{{ params.table }}", **_conn(defaults)}
+        publish = DeltaMirrorPublishOperator(task_id="publish", to_version="{{ params.to_version }}",
+                                             enabled="{{ 'publish' in params.steps }}", **common)
+        checkpoint = DeltaMirrorCheckpointOperator(
+            task_id="checkpoint", version="{{ params.to_version }}", only_if_due=False,
+            enabled="{{ 'checkpoint' in params.steps }}", trigger_rule="none_failed", **common)
+        validate = DeltaMirrorValidateOperator(
+            task_id="validate", from_version="{{ params.from_version }}", to_version="{{ params.to_version }}",
+            enabled="{{ 'validate' in params.steps }}", trigger_rule="none_failed", **common)
+        checked >> publish >> checkpoint >> validate
+    return dag
+
+
+def monitor_dag(config: MirrorConfig) -> DAG:
+    defaults = config.defaults
+    with DAG(
+        dag_id="delta_mirror_monitor", schedule=config.monitor_schedule, start_date=START, catchup=False,
+        max_active_runs=1, default_args=_default_args(defaults), tags=[*BASE_TAGS, "monitor"],
+        doc_md="Lag per table (seconds since the oldest unpublished commit, versions behind) as Airflow "
+               "metrics; emails a table's contacts when its lag breaches the lag SLO in the config.",
+    ) as dag:
+        lag = DeltaMirrorLagOperator(task_id="lag", tables=sorted(config.tables) or None,
+                                     store_conn_id=defaults.store_conn_id)
+
+        @task(task_id="check_slo")
+        def check_slo(statuses: list[dict[str, Any]]) -> list[str]:
+            cfg = load_config()
+            breached = []
+            for status in statuses:
+                table = cfg.tables.get(str(status["table"]))
+                if table is None:
+                    continue
+                slo = table.lag_slo.total_seconds()
+                if float(status["lag_seconds"]) > slo:
+                    breached.append(table.name)
+                    send(table.notify, f"[delta-mirror] {table.name}: lag SLO breached "
+                                       f"({float(status['lag_seconds']):.0f} s > {slo:.0f} s)",
+                         f"Table: {table.name}\nLag: {status['lag_seconds']} s "
+                         f"({status['versions_behind']} version(s) behind)\nSLO: {slo:.0f} s\n"
+                         f"Published: {status['last_published']}  Committed: {status['latest_committed']}\n"
+                         f"State: {status['state']}  Last error: {status.get('last_error')}\n"
+                         "What to do: check the table's DAG runs and `delta-mirror status`; the reconcile DAG "
+                         "re-drives failed versions.")
+            return breached
+
+        check_slo(lag.output)
+    return dag
+
+
+def maintenance_dag(config: MirrorConfig) -> DAG:
+    defaults = config.defaults
+    with DAG(
+        dag_id="delta_mirror_maintenance", schedule=defaults.maintenance.schedule, start_date=START,
+        catchup=False, max_active_runs=1, default_args=_default_args(defaults), tags=[*BASE_TAGS, "maintenance"],
+        doc_md="Log and checkpoint cleanup by each table's retention (`delta.logRetentionDuration`), keeping "
+               "the newest checkpoint older than the cutoff and its commit. Dry-run unless the config says "
+               "`maintenance: {dry_run: false}`.",
+    ) as dag:
+        for name, cfg in sorted(config.tables.items()):
+            retention = cfg.maintenance.log_retention
+            DeltaMirrorMaintenanceOperator(
+                task_id=f"cleanup__{name}", table=name, cleanup_dry_run=cfg.maintenance.dry_run,
+                log_retention_seconds=retention.total_seconds() if isinstance(retention, timedelta) else None,
+                **_conn(cfg))
+    return dag
+
+
+def build_dags(config: MirrorConfig | None = None) -> dict[str, DAG]:
+    config = config or load_config()
+    dags = [table_dag(cfg) for _, cfg in sorted(config.tables.items())]
+    dags += [reconcile_dag(config), backfill_dag(config), monitor_dag(config), maintenance_dag(config)]
+    return {dag.dag_id: dag for dag in dags}
+
+
+__all__ = ["build_dags"]

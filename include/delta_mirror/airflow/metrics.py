@@ -1,0 +1,29 @@
+"""Metrics through Airflow's stats (StatsD / OpenTelemetry, as configured in ``[metrics]``).
+
+Each gauge is emitted with a ``table`` tag and, for plain StatsD (no tags), also under a name that
+ends in the table name: ``delta_mirror.lag_seconds.<table>``.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk.observability.stats import Stats
+
+from delta_mirror.status import TableStatus
+
+PREFIX = "delta_mirror"
+
+
+def _gauge(name: str, table: str, value: float) -> None:
+    Stats.gauge(f"{PREFIX}.{name}", value, tags={"table": table})
+    Stats.gauge(f"{PREFIX}.{name}.{table}", value)
+
+
+def emit_table_metrics(status: TableStatus) -> None:
+    """lag_seconds, versions_behind, failed and halted (0/1) for one table."""
+    _gauge("lag_seconds", status.table, status.lag_seconds)
+    _gauge("versions_behind", status.table, float(status.versions_behind))
+    _gauge("failed_versions", status.table, float(status.failed + status.conflicts))
+    _gauge("halted", status.table, 1.0 if status.state == "HALTED" else 0.0)
+
+
+__all__ = ["PREFIX", "emit_table_metrics"]

@@ -1,0 +1,73 @@
+"""Who is told what: deadline misses, lag SLO breaches, persistent failures, task failures.
+
+Email goes through the SMTP provider's ``SmtpNotifier`` (the table's ``smtp_conn_id``); a table
+may instead name any Airflow notifier class by import path (e.g. Slack), built with its kwargs.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib
+from typing import Any
+
+from delta_mirror.table_config import Notify
+
+
+def build_notifier(notify: Notify, subject: str, body: str) -> Any:
+    """A notifier instance for this table's channel (``notify()`` / ``async_notify()``)."""
+    if notify.notifier:
+        module, _, name = notify.notifier.rpartition(".")
+        cls = getattr(importlib.import_module(module), name)
+        kwargs = dict(notify.notifier_kwargs)
+        if "text" in getattr(cls, "template_fields", ()):
+            kwargs.setdefault("text", f"{subject}\n{body}")
+        return cls(**kwargs)
+    from airflow.providers.smtp.notifications.smtp import SmtpNotifier
+
+    return SmtpNotifier(
+        to=list(notify.email), from_email=notify.from_email, subject=subject,
+        html_content=f"<pre>{html.escape(body)}</pre>", smtp_conn_id=notify.smtp_conn_id,
+    )
+
+
+def send(notify: Notify, subject: str, body: str, context: dict[str, Any] | None = None) -> None:
+    """Send now (from a task); no-op without recipients or a notifier."""
+    if not notify.email and not notify.notifier:
+        return
+    notifier = build_notifier(notify, subject, body)
+    notifier.notify(context or {})
+
+
+async def deadline_missed(context: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    """``AsyncCallback`` of a table DAG's ``DeadlineAlert``: runs in the triggerer."""
+    from delta_mirror.table_config import load_config
+
+    table = str(kwargs["table"])
+    cfg = load_config().table(table)
+    context = context or {}
+    dag_run = context.get("dag_run")
+    run_id = dag_run.get("dag_run_id") if isinstance(dag_run, dict) else getattr(dag_run, "dag_run_id", None)
+    deadline = kwargs.get("deadline", "")
+    subject = f"[delta-mirror] {table}: deadline missed ({cfg.dag_id})"
+    body = (f"The DAG run {run_id} of {cfg.dag_id} did not finish within {deadline}.\n"
+            f"Readers of '{table}' may see stale data until it catches up.\n"
+            f"What to do: open the run in Airflow, check the failed or slow task; `delta-mirror status {table}` "
+            f"shows the lag.")
+    if not cfg.notify.email and not cfg.notify.notifier:
+        return
+    notifier = build_notifier(cfg.notify, subject, body)
+    await notifier.async_notify(context)
+
+
+def task_failure_callback(notify: Notify, table: str) -> Any:
+    """``on_failure_callback`` for a table's tasks: names the table, task and error."""
+
+    def callback(context: dict[str, Any]) -> None:
+        ti = context.get("ti") or context.get("task_instance")
+        task_id = getattr(ti, "task_id", "?")
+        error = context.get("exception")
+        subject = f"[delta-mirror] {table}: task {task_id} failed"
+        body = f"Table: {table}\nTask: {task_id}\nError: {error}\n"
+        send(notify, subject, body, context)
+
+    return callback

@@ -1,0 +1,231 @@
+"""Custom operators: each ``execute()`` calls one core service; errors are translated in one place.
+
+All take ``store_conn_id`` (a Postgres connection; default: ``DELTA_MIRROR_STORE`` or the embedded
+SQLite store) and ``aws_conn_id`` (S3 credentials and endpoint; default: the AWS environment).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from delta_mirror.airflow.errors import translated
+from delta_mirror.airflow.hooks import DeltaMirrorHook
+
+
+def _optional_int(value: Any, name: str) -> int | None:
+    """Template-rendered versions arrive as strings ('None' or '' for unset)."""
+    if value is None or value == "" or value == "None":
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        from delta_mirror.errors import DataError
+
+        raise DataError(f"{name} must be a version number, got {value!r}", hint="pass a non-negative integer") from None
+    if number < 0:
+        from delta_mirror.errors import DataError
+
+        raise DataError(f"{name} must not be negative (got {number})", hint="versions start at 0")
+    return number
+
+
+class _DeltaMirrorOperator(BaseOperator):
+    """Shared shell: connections, the ``enabled`` switch (templated, for the backfill form), errors."""
+
+    template_fields: Sequence[str] = ("table", "enabled")
+    ui_color = "#00add4"
+
+    def __init__(self, *, table: str, store_conn_id: str | None = None, aws_conn_id: str | None = None,
+                 enabled: bool | str = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+        self.store_conn_id = store_conn_id
+        self.aws_conn_id = aws_conn_id
+        self.enabled = enabled
+
+    def execute(self, context: Any) -> Any:
+        if str(self.enabled).strip().lower() in ("false", "0", "no"):
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            raise AirflowSkipException(f"step {self.task_id} not requested")
+        return self.run(context)
+
+    def run(self, context: Any) -> Any:
+        raise NotImplementedError
+
+    @cached_property
+    def hook(self) -> DeltaMirrorHook:
+        return DeltaMirrorHook(store_conn_id=self.store_conn_id, aws_conn_id=self.aws_conn_id)
+
+    def publisher(self) -> Any:
+        from delta_mirror.publisher import Publisher
+
+        return Publisher(self.hook.store, storage_options=self.hook.storage_options)
+
+
+class DeltaMirrorPublishOperator(_DeltaMirrorOperator):
+    """Publish the table's pending versions (up to ``to_version``) as ``_delta_log`` commits."""
+
+    template_fields: Sequence[str] = (*_DeltaMirrorOperator.template_fields, "to_version")
+
+    def __init__(self, *, to_version: int | str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.to_version = to_version
+
+    @translated
+    def run(self, context: Any) -> dict[str, object]:
+        result = self.publisher().publish(self.table, _optional_int(self.to_version, "to_version"))
+        self.log.info("published %d version(s) of %s through %s", len(result.published), self.table,
+                      result.last_published)
+        return dict(result.to_json())
+
+
+class DeltaMirrorCheckpointOperator(_DeltaMirrorOperator):
+    """Write a checkpoint when the cadence policy says one is due (or at ``version``)."""
+
+    template_fields: Sequence[str] = (*_DeltaMirrorOperator.template_fields, "version")
+
+    def __init__(self, *, version: int | str | None = None, only_if_due: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.version = version
+        self.only_if_due = only_if_due
+
+    @translated
+    def run(self, context: Any) -> int | None:
+        version = _optional_int(self.version, "version")
+        publisher = self.publisher()
+        if version is None and self.only_if_due:
+            written = publisher.checkpoint_if_due(self.table)
+        else:
+            written = publisher.checkpoint(self.table, version)
+        self.log.info("checkpoint for %s: %s", self.table, written if written is not None else "not due")
+        return written  # type: ignore[no-any-return]
+
+
+class DeltaMirrorValidateOperator(_DeltaMirrorOperator):
+    """Compare a reader's view of the published versions with the store; fail on any problem."""
+
+    template_fields: Sequence[str] = (*_DeltaMirrorOperator.template_fields, "from_version", "to_version", "reader")
+
+    def __init__(self, *, from_version: int | str | None = None, to_version: int | str | None = None,
+                 reader: str = "deltalake", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.from_version = from_version
+        self.to_version = to_version
+        self.reader = reader
+
+    @translated
+    def run(self, context: Any) -> dict[str, Any]:
+        from delta_mirror.errors import DataError
+        from delta_mirror.validate import validate_table
+
+        report = validate_table(self.hook.store, self.table, from_version=_optional_int(self.from_version, "from_version"),
+                                to_version=_optional_int(self.to_version, "to_version"), reader=self.reader,
+                                storage_options=self.hook.storage_options)
+        for p in report.problems:
+            self.log.error("[%s] version %s: %s — %s", p.kind, p.version, p.message, p.hint)
+        if not report.ok:
+            raise DataError(f"validation found {len(report.problems)} problem(s): "
+                            + "; ".join(f"[{p.kind}] v{p.version}: {p.message}" for p in report.problems[:5]),
+                            table=self.table, hint="see the task log for every problem and what to do")
+        self.log.info("validated %s versions %s..%s: OK", self.table, report.from_version, report.to_version)
+        return report.to_json()
+
+
+class DeltaMirrorReconcileOperator(BaseOperator):
+    """Re-drive FAILED, stuck and lagging versions across tables; returns the report."""
+
+    template_fields: Sequence[str] = ("tables", "strategy")
+
+    def __init__(self, *, tables: Sequence[str] | None = None, strategy: str = "incremental",
+                 escalate_after_attempts: int = 3, store_conn_id: str | None = None,
+                 aws_conn_id: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.tables = list(tables) if tables else None
+        self.strategy = strategy
+        self.escalate_after_attempts = escalate_after_attempts
+        self.store_conn_id = store_conn_id
+        self.aws_conn_id = aws_conn_id
+
+    @cached_property
+    def hook(self) -> DeltaMirrorHook:
+        return DeltaMirrorHook(store_conn_id=self.store_conn_id, aws_conn_id=self.aws_conn_id)
+
+    @translated
+    def execute(self, context: Any) -> dict[str, object]:
+        from delta_mirror.publisher import Publisher
+        from delta_mirror.reconcile import reconcile
+
+        report = reconcile(self.hook.store, self.tables, strategy=self.strategy,
+                           escalate_after_attempts=self.escalate_after_attempts,
+                           publisher=Publisher(self.hook.store, storage_options=self.hook.storage_options))
+        for t in report.tables:
+            self.log.info("%s: %s (%d re-driven)%s", t.table, t.action, t.published, f" — {t.error}" if t.error else "")
+        return report.to_json()
+
+
+class DeltaMirrorLagOperator(BaseOperator):
+    """Measure lag per table and emit it through Airflow's stats (StatsD / OpenTelemetry)."""
+
+    template_fields: Sequence[str] = ("tables",)
+
+    def __init__(self, *, tables: Sequence[str] | None = None, store_conn_id: str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.tables = list(tables) if tables else None
+        self.store_conn_id = store_conn_id
+
+    @translated
+    def execute(self, context: Any) -> list[dict[str, object]]:
+        from delta_mirror.airflow.metrics import emit_table_metrics
+        from delta_mirror.status import table_status
+
+        store = DeltaMirrorHook(store_conn_id=self.store_conn_id).store
+        tables = [store.get_table(n) for n in self.tables] if self.tables else store.list_tables()
+        out = []
+        for table in tables:
+            status = table_status(store, table)
+            emit_table_metrics(status)
+            self.log.info("%s: %d version(s) behind, lag %.1f s", status.table, status.versions_behind,
+                          status.lag_seconds)
+            out.append(status.to_json())
+        return out
+
+
+class DeltaMirrorMaintenanceOperator(_DeltaMirrorOperator):
+    """Clean up log files by the table's retention (dry-run unless ``cleanup_dry_run=False``)."""
+
+    template_fields: Sequence[str] = (*_DeltaMirrorOperator.template_fields, "cleanup_dry_run")
+
+    def __init__(self, *, cleanup_dry_run: bool | str = True, log_retention_seconds: float | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cleanup_dry_run = cleanup_dry_run
+        self.log_retention_seconds = log_retention_seconds
+
+    @translated
+    def run(self, context: Any) -> dict[str, object]:
+        from delta_mirror.maintenance import cleanup_log
+
+        dry_run = str(self.cleanup_dry_run).strip().lower() not in ("false", "0", "no")
+        retention = int(self.log_retention_seconds * 1000) if self.log_retention_seconds is not None else None
+        report = cleanup_log(self.hook.store, self.table, dry_run=dry_run, retention_ms=retention,
+                             storage_options=self.hook.storage_options)
+        verb = "would delete" if dry_run else "deleted"
+        self.log.info("%s: %s %d log file(s) older than checkpoint %s", self.table, verb, len(report.deleted),
+                      report.kept_checkpoint)
+        return report.to_json()
+
+
+__all__ = [
+    "DeltaMirrorCheckpointOperator",
+    "DeltaMirrorLagOperator",
+    "DeltaMirrorMaintenanceOperator",
+    "DeltaMirrorPublishOperator",
+    "DeltaMirrorReconcileOperator",
+    "DeltaMirrorValidateOperator",
+]

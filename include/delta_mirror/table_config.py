@@ -1,0 +1,295 @@
+"""The table config file: which tables the orchestration runs, how often, and who is told.
+
+A YAML file (``DELTA_MIRROR_CONFIG``, default ``config/delta_mirror.yaml``) with ``defaults`` and
+``tables``; every table inherits the defaults and may override any of them. The file is read at
+each DAG parse, so edits take effect without a restart. Unknown keys and bad values are refused with
+a message naming the table and the key: a typo must not silently disable an alert.
+
+```yaml
+defaults:
+  schedule: "*/5 * * * *"        # cron, a duration ("10m"), "@hourly", "event" or null (manual)
+  owner: data-platform
+  retries: 3
+  retry_delay: 30s
+  retry_exponential_backoff: 2.0   # multiplier; 0 disables
+  max_retry_delay: 10m
+  lag_slo: 15m                     # monitor emails when lag exceeds this
+  deadline: 30m                    # DeadlineAlert: the table's DAG run must finish within this
+  notify:
+    email: [oncall@example.com]
+    smtp_conn_id: smtp_default
+    notifier: null                 # or an Airflow notifier class path, e.g. ...SlackNotifier
+    notifier_kwargs: {}
+tables:
+  sales:
+    schedule: event
+    poll_interval: 5s
+```
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, fields, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from delta_mirror.errors import PermanentError
+from delta_mirror.store.sql_store import TABLE_NAME
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_CRON = re.compile(r"^\S+(\s+\S+){4,5}$")
+_PRESETS = {"@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@continuous"}
+
+
+class ConfigError(PermanentError):
+    """The table config file is invalid (the DAG file shows it as an import error)."""
+
+
+def parse_duration(value: Any, where: str) -> timedelta:
+    """``30s``, ``10m``, ``2h``, ``1d``, ``1w`` or a number of seconds."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: expected a duration like 30s, 10m, 2h, got {value!r}")
+    if isinstance(value, int | float):
+        return timedelta(seconds=float(value))
+    if isinstance(value, str) and (m := _DURATION.match(value)):
+        return timedelta(seconds=float(m[1]) * _UNITS[m[2]])
+    raise ConfigError(f"{where}: expected a duration like 30s, 10m, 2h, got {value!r}",
+                      hint="use a number with a unit: ms, s, m, h, d or w")
+
+
+@dataclass(frozen=True)
+class Notify:
+    email: tuple[str, ...] = ()
+    smtp_conn_id: str = "smtp_default"
+    from_email: str = "delta-mirror@localhost"
+    notifier: str | None = None
+    notifier_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Maintenance:
+    dry_run: bool = True
+    log_retention: timedelta | None = None  # None: the table's delta.logRetentionDuration (30 days)
+    schedule: str | None = "@daily"
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    name: str
+    schedule: str | timedelta | None = "*/5 * * * *"
+    poll_interval: timedelta = timedelta(seconds=5)
+    owner: str = "data-platform"
+    tags: tuple[str, ...] = ()
+    retries: int = 3
+    retry_delay: timedelta = timedelta(seconds=30)
+    retry_exponential_backoff: float = 2.0
+    max_retry_delay: timedelta = timedelta(minutes=10)
+    lag_slo: timedelta = timedelta(minutes=15)
+    deadline: timedelta | None = timedelta(minutes=30)
+    validate: bool = True
+    reader: str = "deltalake"
+    store_conn_id: str | None = None
+    aws_conn_id: str | None = None
+    notify: Notify = field(default_factory=Notify)
+    maintenance: Maintenance = field(default_factory=Maintenance)
+
+    @property
+    def event_driven(self) -> bool:
+        return self.schedule == "event"
+
+    @property
+    def dag_id(self) -> str:
+        return f"delta_mirror__{self.name}"
+
+
+@dataclass(frozen=True)
+class MirrorConfig:
+    tables: dict[str, TableConfig]
+    defaults: TableConfig
+    reconcile_schedule: str | None = "*/10 * * * *"
+    monitor_schedule: str | None = "*/5 * * * *"
+    escalate_after_attempts: int = 3
+    source: str = ""
+
+    def table(self, name: str) -> TableConfig:
+        if name not in self.tables:
+            raise ConfigError(f"table '{name}' is not in the config {self.source}",
+                              hint=f"configured tables: {', '.join(sorted(self.tables)) or 'none'}")
+        return self.tables[name]
+
+
+def _schedule(value: Any, where: str) -> str | timedelta | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        return parse_duration(value, where)
+    text = value.strip()
+    if text == "event" or text in _PRESETS or _CRON.match(text):
+        return text
+    if _DURATION.match(text):
+        return parse_duration(text, where)
+    raise ConfigError(f"{where}: schedule {value!r} is not a cron expression, a preset, a duration or 'event'",
+                      hint="e.g. '*/5 * * * *', '@hourly', '10m', 'event', or null for manual runs")
+
+
+_TABLE_KEYS = {f.name for f in fields(TableConfig)} - {"name"}
+
+
+def _notify(raw: Any, base: Notify, where: str) -> Notify:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: notify must be a mapping")
+    allowed = {f.name for f in fields(Notify)}
+    unknown = set(raw) - allowed
+    if unknown:
+        raise ConfigError(f"{where}: unknown notify key(s) {sorted(unknown)}", hint=f"allowed: {sorted(allowed)}")
+    values: dict[str, Any] = {}
+    for key, val in raw.items():
+        if key == "email":
+            emails = [val] if isinstance(val, str) else val
+            if not isinstance(emails, list) or not all(isinstance(e, str) and "@" in e for e in emails):
+                raise ConfigError(f"{where}.email: expected an address or a list of addresses, got {val!r}")
+            values[key] = tuple(emails)
+        elif key == "notifier_kwargs":
+            if not isinstance(val, dict):
+                raise ConfigError(f"{where}.notifier_kwargs must be a mapping")
+            values[key] = dict(val)
+        elif key == "notifier":
+            if val is not None and (not isinstance(val, str) or "." not in val):
+                raise ConfigError(f"{where}.notifier: expected an import path like pkg.module.Class, got {val!r}")
+            values[key] = val
+        else:
+            if not isinstance(val, str):
+                raise ConfigError(f"{where}.{key}: expected a string, got {val!r}")
+            values[key] = val
+    return replace(base, **values)
+
+
+def _maintenance(raw: Any, base: Maintenance, where: str) -> Maintenance:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: maintenance must be a mapping")
+    values: dict[str, Any] = {}
+    for key, val in raw.items():
+        if key == "dry_run":
+            if not isinstance(val, bool):
+                raise ConfigError(f"{where}.dry_run: expected true or false")
+            values[key] = val
+        elif key == "log_retention":
+            values[key] = parse_duration(val, f"{where}.log_retention")
+        elif key == "schedule":
+            sched = _schedule(val, f"{where}.schedule")
+            values[key] = sched if not isinstance(sched, timedelta) else val
+        else:
+            raise ConfigError(f"{where}: unknown maintenance key '{key}'",
+                              hint="allowed: dry_run, log_retention, schedule")
+    return replace(base, **values)
+
+
+def _apply(base: TableConfig, raw: Any, where: str) -> TableConfig:
+    if raw is None:
+        return base
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping of settings")
+    unknown = set(raw) - _TABLE_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}", hint=f"allowed: {sorted(_TABLE_KEYS)}")
+    values: dict[str, Any] = {}
+    for key, val in raw.items():
+        at = f"{where}.{key}"
+        if key == "schedule":
+            values[key] = _schedule(val, at)
+        elif key in ("poll_interval", "retry_delay", "max_retry_delay", "lag_slo"):
+            values[key] = parse_duration(val, at)
+        elif key == "deadline":
+            values[key] = None if val is None else parse_duration(val, at)
+        elif key == "retries":
+            if not isinstance(val, int) or isinstance(val, bool) or val < 0:
+                raise ConfigError(f"{at}: expected a non-negative integer, got {val!r}")
+            values[key] = val
+        elif key == "retry_exponential_backoff":
+            if isinstance(val, bool) or not isinstance(val, int | float) or val < 0:
+                raise ConfigError(f"{at}: expected a multiplier such as 2.0 (0 disables), got {val!r}")
+            values[key] = float(val)
+        elif key in ("validate",):
+            if not isinstance(val, bool):
+                raise ConfigError(f"{at}: expected true or false, got {val!r}")
+            values[key] = val
+        elif key == "reader":
+            if val not in ("deltalake", "spark"):
+                raise ConfigError(f"{at}: expected deltalake or spark, got {val!r}")
+            values[key] = val
+        elif key == "tags":
+            if not isinstance(val, list) or not all(isinstance(t, str) for t in val):
+                raise ConfigError(f"{at}: expected a list of strings")
+            values[key] = tuple(val)
+        elif key == "notify":
+            values[key] = _notify(val, base.notify, at)
+        elif key == "maintenance":
+            values[key] = _maintenance(val, base.maintenance, at)
+        else:  # owner, store_conn_id, aws_conn_id
+            if val is not None and not isinstance(val, str):
+                raise ConfigError(f"{at}: expected a string, got {val!r}")
+            values[key] = val
+    return replace(base, **values)
+
+
+def default_config_path() -> Path:
+    env = os.environ.get("DELTA_MIRROR_CONFIG")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "config" / "delta_mirror.yaml"
+
+
+def parse_config(text: str, source: str = "<string>") -> MirrorConfig:
+    """Validate a config document; raises ``ConfigError`` naming the bad table and key."""
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping with 'defaults' and 'tables'")
+    unknown = set(raw) - {"defaults", "tables", "reconcile", "monitor"}
+    if unknown:
+        raise ConfigError(f"{source}: unknown top-level key(s) {sorted(unknown)}",
+                          hint="allowed: defaults, tables, reconcile, monitor")
+    defaults = _apply(TableConfig(name="*"), raw.get("defaults"), f"{source}: defaults")
+    tables: dict[str, TableConfig] = {}
+    for name, settings in (raw.get("tables") or {}).items():
+        if not isinstance(name, str) or not TABLE_NAME.match(name):
+            raise ConfigError(f"{source}: invalid table name {name!r}",
+                              hint="use letters, digits, '_', '.' or '-'")
+        tables[name] = _apply(replace(defaults, name=name), settings, f"{source}: tables.{name}")
+    reconcile = raw.get("reconcile") or {}
+    monitor = raw.get("monitor") or {}
+    for section, allowed in ((reconcile, {"schedule", "escalate_after_attempts"}), (monitor, {"schedule"})):
+        if not isinstance(section, dict) or set(section) - allowed:
+            raise ConfigError(f"{source}: reconcile/monitor take only {sorted(allowed)}")
+    escalate = reconcile.get("escalate_after_attempts", 3)
+    if not isinstance(escalate, int) or escalate < 1:
+        raise ConfigError(f"{source}: reconcile.escalate_after_attempts must be a positive integer")
+
+    def sched(section: dict[str, Any], default: str) -> str | None:
+        value = _schedule(section.get("schedule", default), f"{source}: schedule")
+        return value if not isinstance(value, timedelta) else section.get("schedule")
+
+    return MirrorConfig(tables=tables, defaults=defaults, reconcile_schedule=sched(reconcile, "*/10 * * * *"),
+                        monitor_schedule=sched(monitor, "*/5 * * * *"), escalate_after_attempts=escalate,
+                        source=source)
+
+
+def load_config(path: Path | None = None) -> MirrorConfig:
+    path = path or default_config_path()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the table config {path}: {exc.strerror}",
+                          hint="create it or point DELTA_MIRROR_CONFIG at it") from None
+    return parse_config(text, str(path))
+
+
+__all__ = ["ConfigError", "MirrorConfig", "Notify", "TableConfig", "load_config", "parse_config", "parse_duration"]
