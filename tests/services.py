@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import atexit
 import glob
-import logging
 import os
 import pwd
 import re
@@ -314,7 +313,9 @@ class S3Server:
         self._log = open(os.devnull, "wb")  # noqa: SIM115 - closed in stop()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=self._log, stderr=self._log, start_new_session=True,
+            stdout=self._log,
+            stderr=self._log,
+            start_new_session=True,
         )
         _wait_port(self.port)
         self.endpoint = f"http://127.0.0.1:{self.port}"

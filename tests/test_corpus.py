@@ -89,7 +89,9 @@ def _as_jackson_writes(data: bytes) -> bool:
     lines = data.decode("utf-8").split("\n")
     if lines[-1] != "":
         return False
-    return all(json.dumps(json.loads(line), separators=(",", ":"), ensure_ascii=False) == line for line in lines[:-1])
+    return all(
+        json.dumps(json.loads(line), separators=(",", ":"), ensure_ascii=False) == line for line in lines[:-1]
+    )
 
 
 def _open_or_none(path: str, version: int | None = None) -> DeltaTable | None:
@@ -125,7 +127,10 @@ def _checkpoint_adds(objects: Any, version: int) -> set[tuple[str, str]] | None:
         if name.endswith(".json"):
             rows = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
         else:
-            rows = [{k: v for k, v in r.items() if v is not None} for r in pq.read_table(pa.BufferReader(data)).to_pylist()]
+            rows = [
+                {k: v for k, v in r.items() if v is not None}
+                for r in pq.read_table(pa.BufferReader(data)).to_pylist()
+            ]
         for row in rows:
             if "sidecar" in row:
                 side = objects.get(f"_delta_log/_sidecars/{row['sidecar']['path']}")
@@ -151,8 +156,9 @@ def _store_adds(store: SqlStore, table_id: int, version: int) -> set[tuple[str, 
     return out
 
 
-def _check_table(row: dict[str, str], corpus: Path, store_url: str, location: str, opts: dict[str, str],
-                 upload: Any) -> None:
+def _check_table(
+    row: dict[str, str], corpus: Path, store_url: str, location: str, opts: dict[str, str], upload: Any
+) -> None:
     name = row["path"]
     source = corpus / name
     table = name.replace("/", "__").replace("-", "_")
@@ -195,11 +201,16 @@ def _check_table(row: dict[str, str], corpus: Path, store_url: str, location: st
     for status in store.status_rows(info.id, artifact="checkpoint", states=("SUCCESS",)):
         adds = _checkpoint_adds(objects, status.version)
         assert adds is not None, f"checkpoint {status.version} missing"
-        assert adds == _store_adds(store, info.id, status.version), f"checkpoint {status.version} file set differs"
+        assert adds == _store_adds(store, info.id, status.version), (
+            f"checkpoint {status.version} file set differs"
+        )
     report = validate_table(store, table)
     # deltalake's own limits (it cannot read the source either) are not mirror problems.
-    problems = [p for p in report.problems
-                if not (p.kind == "reader_error" and _open_or_none(str(source), p.version) is None)]
+    problems = [
+        p
+        for p in report.problems
+        if not (p.kind == "reader_error" and _open_or_none(str(source), p.version) is None)
+    ]
     assert not problems, [f"{p.kind} v{p.version}: {p.message}" for p in problems]
     store.close()
 
@@ -208,19 +219,34 @@ PARAMS = [pytest.param(r, id=r["path"], marks=[pytest.mark.corpus]) for r in ROW
 
 
 @pytest.mark.parametrize("row", PARAMS)
-def test_corpus_table_on_sqlite_and_local_folder(row: dict[str, str], corpus_dir: Path, tmp_path: Path) -> None:
+def test_corpus_table_on_sqlite_and_local_folder(
+    row: dict[str, str], corpus_dir: Path, tmp_path: Path
+) -> None:
     location = (tmp_path / "published").as_uri()
-    _check_table(row, corpus_dir, f"sqlite:///{tmp_path}/store.db", location, {},
-                 lambda src: _copy_data(src, tmp_path / "published"))
+    _check_table(
+        row,
+        corpus_dir,
+        f"sqlite:///{tmp_path}/store.db",
+        location,
+        {},
+        lambda src: _copy_data(src, tmp_path / "published"),
+    )
 
 
 @pytest.mark.parametrize("row", PARAMS)
-def test_corpus_table_on_postgres_and_s3(row: dict[str, str], corpus_dir: Path, pg_store_url: str,
-                                         s3_env: str, s3: Any) -> None:
+def test_corpus_table_on_postgres_and_s3(
+    row: dict[str, str], corpus_dir: Path, pg_store_url: str, s3_env: str, s3: Any
+) -> None:
     location = f"s3://{s3_env}/table"
     client = s3.client()
-    _check_table(row, corpus_dir, pg_store_url, location, storage_options_for(location),
-                 lambda src: _upload_data(src, s3_env, "table", client))
+    _check_table(
+        row,
+        corpus_dir,
+        pg_store_url,
+        location,
+        storage_options_for(location),
+        lambda src: _upload_data(src, s3_env, "table", client),
+    )
 
 
 def test_corpus_has_every_category(corpus_dir: Path) -> None:
@@ -229,5 +255,7 @@ def test_corpus_has_every_category(corpus_dir: Path) -> None:
 
 
 def test_kind_names_cover_checkpoints() -> None:
-    assert parse_log_file("00000000000000000001.checkpoint.0000000001.0000000002.parquet").kind is \
-        LogFileKind.MULTIPART_CHECKPOINT
+    assert (
+        parse_log_file("00000000000000000001.checkpoint.0000000001.0000000002.parquet").kind
+        is LogFileKind.MULTIPART_CHECKPOINT
+    )

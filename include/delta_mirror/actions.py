@@ -32,23 +32,61 @@ KNOWN_ACTIONS = (
 # Field order Delta-Spark writes (Jackson serialises case-class fields in declaration order).
 SPARK_KEY_ORDER: dict[str, tuple[str, ...]] = {
     "commitInfo": (
-        "inCommitTimestamp", "timestamp", "userId", "userName", "operation", "operationParameters",
-        "job", "notebook", "clusterId", "readVersion", "isolationLevel", "isBlindAppend",
-        "operationMetrics", "userMetadata", "tags", "engineInfo", "txnId",
+        "inCommitTimestamp",
+        "timestamp",
+        "userId",
+        "userName",
+        "operation",
+        "operationParameters",
+        "job",
+        "notebook",
+        "clusterId",
+        "readVersion",
+        "isolationLevel",
+        "isBlindAppend",
+        "operationMetrics",
+        "userMetadata",
+        "tags",
+        "engineInfo",
+        "txnId",
     ),
     "protocol": ("minReaderVersion", "minWriterVersion", "readerFeatures", "writerFeatures"),
     "metaData": (
-        "id", "name", "description", "format", "schemaString", "partitionColumns", "configuration",
+        "id",
+        "name",
+        "description",
+        "format",
+        "schemaString",
+        "partitionColumns",
+        "configuration",
         "createdTime",
     ),
     "add": (
-        "path", "partitionValues", "size", "modificationTime", "dataChange", "stats", "tags",
-        "deletionVector", "baseRowId", "defaultRowCommitVersion", "clusteringProvider",
+        "path",
+        "partitionValues",
+        "size",
+        "modificationTime",
+        "dataChange",
+        "stats",
+        "tags",
+        "deletionVector",
+        "baseRowId",
+        "defaultRowCommitVersion",
+        "clusteringProvider",
     ),
     # RemoveFile declares ``stats`` last (it was added after the other fields).
     "remove": (
-        "path", "deletionTimestamp", "dataChange", "extendedFileMetadata", "partitionValues", "size",
-        "tags", "deletionVector", "baseRowId", "defaultRowCommitVersion", "stats",
+        "path",
+        "deletionTimestamp",
+        "dataChange",
+        "extendedFileMetadata",
+        "partitionValues",
+        "size",
+        "tags",
+        "deletionVector",
+        "baseRowId",
+        "defaultRowCommitVersion",
+        "stats",
     ),
     "txn": ("appId", "version", "lastUpdated"),
     "domainMetadata": ("domain", "configuration", "removed"),
@@ -129,14 +167,14 @@ def parse_actions(data: bytes, *, table: str, version: int | None = None) -> lis
                 f"line {number}: malformed JSON ({exc.msg} at column {exc.colno})",
                 table=table,
                 version=version,
-                hint="each line must be one JSON object such as {\"add\": {...}}",
+                hint='each line must be one JSON object such as {"add": {...}}',
             ) from None
         if not isinstance(obj, dict) or len(obj) != 1:
             raise InvalidActionError(
                 f"line {number}: an action must be a JSON object with exactly one key (the action type)",
                 table=table,
                 version=version,
-                hint="e.g. {\"add\": {...}}",
+                hint='e.g. {"add": {...}}',
             )
         ((action_type, body),) = obj.items()
         if not isinstance(body, dict):
@@ -144,29 +182,44 @@ def parse_actions(data: bytes, *, table: str, version: int | None = None) -> lis
                 f"line {number}: the body of '{action_type}' must be a JSON object",
                 table=table,
                 version=version,
-                hint=f"e.g. {{\"{action_type}\": {{...}}}}",
+                hint=f'e.g. {{"{action_type}": {{...}}}}',
             )
         out.append((action_type, body))
     if not out:
-        raise InvalidActionError("the commit holds no actions", table=table, version=version,
-                                 hint="pass at least one action")
+        raise InvalidActionError(
+            "the commit holds no actions", table=table, version=version, hint="pass at least one action"
+        )
     return out
 
 
-def _require(body: Mapping[str, Any], field: str, kinds: type | tuple[type, ...], where: str,
-             table: str, version: int | None, optional: bool = False) -> None:
+def _require(
+    body: Mapping[str, Any],
+    field: str,
+    kinds: type | tuple[type, ...],
+    where: str,
+    table: str,
+    version: int | None,
+    optional: bool = False,
+) -> None:
     if field not in body or body[field] is None:
         if optional:
             return
-        raise InvalidActionError(f"{where}: missing required field '{field}'", table=table, version=version,
-                                 hint="see the Delta protocol's action reference")
+        raise InvalidActionError(
+            f"{where}: missing required field '{field}'",
+            table=table,
+            version=version,
+            hint="see the Delta protocol's action reference",
+        )
     value = body[field]
     if isinstance(value, bool) and kinds in (int, (int,)):
         raise InvalidActionError(f"{where}: field '{field}' must be an integer", table=table, version=version)
     if not isinstance(value, kinds):
         names = kinds.__name__ if isinstance(kinds, type) else "/".join(k.__name__ for k in kinds)
-        raise InvalidActionError(f"{where}: field '{field}' must be {names}, got {type(value).__name__}",
-                                 table=table, version=version)
+        raise InvalidActionError(
+            f"{where}: field '{field}' must be {names}, got {type(value).__name__}",
+            table=table,
+            version=version,
+        )
 
 
 def check_data_path(path: str, *, table: str, version: int | None, where: str, location: str | None) -> None:
@@ -179,33 +232,56 @@ def check_data_path(path: str, *, table: str, version: int | None, where: str, l
         if not root or not path.startswith(root + "/"):
             raise InvalidActionError(
                 f"{where}: path '{path}' is outside the table root {root or '(unknown)'}",
-                table=table, version=version, hint="use a path relative to the table root",
+                table=table,
+                version=version,
+                hint="use a path relative to the table root",
             )
-        rel = path[len(root) + 1:]
+        rel = path[len(root) + 1 :]
     else:
         rel = path
     decoded = unquote(rel)
     if decoded.startswith("/") or "\\" in decoded or "\x00" in decoded:
-        raise InvalidActionError(f"{where}: path '{path}' must be relative to the table root",
-                                 table=table, version=version, hint="remove the leading '/'")
+        raise InvalidActionError(
+            f"{where}: path '{path}' must be relative to the table root",
+            table=table,
+            version=version,
+            hint="remove the leading '/'",
+        )
     parts = decoded.split("/")
     if ".." in parts or posixpath.normpath(decoded).startswith(".."):
-        raise InvalidActionError(f"{where}: path '{path}' escapes the table root",
-                                 table=table, version=version, hint="'..' is not allowed in data file paths")
+        raise InvalidActionError(
+            f"{where}: path '{path}' escapes the table root",
+            table=table,
+            version=version,
+            hint="'..' is not allowed in data file paths",
+        )
     if parts[0] == "_delta_log":
-        raise InvalidActionError(f"{where}: path '{path}' points into _delta_log/",
-                                 table=table, version=version, hint="data files live outside _delta_log/")
+        raise InvalidActionError(
+            f"{where}: path '{path}' points into _delta_log/",
+            table=table,
+            version=version,
+            hint="data files live outside _delta_log/",
+        )
 
 
 def _check_string_map(value: Any, field: str, where: str, table: str, version: int | None) -> None:
-    if not isinstance(value, dict) or not all(isinstance(k, str) and (v is None or isinstance(v, str))
-                                              for k, v in value.items()):
-        raise InvalidActionError(f"{where}: '{field}' must map strings to strings (or null)",
-                                 table=table, version=version)
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in value.items()
+    ):
+        raise InvalidActionError(
+            f"{where}: '{field}' must map strings to strings (or null)", table=table, version=version
+        )
 
 
-def validate_action(action_type: str, body: Mapping[str, Any], *, number: int, table: str,
-                    version: int | None, location: str | None) -> None:
+def validate_action(
+    action_type: str,
+    body: Mapping[str, Any],
+    *,
+    number: int,
+    table: str,
+    version: int | None,
+    location: str | None,
+) -> None:
     """Check one action of a native commit against the protocol's required fields."""
     try:
         _validate_action(action_type, body, number=number, table=table, version=version, location=location)
@@ -215,8 +291,15 @@ def validate_action(action_type: str, body: Mapping[str, Any], *, number: int, t
         raise
 
 
-def _validate_action(action_type: str, body: Mapping[str, Any], *, number: int, table: str,
-                     version: int | None, location: str | None) -> None:
+def _validate_action(
+    action_type: str,
+    body: Mapping[str, Any],
+    *,
+    number: int,
+    table: str,
+    version: int | None,
+    location: str | None,
+) -> None:
     where = f"action {number} ({action_type})"
     req = _require
     if action_type in ("add", "remove", "cdc"):
@@ -235,14 +318,21 @@ def _validate_action(action_type: str, body: Mapping[str, Any], *, number: int, 
             req(body, "deletionTimestamp", int, where, table, version, optional=True)
         size = body.get("size")
         if isinstance(size, int) and size < 0:
-            raise InvalidActionError(f"{where}: size must not be negative (got {size})", table=table,
-                                     version=version)
+            raise InvalidActionError(
+                f"{where}: size must not be negative (got {size})", table=table, version=version
+            )
         dv = body.get("deletionVector")
         if dv is not None:
             if not isinstance(dv, dict):
-                raise InvalidActionError(f"{where}: deletionVector must be an object", table=table, version=version)
-            for field, kind in (("storageType", str), ("pathOrInlineDv", str), ("sizeInBytes", int),
-                                ("cardinality", int)):
+                raise InvalidActionError(
+                    f"{where}: deletionVector must be an object", table=table, version=version
+                )
+            for field, kind in (
+                ("storageType", str),
+                ("pathOrInlineDv", str),
+                ("sizeInBytes", int),
+                ("cardinality", int),
+            ):
                 req(dv, field, kind, f"{where}.deletionVector", table, version)
     elif action_type == "metaData":
         req(body, "id", str, where, table, version)
@@ -252,12 +342,18 @@ def _validate_action(action_type: str, body: Mapping[str, Any], *, number: int, 
         try:
             schema = json.loads(body["schemaString"])
         except json.JSONDecodeError:
-            raise InvalidActionError(f"{where}: schemaString is not valid JSON", table=table, version=version) from None
+            raise InvalidActionError(
+                f"{where}: schemaString is not valid JSON", table=table, version=version
+            ) from None
         if not isinstance(schema, dict) or schema.get("type") != "struct":
-            raise InvalidActionError(f"{where}: schemaString must be a struct type", table=table, version=version)
+            raise InvalidActionError(
+                f"{where}: schemaString must be a struct type", table=table, version=version
+            )
         req(body, "partitionColumns", list, where, table, version)
         if not all(isinstance(c, str) for c in body["partitionColumns"]):
-            raise InvalidActionError(f"{where}: partitionColumns must be strings", table=table, version=version)
+            raise InvalidActionError(
+                f"{where}: partitionColumns must be strings", table=table, version=version
+            )
         if "configuration" in body:
             _check_string_map(body["configuration"], "configuration", where, table, version)
     elif action_type == "protocol":
@@ -265,26 +361,46 @@ def _validate_action(action_type: str, body: Mapping[str, Any], *, number: int, 
         req(body, "minWriterVersion", int, where, table, version)
         reader, writer = body["minReaderVersion"], body["minWriterVersion"]
         if reader < 1 or writer < 1:
-            raise InvalidActionError(f"{where}: protocol versions must be positive", table=table, version=version)
+            raise InvalidActionError(
+                f"{where}: protocol versions must be positive", table=table, version=version
+            )
         if "readerFeatures" in body and reader != 3:
-            raise InvalidActionError(f"{where}: readerFeatures is only allowed with minReaderVersion 3",
-                                     table=table, version=version, hint="set minReaderVersion to 3 or drop readerFeatures")
+            raise InvalidActionError(
+                f"{where}: readerFeatures is only allowed with minReaderVersion 3",
+                table=table,
+                version=version,
+                hint="set minReaderVersion to 3 or drop readerFeatures",
+            )
         if "writerFeatures" in body and writer != 7:
-            raise InvalidActionError(f"{where}: writerFeatures is only allowed with minWriterVersion 7",
-                                     table=table, version=version, hint="set minWriterVersion to 7 or drop writerFeatures")
+            raise InvalidActionError(
+                f"{where}: writerFeatures is only allowed with minWriterVersion 7",
+                table=table,
+                version=version,
+                hint="set minWriterVersion to 7 or drop writerFeatures",
+            )
         # Delta-Spark refuses the converse too ("Mismatched minReaderVersion and readerFeatures").
         if reader == 3 and writer != 7:
-            raise InvalidActionError(f"{where}: minReaderVersion 3 needs minWriterVersion 7", table=table,
-                                     version=version, hint="table features need writer version 7")
+            raise InvalidActionError(
+                f"{where}: minReaderVersion 3 needs minWriterVersion 7",
+                table=table,
+                version=version,
+                hint="table features need writer version 7",
+            )
         for field, level in (("readerFeatures", reader == 3), ("writerFeatures", writer == 7)):
             if level and field not in body:
                 what = "minReaderVersion 3" if field == "readerFeatures" else "minWriterVersion 7"
-                raise InvalidActionError(f"{where}: {what} needs {field} (a list, possibly empty)", table=table,
-                                         version=version, hint=f"add \"{field}\": [...]")
-            if field in body and not (isinstance(body[field], list)
-                                      and all(isinstance(f, str) for f in body[field])):
-                raise InvalidActionError(f"{where}: {field} must be a list of strings", table=table,
-                                         version=version)
+                raise InvalidActionError(
+                    f"{where}: {what} needs {field} (a list, possibly empty)",
+                    table=table,
+                    version=version,
+                    hint=f'add "{field}": [...]',
+                )
+            if field in body and not (
+                isinstance(body[field], list) and all(isinstance(f, str) for f in body[field])
+            ):
+                raise InvalidActionError(
+                    f"{where}: {field} must be a list of strings", table=table, version=version
+                )
     elif action_type == "txn":
         req(body, "appId", str, where, table, version)
         req(body, "version", int, where, table, version)
@@ -298,7 +414,9 @@ def _validate_action(action_type: str, body: Mapping[str, Any], *, number: int, 
         req(body, "inCommitTimestamp", int, where, table, version, optional=True)
     else:
         raise InvalidActionError(
-            f"{where}: unknown action type '{action_type}'", table=table, version=version,
+            f"{where}: unknown action type '{action_type}'",
+            table=table,
+            version=version,
             hint=f"native commits take {', '.join(KNOWN_ACTIONS[:8])}",
         )
 

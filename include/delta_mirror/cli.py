@@ -64,8 +64,11 @@ def _errors(ctx: Ctx, table: str | None = None) -> Iterator[None]:
         if ctx.debug:
             raise
         where = f"table '{table}': " if table else ""
-        click.echo(f"error: {where}unexpected {type(exc).__name__}: {_one_line(str(exc))[:300]} — this is a bug; "
-                   "rerun with --debug for the traceback and report it", err=True)
+        click.echo(
+            f"error: {where}unexpected {type(exc).__name__}: {_one_line(str(exc))[:300]} — this is a bug; "
+            "rerun with --debug for the traceback and report it",
+            err=True,
+        )
         sys.exit(1)
 
 
@@ -91,14 +94,22 @@ def _emit(data: object, as_json: bool, text: Callable[[], None]) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--store", "store_url", envvar="DELTA_MIRROR_STORE", default=None, metavar="URL",
-              help="SQL store URL (default: $DELTA_MIRROR_STORE, else sqlite under $DELTA_MIRROR_HOME).")
+@click.option(
+    "--store",
+    "store_url",
+    envvar="DELTA_MIRROR_STORE",
+    default=None,
+    metavar="URL",
+    help="SQL store URL (default: $DELTA_MIRROR_STORE, else sqlite under $DELTA_MIRROR_HOME).",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
 @click.version_option(__version__, prog_name="delta-mirror")
 @click.pass_context
 def cli(click_ctx: click.Context, store_url: str | None, debug: bool) -> None:
     """Publish Delta logs whose authority is a SQL database."""
-    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     click_ctx.obj = Ctx(store_url, debug)
 
 
@@ -108,8 +119,15 @@ def store_option(fn: Callable[..., Any]) -> Callable[..., Any]:
         if value:
             click_ctx.find_object(Ctx).store_url = value  # type: ignore[union-attr]
 
-    return click.option("--store", "store_url", default=None, metavar="URL", expose_value=False,
-                        callback=callback, help="SQL store URL.")(fn)
+    return click.option(
+        "--store",
+        "store_url",
+        default=None,
+        metavar="URL",
+        expose_value=False,
+        callback=callback,
+        help="SQL store URL.",
+    )(fn)
 
 
 @cli.command()
@@ -135,31 +153,52 @@ def import_(ctx: Ctx, source_uri: str, name: str, location: str | None, as_json:
     from delta_mirror.importer import import_table
 
     with _errors(ctx, name):
-        result = import_table(ctx.store(), source_uri, name=name, location=location,
-                              progress=_progress(f"importing {name}"))
+        result = import_table(
+            ctx.store(), source_uri, name=name, location=location, progress=_progress(f"importing {name}")
+        )
 
         def text() -> None:
-            start = f"checkpoint {result.base_checkpoint_version}" if result.base_checkpoint_version is not None \
+            start = (
+                f"checkpoint {result.base_checkpoint_version}"
+                if result.base_checkpoint_version is not None
                 else f"version {result.start_version}"
-            click.echo(f"imported '{name}': versions {result.start_version}..{result.end_version} "
-                       f"({result.commits} commits, starting at {start}) -> {result.location}"
-                       + (" (in place)" if result.in_place else ""))
+            )
+            click.echo(
+                f"imported '{name}': versions {result.start_version}..{result.end_version} "
+                f"({result.commits} commits, starting at {start}) -> {result.location}"
+                + (" (in place)" if result.in_place else "")
+            )
 
         _emit(result.to_json(), as_json, text)
 
 
 @cli.command()
 @click.argument("name")
-@click.option("--actions", "actions_file", required=True, type=click.File("rb"),
-              help="JSON lines of Delta actions ('-' for stdin).")
+@click.option(
+    "--actions",
+    "actions_file",
+    required=True,
+    type=click.File("rb"),
+    help="JSON lines of Delta actions ('-' for stdin).",
+)
 @click.option("--location", default=None, help="Create the table at this location if it does not exist.")
-@click.option("--expected-version", type=click.IntRange(min=0), default=None,
-              help="Fail unless the commit becomes exactly this version.")
+@click.option(
+    "--expected-version",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Fail unless the commit becomes exactly this version.",
+)
 @click.option("--operation", default=None, help="commitInfo operation (default WRITE / CREATE TABLE).")
 @store_option
 @click.pass_obj
-def commit(ctx: Ctx, name: str, actions_file: Any, location: str | None, expected_version: int | None,
-           operation: str | None) -> None:
+def commit(
+    ctx: Ctx,
+    name: str,
+    actions_file: Any,
+    location: str | None,
+    expected_version: int | None,
+    operation: str | None,
+) -> None:
     """Commit actions as the table's next version; prints the version."""
     from delta_mirror.actions import parse_actions
     from delta_mirror.storage import normalize_location
@@ -174,8 +213,11 @@ def commit(ctx: Ctx, name: str, actions_file: Any, location: str | None, expecte
             except TableNotFoundError:
                 _check_new_location(name, target)
         # The table is created in the commit's own transaction: a refused commit leaves no table.
-        click.echo(store.commit(name, actions, expected_version=expected_version, operation=operation,
-                                location=target))
+        click.echo(
+            store.commit(
+                name, actions, expected_version=expected_version, operation=operation, location=target
+            )
+        )
 
 
 def _check_new_location(name: str, location: str) -> None:
@@ -186,8 +228,11 @@ def _check_new_location(name: str, location: str) -> None:
 
     existing = [m for m in open_store(location).list(LOG_DIR) if parse_log_file(m.path.rsplit("/", 1)[-1])]
     if existing:
-        raise TableExistsError(f"{location} already holds a Delta log ({existing[0].path})", table=name,
-                               hint=f"import it with `delta-mirror import {location} --table {name}`")
+        raise TableExistsError(
+            f"{location} already holds a Delta log ({existing[0].path})",
+            table=name,
+            hint=f"import it with `delta-mirror import {location} --table {name}`",
+        )
 
 
 @cli.command()
@@ -207,10 +252,12 @@ def mirror(ctx: Ctx, name: str, to_version: int | None, as_json: bool) -> None:
             if not result.published and not result.already_present:
                 click.echo(f"'{name}' is up to date (published through version {result.last_published})")
                 return
-            click.echo(f"published {len(result.published)} version(s) of '{name}' through version "
-                       f"{result.last_published}" + (f", {len(result.already_present)} already present"
-                                                      if result.already_present else "")
-                       + (f"; checkpoint at {', '.join(map(str, result.checkpoints))}" if result.checkpoints else ""))
+            click.echo(
+                f"published {len(result.published)} version(s) of '{name}' through version "
+                f"{result.last_published}"
+                + (f", {len(result.already_present)} already present" if result.already_present else "")
+                + (f"; checkpoint at {', '.join(map(str, result.checkpoints))}" if result.checkpoints else "")
+            )
 
         _emit(result.to_json(), as_json, text)
 
@@ -237,24 +284,32 @@ def checkpoint(ctx: Ctx, name: str, version: int | None) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @store_option
 @click.pass_obj
-def validate(ctx: Ctx, name: str, from_version: int | None, to_version: int | None, reader: str,
-             as_json: bool) -> None:
+def validate(
+    ctx: Ctx, name: str, from_version: int | None, to_version: int | None, reader: str, as_json: bool
+) -> None:
     """Compare a reader's view of the published table and the log listing with the store."""
     from delta_mirror.validate import validate_table
 
     with _errors(ctx, name):
         if from_version is not None and to_version is not None and from_version > to_version:
-            raise DataError(f"--from-version {from_version} is after --to-version {to_version}", table=name,
-                            hint="swap them")
-        report = validate_table(ctx.store(), name, from_version=from_version, to_version=to_version, reader=reader)
+            raise DataError(
+                f"--from-version {from_version} is after --to-version {to_version}",
+                table=name,
+                hint="swap them",
+            )
+        report = validate_table(
+            ctx.store(), name, from_version=from_version, to_version=to_version, reader=reader
+        )
 
         def text() -> None:
             for p in report.problems:
                 where = f"version {p.version}: " if p.version is not None else ""
                 click.echo(f"PROBLEM [{p.kind}] {where}{p.message}\n  what to do: {p.hint}")
             verdict = "OK" if report.ok else f"{len(report.problems)} problem(s)"
-            click.echo(f"validated '{name}' versions {report.from_version}..{report.to_version} "
-                       f"({report.versions_checked} checked with {reader}): {verdict}")
+            click.echo(
+                f"validated '{name}' versions {report.from_version}..{report.to_version} "
+                f"({report.versions_checked} checked with {reader}): {verdict}"
+            )
 
         _emit(report.to_json(), as_json, text)
         if not report.ok:
@@ -279,11 +334,15 @@ def status(ctx: Ctx, name: str | None, as_json: bool) -> None:
             if not rows:
                 click.echo("no tables")
                 return
-            click.echo(f"{'TABLE':<24} {'STATE':<8} {'COMMITTED':>9} {'PUBLISHED':>9} {'BEHIND':>6} "
-                       f"{'LAG_S':>8} {'CHECKPOINT':>10}  LOCATION")
+            click.echo(
+                f"{'TABLE':<24} {'STATE':<8} {'COMMITTED':>9} {'PUBLISHED':>9} {'BEHIND':>6} "
+                f"{'LAG_S':>8} {'CHECKPOINT':>10}  LOCATION"
+            )
             for r in rows:
-                click.echo(f"{r.table:<24} {r.state:<8} {_v(r.latest_committed):>9} {_v(r.last_published):>9} "
-                           f"{r.versions_behind:>6} {r.lag_seconds:>8.1f} {_v(r.last_checkpoint):>10}  {r.location}")
+                click.echo(
+                    f"{r.table:<24} {r.state:<8} {_v(r.latest_committed):>9} {_v(r.last_published):>9} "
+                    f"{r.versions_behind:>6} {r.lag_seconds:>8.1f} {_v(r.last_checkpoint):>10}  {r.location}"
+                )
                 if r.halted_reason:
                     click.echo(f"  halted: {r.halted_reason}")
                 elif r.last_error:
@@ -307,7 +366,9 @@ def resume(ctx: Ctx, name: str) -> None:
         table = store.get_table(name)
         store.resume_table(table.id)
         for row in store.status_rows(table.id, states=("FAILED", "CONFLICT")):
-            store.mark_failed(table.id, row.version, row.artifact, "PENDING", row.error_class or "", row.last_error or "")
+            store.mark_failed(
+                table.id, row.version, row.artifact, "PENDING", row.error_class or "", row.last_error or ""
+            )
         click.echo(f"'{name}' is active again; run `delta-mirror mirror {name}`")
 
 

@@ -18,9 +18,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 _DELTA_TYPES = {
-    pa.int64(): "long", pa.int32(): "integer", pa.int16(): "short", pa.int8(): "byte", pa.string(): "string",
-    pa.large_string(): "string", pa.float64(): "double", pa.float32(): "float", pa.bool_(): "boolean",
-    pa.date32(): "date", pa.timestamp("us", tz="UTC"): "timestamp",
+    pa.int64(): "long",
+    pa.int32(): "integer",
+    pa.int16(): "short",
+    pa.int8(): "byte",
+    pa.string(): "string",
+    pa.large_string(): "string",
+    pa.float64(): "double",
+    pa.float32(): "float",
+    pa.bool_(): "boolean",
+    pa.date32(): "date",
+    pa.timestamp("us", tz="UTC"): "timestamp",
 }
 
 
@@ -40,10 +48,14 @@ def _stat(value: Any) -> Any:
     return value
 
 
-def write_data_file(root: Path, data: pa.Table, partition_values: dict[str, str | None] | None = None) -> dict[str, Any]:
+def write_data_file(
+    root: Path, data: pa.Table, partition_values: dict[str, str | None] | None = None
+) -> dict[str, Any]:
     """Write ``data`` as a Parquet file under ``root`` and return its ``add`` action body."""
     partition_values = partition_values or {}
-    rel_dir = "/".join(f"{k}={'__HIVE_DEFAULT_PARTITION__' if v is None else v}" for k, v in partition_values.items())
+    rel_dir = "/".join(
+        f"{k}={'__HIVE_DEFAULT_PARTITION__' if v is None else v}" for k, v in partition_values.items()
+    )
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     rel = f"{rel_dir}/{name}" if rel_dir else name
     target = root / rel

@@ -48,15 +48,25 @@ def prepare() -> Path:
     print(f"location: {location.as_uri()}")
 
     batches = [
-        pa.table({"id": [1, 2, 3], "city": ["Lisbon", "Oslo", "Lima"], "amount": [9.5, 20.0, 3.25]}, schema=schema),
+        pa.table(
+            {"id": [1, 2, 3], "city": ["Lisbon", "Oslo", "Lima"], "amount": [9.5, 20.0, 3.25]}, schema=schema
+        ),
         pa.table({"id": [4, 5], "city": ["Quito", "Accra"], "amount": [11.0, 7.75]}, schema=schema),
         pa.table({"id": [6], "city": ["Hanoi"], "amount": [42.0]}, schema=schema),
     ]
     first: list[tuple[str, dict[str, Any]]] = [
         ("protocol", {"minReaderVersion": 1, "minWriterVersion": 2}),
-        ("metaData", {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
-                      "schemaString": delta_schema_string(schema), "partitionColumns": [],
-                      "configuration": {"delta.checkpointInterval": "3"}, "createdTime": 0}),
+        (
+            "metaData",
+            {
+                "id": str(uuid.uuid4()),
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": delta_schema_string(schema),
+                "partitionColumns": [],
+                "configuration": {"delta.checkpointInterval": "3"},
+                "createdTime": 0,
+            },
+        ),
     ]
     version = store.commit(TABLE, [*first, ("add", write_data_file(location, batches[0]))])
     print(f"committed version {version}: create + 3 rows")
@@ -66,8 +76,20 @@ def prepare() -> Path:
         adds.append(add)
         version = store.commit(TABLE, [("add", add)])
         print(f"committed version {version}: +{batch.num_rows} rows")
-    version = store.commit(TABLE, [("remove", {"path": adds[-1]["path"], "deletionTimestamp": add["modificationTime"],
-                                               "dataChange": True, "size": add["size"]})])
+    version = store.commit(
+        TABLE,
+        [
+            (
+                "remove",
+                {
+                    "path": adds[-1]["path"],
+                    "deletionTimestamp": add["modificationTime"],
+                    "dataChange": True,
+                    "size": add["size"],
+                },
+            )
+        ],
+    )
     print(f"committed version {version}: delete the Hanoi file")
     return location
 
@@ -75,8 +97,10 @@ def prepare() -> Path:
 def publish() -> None:
     """Publish without Airflow (the core library alone)."""
     result = Publisher(SqlStore()).publish(TABLE)
-    print(f"published versions {result.published[0]}..{result.last_published}; "
-          f"checkpoint at {result.checkpoints or 'none'}")
+    print(
+        f"published versions {result.published[0]}..{result.last_published}; "
+        f"checkpoint at {result.checkpoints or 'none'}"
+    )
 
 
 def show() -> None:

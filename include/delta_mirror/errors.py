@@ -1,17 +1,17 @@
 """The error hierarchy: retryability is a property of the error type.
 
-    MirrorError                      (base; carries ``error_class``, ``table``, ``version``, ``hint``)
-    ├── TransientError               retry with backoff (throttling, 5xx, timeouts, DB serialization)
-    │   └── LeaseHeldError           another publisher is working on the table right now
-    ├── PermanentError               fail fast, fix configuration (auth, missing bucket, bad URL)
-    │   ├── UnsupportedTableError    the source uses a feature we refuse (e.g. catalogManaged)
-    │   ├── NotADeltaTableError      the source has no readable ``_delta_log``
-    │   └── TableNotFoundError / TableExistsError
-    ├── ConflictError                halt, alert, never overwrite
-    │   ├── CommitConflictError      another writer committed that version first
-    │   └── PublishConflictError     a different file already sits at ``_delta_log/<v>.json``
-    └── DataError                    an invalid action or a version gap: nothing is written
-        └── InvalidActionError
+MirrorError                      (base; carries ``error_class``, ``table``, ``version``, ``hint``)
+├── TransientError               retry with backoff (throttling, 5xx, timeouts, DB serialization)
+│   └── LeaseHeldError           another publisher is working on the table right now
+├── PermanentError               fail fast, fix configuration (auth, missing bucket, bad URL)
+│   ├── UnsupportedTableError    the source uses a feature we refuse (e.g. catalogManaged)
+│   ├── NotADeltaTableError      the source has no readable ``_delta_log``
+│   └── TableNotFoundError / TableExistsError
+├── ConflictError                halt, alert, never overwrite
+│   ├── CommitConflictError      another writer committed that version first
+│   └── PublishConflictError     a different file already sits at ``_delta_log/<v>.json``
+└── DataError                    an invalid action or a version gap: nothing is written
+    └── InvalidActionError
 """
 
 from __future__ import annotations

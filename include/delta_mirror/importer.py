@@ -58,8 +58,14 @@ def _part_size(src: SourceLog) -> int | None:
     return max(1, DEFAULT_PART_SIZE // src.multipart_parts)
 
 
-def import_table(store: SqlStore, source: str, *, name: str, location: str | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> ImportResult:
+def import_table(
+    store: SqlStore,
+    source: str,
+    *,
+    name: str,
+    location: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ImportResult:
     """Import the Delta table at ``source`` as ``name``, to be published at ``location``.
 
     ``location`` defaults to the source (in-place migration): the existing commit files are adopted
@@ -73,30 +79,47 @@ def import_table(store: SqlStore, source: str, *, name: str, location: str | Non
     if not in_place:
         existing = [m for m in open_store(target).list(LOG_DIR) if parse_log_file(m.path.rsplit("/", 1)[-1])]
         if existing:
-            raise PermanentError(f"the location {target} already holds a Delta log ({existing[0].path})",
-                                 table=name, hint="choose an empty location, or omit --location to import in place")
+            raise PermanentError(
+                f"the location {target} already holds a Delta log ({existing[0].path})",
+                table=name,
+                hint="choose an empty location, or omit --location to import in place",
+            )
     base = src.base_checkpoint
     kind = src.checkpoint_kind
     table_info = None
     total = len(src.commits)
     with db.translated(store.url, f"importing table '{name}'"), store.begin() as conn:
         table_info = store.create_table(
-            name, target, first_version=src.start_version,
-            base_checkpoint_version=base.version if base else None, checkpoint_kind=kind,
-            checkpoint_part_size=_part_size(src), conn=conn,
-            settings={"imported_from": source_uri, "imported_at": now_ms()})
+            name,
+            target,
+            first_version=src.start_version,
+            base_checkpoint_version=base.version if base else None,
+            checkpoint_kind=kind,
+            checkpoint_part_size=_part_size(src),
+            conn=conn,
+            settings={"imported_from": source_uri, "imported_at": now_ms()},
+        )
         if base is not None:
-            store.import_version(conn, table_info, base.version, _parse(base.actions), base.actions,
-                                 part=PART_SNAPSHOT)
+            store.import_version(
+                conn, table_info, base.version, _parse(base.actions), base.actions, part=PART_SNAPSHOT
+            )
             if not src.commits or src.commits[0][0] != base.version:
-                store.import_version(conn, table_info, base.version, [], [], has_json=False, index_files=False)
+                store.import_version(
+                    conn, table_info, base.version, [], [], has_json=False, index_files=False
+                )
         for done, (version, lines, original) in enumerate(src.commits, start=1):
             actions = _parse(lines)
             published = hashlib.sha256(original).hexdigest() if in_place else None
             store.import_version(
-                conn, table_info, version, actions, lines,
-                published_sha256=published, published_size=len(original) if in_place else None,
-                index_files=not (base is not None and version == base.version))
+                conn,
+                table_info,
+                version,
+                actions,
+                lines,
+                published_sha256=published,
+                published_size=len(original) if in_place else None,
+                index_files=not (base is not None and version == base.version),
+            )
             if progress:
                 progress(done, total)
     if in_place:
@@ -105,8 +128,17 @@ def import_table(store: SqlStore, source: str, *, name: str, location: str | Non
             if version >= src.start_version:
                 store.ensure_status(table_info.id, version, "checkpoint")
                 store.mark_succeeded(table_info.id, "checkpoint", [(version, "", 0)])
-    return ImportResult(name, source_uri, target, in_place, src.start_version, src.end_version, len(src.commits),
-                        base.version if base else None, kind)
+    return ImportResult(
+        name,
+        source_uri,
+        target,
+        in_place,
+        src.start_version,
+        src.end_version,
+        len(src.commits),
+        base.version if base else None,
+        kind,
+    )
 
 
 __all__ = ["ImportResult", "import_table"]

@@ -19,8 +19,14 @@ from delta_mirror.storage import ObjectMeta, open_store
 from delta_mirror.store.sql_store import SqlStore, now_ms
 
 DEFAULT_LOG_RETENTION_MS = 30 * 86_400_000
-_CLEANABLE = (LogFileKind.COMMIT, LogFileKind.CHECKPOINT, LogFileKind.MULTIPART_CHECKPOINT,
-              LogFileKind.UUID_CHECKPOINT, LogFileKind.CRC, LogFileKind.COMPACTED)
+_CLEANABLE = (
+    LogFileKind.COMMIT,
+    LogFileKind.CHECKPOINT,
+    LogFileKind.MULTIPART_CHECKPOINT,
+    LogFileKind.UUID_CHECKPOINT,
+    LogFileKind.CRC,
+    LogFileKind.COMPACTED,
+)
 
 
 @dataclass
@@ -32,8 +38,14 @@ class CleanupReport:
     deleted: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
-        return {"table": self.table, "dry_run": self.dry_run, "cutoff_ms": self.cutoff_ms,
-                "kept_checkpoint": self.kept_checkpoint, "files": len(self.deleted), "deleted": self.deleted}
+        return {
+            "table": self.table,
+            "dry_run": self.dry_run,
+            "cutoff_ms": self.cutoff_ms,
+            "kept_checkpoint": self.kept_checkpoint,
+            "files": len(self.deleted),
+            "deleted": self.deleted,
+        }
 
 
 def _mtime_ms(meta: ObjectMeta) -> int:
@@ -43,24 +55,38 @@ def _mtime_ms(meta: ObjectMeta) -> int:
     return int(ts.timestamp() * 1000)
 
 
-def cleanup_log(store: SqlStore, name: str, *, dry_run: bool = True, retention_ms: int | None = None,
-                now: datetime | None = None, storage_options: Mapping[str, str] | None = None) -> CleanupReport:
+def cleanup_log(
+    store: SqlStore,
+    name: str,
+    *,
+    dry_run: bool = True,
+    retention_ms: int | None = None,
+    now: datetime | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> CleanupReport:
     """Delete (or list, in dry-run) log files that fell out of the retention window."""
     table = store.get_table(name)
     published = store.last_published_version(table.id)
     if retention_ms is None:
         snapshot_version = published if published is not None else table.first_version
         meta = json.loads(store.snapshot(table.id, snapshot_version).metadata)["metaData"]
-        retention_ms = parse_interval_ms((meta.get("configuration") or {}).get("delta.logRetentionDuration"),
-                                         DEFAULT_LOG_RETENTION_MS)
+        retention_ms = parse_interval_ms(
+            (meta.get("configuration") or {}).get("delta.logRetentionDuration"), DEFAULT_LOG_RETENTION_MS
+        )
     current = int((now.timestamp() if now else now_ms() / 1000) * 1000)
     cutoff = current - retention_ms
     objects = open_store(table.location, storage_options)
-    listing = [(m, parse_log_file(m.path.rsplit("/", 1)[-1])) for m in objects.list(LOG_DIR)
-               if m.path.count("/") == 1]
+    listing = [
+        (m, parse_log_file(m.path.rsplit("/", 1)[-1]))
+        for m in objects.list(LOG_DIR)
+        if m.path.count("/") == 1
+    ]
     succeeded = {r.version for r in store.status_rows(table.id, artifact="checkpoint", states=("SUCCESS",))}
-    candidates = [f.version for m, f in listing
-                  if f is not None and f.is_checkpoint and f.version in succeeded and _mtime_ms(m) <= cutoff]
+    candidates = [
+        f.version
+        for m, f in listing
+        if f is not None and f.is_checkpoint and f.version in succeeded and _mtime_ms(m) <= cutoff
+    ]
     report = CleanupReport(name, dry_run, cutoff, max(candidates) if candidates else None)
     if report.kept_checkpoint is None:
         return report

@@ -46,8 +46,14 @@ DEFAULT_CHECKPOINT_INTERVAL = 10
 DEFAULT_CHECKPOINT_MAX_BYTES = 32 * 1024 * 1024
 DEFAULT_TOMBSTONE_RETENTION_MS = 7 * 24 * 3600 * 1000
 _INTERVAL = re.compile(r"^\s*(?:interval\s+)?(\d+)\s+(\w+?)s?\s*$", re.IGNORECASE)
-_UNIT_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000,
-            "week": 604_800_000}
+_UNIT_MS = {
+    "millisecond": 1,
+    "second": 1000,
+    "minute": 60_000,
+    "hour": 3_600_000,
+    "day": 86_400_000,
+    "week": 604_800_000,
+}
 
 
 def parse_interval_ms(text: str | None, default: int) -> int:
@@ -97,10 +103,15 @@ class PublishResult:
     latest_committed: int | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {"table": self.table, "published": len(self.published), "already_present": len(self.already_present),
-                "first": self.published[0] if self.published else None,
-                "last_published": self.last_published, "latest_committed": self.latest_committed,
-                "checkpoints": self.checkpoints}
+        return {
+            "table": self.table,
+            "published": len(self.published),
+            "already_present": len(self.already_present),
+            "first": self.published[0] if self.published else None,
+            "last_published": self.last_published,
+            "latest_committed": self.latest_committed,
+            "checkpoints": self.checkpoints,
+        }
 
 
 def default_owner() -> str:
@@ -110,10 +121,17 @@ def default_owner() -> str:
 class Publisher:
     """Publishes a table's pending versions and checkpoints from the store to its location."""
 
-    def __init__(self, store: SqlStore, *, owner: str | None = None, lease_ttl: float = 120.0,
-                 batch_size: int = 500, retry: RetryPolicy | None = None,
-                 open_location: Callable[[str], ObjectStore] | None = None,
-                 storage_options: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        store: SqlStore,
+        *,
+        owner: str | None = None,
+        lease_ttl: float = 120.0,
+        batch_size: int = 500,
+        retry: RetryPolicy | None = None,
+        open_location: Callable[[str], ObjectStore] | None = None,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> None:
         self.store = store
         self.owner = owner or default_owner()
         self.lease_ttl = lease_ttl
@@ -123,24 +141,32 @@ class Publisher:
         self.open_location = open_location or (lambda location: open_store(location, self.storage_options))
 
     # -- publishing commits ----------------------------------------------------------------------
-    def publish(self, name: str, to_version: int | None = None,
-                progress: Callable[[int, int], None] | None = None) -> PublishResult:
+    def publish(
+        self, name: str, to_version: int | None = None, progress: Callable[[int, int], None] | None = None
+    ) -> PublishResult:
         table = self.store.get_table(name)
         if table.state == "HALTED":
-            raise PermanentError(f"the table is halted: {table.halted_reason}", table=name,
-                                 version=table.halted_version,
-                                 hint="fix the cause, then run `delta-mirror resume " + name + "`")
+            raise PermanentError(
+                f"the table is halted: {table.halted_reason}",
+                table=name,
+                version=table.halted_version,
+                hint="fix the cause, then run `delta-mirror resume " + name + "`",
+            )
         if not self.store.acquire_lease(table.id, self.owner, self.lease_ttl):
-            raise LeaseHeldError("another publisher holds this table's lease", table=name,
-                                 hint="it will be retried; a crashed publisher's lease expires by itself")
+            raise LeaseHeldError(
+                "another publisher holds this table's lease",
+                table=name,
+                hint="it will be retried; a crashed publisher's lease expires by itself",
+            )
         try:
             self.store.reset_in_progress(table.id)
             return self._publish(table, to_version, progress)
         finally:
             self.store.release_lease(table.id, self.owner)
 
-    def _publish(self, table: TableInfo, to_version: int | None,
-                 progress: Callable[[int, int], None] | None) -> PublishResult:
+    def _publish(
+        self, table: TableInfo, to_version: int | None, progress: Callable[[int, int], None] | None
+    ) -> PublishResult:
         result = PublishResult(table.name)
         latest = self.store.latest_version(table.id)
         result.latest_committed = latest
@@ -151,9 +177,12 @@ class Publisher:
         target = latest if to_version is None else min(to_version, latest)
         objects = self.open_location(table.location)
         start = table.first_version if last is None else last + 1
-        if (table.base_checkpoint_version is not None and last is not None
-                and last >= table.base_checkpoint_version
-                and self.store.last_checkpoint_version(table.id) is None):
+        if (
+            table.base_checkpoint_version is not None
+            and last is not None
+            and last >= table.base_checkpoint_version
+            and self.store.last_checkpoint_version(table.id) is None
+        ):
             # An imported table that starts at a checkpoint needs that checkpoint before more commits.
             self._checkpoint(table, objects, table.base_checkpoint_version, result)
         version = start
@@ -164,22 +193,31 @@ class Publisher:
             # The cadence is applied at batch boundaries: a long backlog still gets checkpoints
             # along the way (readers replay less), without one per `interval` versions.
             v = result.last_published
-            if v is not None and (result.published or result.already_present) and self._checkpoint_due(table, v):
+            if (
+                v is not None
+                and (result.published or result.already_present)
+                and self._checkpoint_due(table, v)
+            ):
                 self._checkpoint(table, objects, v, result)
             if progress:
                 progress(end - start + 1, total)
             version = end + 1
         return result
 
-    def _publish_batch(self, table: TableInfo, objects: ObjectStore, start: int, end: int,
-                       result: PublishResult) -> None:
+    def _publish_batch(
+        self, table: TableInfo, objects: ObjectStore, start: int, end: int, result: PublishResult
+    ) -> None:
         rows = self.store.commit_rows(table.id, start, end)
         lines = self.store.commit_lines(table.id, start, end)
         expected = start
         for row in rows:
             if row.version != expected:
-                raise DataError(f"version gap in the store: {expected} is missing", table=table.name,
-                                version=expected, hint="the store was edited by hand; restore it from backup")
+                raise DataError(
+                    f"version gap in the store: {expected} is missing",
+                    table=table.name,
+                    version=expected,
+                    hint="the store was edited by hand; restore it from backup",
+                )
             expected += 1
         self.store.mark_started(table.id, [r.version for r in rows if r.has_json], "json", self.owner)
         done: list[tuple[int, str, int]] = []
@@ -191,8 +229,10 @@ class Publisher:
                     if digest != row.sha256:
                         raise DataError(
                             f"the stored actions no longer match the recorded SHA-256 ({row.sha256[:12]}…)",
-                            table=table.name, version=row.version,
-                            hint="the store was modified outside delta-mirror; restore it from backup")
+                            table=table.name,
+                            version=row.version,
+                            hint="the store was modified outside delta-mirror; restore it from backup",
+                        )
                     present = self._put_with_retry(table, objects, row.version, data, digest)
                     done.append((row.version, digest, len(data)))
                     (result.already_present if present else result.published).append(row.version)
@@ -213,11 +253,14 @@ class Publisher:
             raise
         self.store.mark_succeeded(table.id, "json", done)
 
-    def _put_with_retry(self, table: TableInfo, objects: ObjectStore, version: int, data: bytes,
-                        digest: str) -> bool:
+    def _put_with_retry(
+        self, table: TableInfo, objects: ObjectStore, version: int, data: bytes, digest: str
+    ) -> bool:
         return self.retry.run(lambda: self._put_commit(table, objects, version, data, digest))
 
-    def _put_commit(self, table: TableInfo, objects: ObjectStore, version: int, data: bytes, digest: str) -> bool:
+    def _put_commit(
+        self, table: TableInfo, objects: ObjectStore, version: int, data: bytes, digest: str
+    ) -> bool:
         """Put-if-absent one commit; True when an identical file was already there."""
         path = f"{LOG_DIR}/{commit_name(version)}"
         try:
@@ -226,20 +269,32 @@ class Publisher:
         except ObjectExistsError:
             existing = objects.get(path)
             if existing is None:
-                raise TransientError("commit file vanished between write and read", table=table.name,
-                                     version=version, hint="retried automatically") from None
+                raise TransientError(
+                    "commit file vanished between write and read",
+                    table=table.name,
+                    version=version,
+                    hint="retried automatically",
+                ) from None
             if existing != data:
                 found = hashlib.sha256(existing).hexdigest()
                 raise PublishConflictError(
                     f"a different file already exists at {path} (expected sha256 {digest}, found {found})",
-                    table=table.name, version=version, expected_sha256=digest, found_sha256=found,
+                    table=table.name,
+                    version=version,
+                    expected_sha256=digest,
+                    found_sha256=found,
                     hint="an external writer or a split brain wrote to this log; the table is halted. Import the "
-                         "foreign commit or restore the log, then `delta-mirror resume`") from None
+                    "foreign commit or restore the log, then `delta-mirror resume`",
+                ) from None
             present = True
         meta = objects.head(path)
         if meta is None or meta.size != len(data):
-            raise TransientError(f"{path} is not durable after the write (size {meta.size if meta else None})",
-                                 table=table.name, version=version, hint="retried automatically")
+            raise TransientError(
+                f"{path} is not durable after the write (size {meta.size if meta else None})",
+                table=table.name,
+                version=version,
+                hint="retried automatically",
+            )
         return present
 
     # -- checkpoints ------------------------------------------------------------------------------
@@ -250,7 +305,10 @@ class Publisher:
             return False
         interval = table.checkpoint_interval
         if interval is None:
-            config = json.loads(self.store.snapshot(table.id, version).metadata)["metaData"].get("configuration") or {}
+            config = (
+                json.loads(self.store.snapshot(table.id, version).metadata)["metaData"].get("configuration")
+                or {}
+            )
             try:
                 interval = int(config.get("delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL))
             except ValueError:
@@ -275,12 +333,17 @@ class Publisher:
         table = self.store.get_table(name)
         last = self.store.last_published_version(table.id)
         if last is None:
-            raise PermanentError("nothing is published yet", table=name, hint="run `delta-mirror mirror` first")
+            raise PermanentError(
+                "nothing is published yet", table=name, hint="run `delta-mirror mirror` first"
+            )
         version = last if version is None else version
         if version > last or version < table.first_version:
             raise PermanentError(
                 f"cannot checkpoint version {version}: published versions are {table.first_version}..{last}",
-                table=name, version=version, hint="checkpoints follow published commits; mirror first")
+                table=name,
+                version=version,
+                hint="checkpoints follow published commits; mirror first",
+            )
         if not self.store.acquire_lease(table.id, self.owner, self.lease_ttl):
             raise LeaseHeldError("another publisher holds this table's lease", table=name, hint="retry later")
         try:
@@ -289,17 +352,31 @@ class Publisher:
             self.store.release_lease(table.id, self.owner)
         return version
 
-    def _checkpoint(self, table: TableInfo, objects: ObjectStore, version: int, result: PublishResult) -> None:
+    def _checkpoint(
+        self, table: TableInfo, objects: ObjectStore, version: int, result: PublishResult
+    ) -> None:
         snap = self.store.snapshot(table.id, version)
         config = json.loads(snap.metadata)["metaData"].get("configuration") or {}
-        retention = parse_interval_ms(config.get("delta.deletedFileRetentionDuration"), DEFAULT_TOMBSTONE_RETENTION_MS)
+        retention = parse_interval_ms(
+            config.get("delta.deletedFileRetentionDuration"), DEFAULT_TOMBSTONE_RETENTION_MS
+        )
         adds = [line for batch in self.store.iter_active_add_lines(table.id, version) for line in batch]
         removes = self.store.tombstone_lines(table.id, version, now_ms() - retention)
         built = build_checkpoint(
-            CheckpointInput(version=version, protocol=snap.protocol, metadata=snap.metadata, txns=snap.txns,
-                            domain_metadata=snap.domain_metadata, adds=adds, removes=removes),
-            kind=checkpoint_kind(table, snap.protocol), part_size=table.checkpoint_part_size,
-            checkpoint_id=f"{table.table_uuid}/{version}", modification_time_ms=self._committed_at(table, version))
+            CheckpointInput(
+                version=version,
+                protocol=snap.protocol,
+                metadata=snap.metadata,
+                txns=snap.txns,
+                domain_metadata=snap.domain_metadata,
+                adds=adds,
+                removes=removes,
+            ),
+            kind=checkpoint_kind(table, snap.protocol),
+            part_size=table.checkpoint_part_size,
+            checkpoint_id=f"{table.table_uuid}/{version}",
+            modification_time_ms=self._committed_at(table, version),
+        )
         self.store.ensure_status(table.id, version, "checkpoint")
         self.store.mark_started(table.id, [version], "checkpoint", self.owner)
         try:
@@ -307,10 +384,14 @@ class Publisher:
                 self.retry.run(lambda f=f: self._put_checkpoint_file(objects, f.path, f.data))  # type: ignore[misc]
             self.retry.run(lambda: self._put_last_checkpoint(objects, version, built.last_checkpoint))
         except MirrorError as exc:
-            self.store.mark_failed(table.id, version, "checkpoint", "FAILED", exc.error_class.value, exc.message)
+            self.store.mark_failed(
+                table.id, version, "checkpoint", "FAILED", exc.error_class.value, exc.message
+            )
             raise
         top = built.files[-1]
-        self.store.mark_succeeded(table.id, "checkpoint", [(version, hashlib.sha256(top.data).hexdigest(), len(top.data))])
+        self.store.mark_succeeded(
+            table.id, "checkpoint", [(version, hashlib.sha256(top.data).hexdigest(), len(top.data))]
+        )
         result.checkpoints.append(version)
 
     def _committed_at(self, table: TableInfo, version: int) -> int:

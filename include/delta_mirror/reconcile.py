@@ -53,8 +53,14 @@ def _needs_work(store: SqlStore, table: TableInfo) -> bool:
 
 def _persistent_failures(store: SqlStore, table: TableInfo, after_attempts: int) -> list[dict[str, object]]:
     return [
-        {"version": r.version, "artifact": r.artifact, "attempts": r.attempts, "error_class": r.error_class,
-         "error": r.last_error, "age_seconds": round((now_ms() - r.enqueued_at) / 1000, 1)}
+        {
+            "version": r.version,
+            "artifact": r.artifact,
+            "attempts": r.attempts,
+            "error_class": r.error_class,
+            "error": r.last_error,
+            "age_seconds": round((now_ms() - r.enqueued_at) / 1000, 1),
+        }
         for r in store.status_rows(table.id, states=("FAILED", "CONFLICT"))
         if r.attempts >= after_attempts or r.state == "CONFLICT"
     ]
@@ -81,8 +87,14 @@ def _reconcile_table(store: SqlStore, publisher: Publisher, table: TableInfo) ->
     return entry
 
 
-def reconcile(store: SqlStore, names: Sequence[str] | None = None, *, strategy: str = "incremental",
-              escalate_after_attempts: int = 3, publisher: Publisher | None = None) -> ReconcileReport:
+def reconcile(
+    store: SqlStore,
+    names: Sequence[str] | None = None,
+    *,
+    strategy: str = "incremental",
+    escalate_after_attempts: int = 3,
+    publisher: Publisher | None = None,
+) -> ReconcileReport:
     """Re-drive every table (or ``names``); one table's failure does not stop the others."""
     if strategy not in STRATEGIES:
         from delta_mirror.errors import PermanentError

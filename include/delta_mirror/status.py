@@ -32,7 +32,9 @@ def table_status(store: SqlStore, table: TableInfo) -> TableStatus:
     """Lag = now − commit time of the oldest unpublished version (0 when caught up)."""
     latest = store.latest_version(table.id)
     published = store.last_published_version(table.id)
-    rows = store.status_rows(table.id, artifact="json", states=("PENDING", "IN_PROGRESS", "FAILED", "CONFLICT"))
+    rows = store.status_rows(
+        table.id, artifact="json", states=("PENDING", "IN_PROGRESS", "FAILED", "CONFLICT")
+    )
     lag = 0.0
     if rows:
         commits = store.commit_rows(table.id, rows[0].version, rows[0].version)
@@ -45,9 +47,15 @@ def table_status(store: SqlStore, table: TableInfo) -> TableStatus:
         base = published if published is not None else table.first_version - 1
         behind = max(0, latest - base)
     return TableStatus(
-        table=table.name, location=table.location, state=table.state, halted_reason=table.halted_reason,
-        latest_committed=latest, last_published=published, last_checkpoint=store.last_checkpoint_version(table.id),
-        versions_behind=behind, lag_seconds=round(lag, 3),
+        table=table.name,
+        location=table.location,
+        state=table.state,
+        halted_reason=table.halted_reason,
+        latest_committed=latest,
+        last_published=published,
+        last_checkpoint=store.last_checkpoint_version(table.id),
+        versions_behind=behind,
+        lag_seconds=round(lag, 3),
         pending=sum(1 for r in rows if r.state in ("PENDING", "IN_PROGRESS")),
         failed=sum(1 for r in failed_rows if r.state == "FAILED"),
         conflicts=sum(1 for r in failed_rows if r.state == "CONFLICT"),

@@ -77,18 +77,32 @@ def _translate(exc: Exception, uri: str, path: str) -> Exception:
         )
     if isinstance(exc, obe.NotFoundError):
         return PermanentError(
-            f"not found: {uri}/{path}", hint="check that the bucket or folder exists and the location is right"
+            f"not found: {uri}/{path}",
+            hint="check that the bucket or folder exists and the location is right",
         )
     if isinstance(exc, obe.UnknownConfigurationKeyError | obe.NotSupportedError | obe.InvalidPathError):
-        return PermanentError(f"storage configuration for {uri} is invalid: {exc}", hint="fix the location or options")
+        return PermanentError(
+            f"storage configuration for {uri} is invalid: {exc}", hint="fix the location or options"
+        )
     text = str(exc)
     if isinstance(exc, OSError):
         # Local folders: read-only or full disks need an operator, not retries.
-        return PermanentError(f"cannot write {uri}/{path}: {exc}", hint="check that the folder is writable and has space")
+        return PermanentError(
+            f"cannot write {uri}/{path}: {exc}", hint="check that the folder is writable and has space"
+        )
     if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
-        return PermanentError(f"bucket missing for {uri}: {text[:300]}", hint="create the bucket or fix the location")
-    if "403" in text or "AccessDenied" in text or "InvalidAccessKeyId" in text or "SignatureDoesNotMatch" in text:
-        return PermanentError(f"access denied for {uri}/{path}", hint="check the credentials and the bucket policy")
+        return PermanentError(
+            f"bucket missing for {uri}: {text[:300]}", hint="create the bucket or fix the location"
+        )
+    if (
+        "403" in text
+        or "AccessDenied" in text
+        or "InvalidAccessKeyId" in text
+        or "SignatureDoesNotMatch" in text
+    ):
+        return PermanentError(
+            f"access denied for {uri}/{path}", hint="check the credentials and the bucket policy"
+        )
     return TransientError(
         f"storage request failed for {uri}/{path}: {text[:300]}",
         hint="retried automatically; if it persists check the storage endpoint's health",
@@ -241,7 +255,9 @@ def open_store(location: str, options: Mapping[str, str] | None = None) -> Obsto
     except PermanentError:
         raise
     except Exception as exc:  # noqa: BLE001
-        raise PermanentError(f"cannot open storage at {uri}: {exc}", hint="check the location and its options") from exc
+        raise PermanentError(
+            f"cannot open storage at {uri}: {exc}", hint="check the location and its options"
+        ) from exc
 
 
 __all__ = [

@@ -59,8 +59,10 @@ def parse_duration(value: Any, where: str) -> timedelta:
         return timedelta(seconds=float(value))
     if isinstance(value, str) and (m := _DURATION.match(value)):
         return timedelta(seconds=float(m[1]) * _UNITS[m[2]])
-    raise ConfigError(f"{where}: expected a duration like 30s, 10m, 2h, got {value!r}",
-                      hint="use a number with a unit: ms, s, m, h, d or w")
+    raise ConfigError(
+        f"{where}: expected a duration like 30s, 10m, 2h, got {value!r}",
+        hint="use a number with a unit: ms, s, m, h, d or w",
+    )
 
 
 @dataclass(frozen=True)
@@ -119,8 +121,10 @@ class MirrorConfig:
 
     def table(self, name: str) -> TableConfig:
         if name not in self.tables:
-            raise ConfigError(f"table '{name}' is not in the config {self.source}",
-                              hint=f"configured tables: {', '.join(sorted(self.tables)) or 'none'}")
+            raise ConfigError(
+                f"table '{name}' is not in the config {self.source}",
+                hint=f"configured tables: {', '.join(sorted(self.tables)) or 'none'}",
+            )
         return self.tables[name]
 
 
@@ -134,8 +138,10 @@ def _schedule(value: Any, where: str) -> str | timedelta | None:
         return text
     if _DURATION.match(text):
         return parse_duration(text, where)
-    raise ConfigError(f"{where}: schedule {value!r} is not a cron expression, a preset, a duration or 'event'",
-                      hint="e.g. '*/5 * * * *', '@hourly', '10m', 'event', or null for manual runs")
+    raise ConfigError(
+        f"{where}: schedule {value!r} is not a cron expression, a preset, a duration or 'event'",
+        hint="e.g. '*/5 * * * *', '@hourly', '10m', 'event', or null for manual runs",
+    )
 
 
 _TABLE_KEYS = {f.name for f in fields(TableConfig)} - {"name"}
@@ -147,7 +153,9 @@ def _notify(raw: Any, base: Notify, where: str) -> Notify:
     allowed = {f.name for f in fields(Notify)}
     unknown = set(raw) - allowed
     if unknown:
-        raise ConfigError(f"{where}: unknown notify key(s) {sorted(unknown)}", hint=f"allowed: {sorted(allowed)}")
+        raise ConfigError(
+            f"{where}: unknown notify key(s) {sorted(unknown)}", hint=f"allowed: {sorted(allowed)}"
+        )
     values: dict[str, Any] = {}
     for key, val in raw.items():
         if key == "email":
@@ -161,7 +169,9 @@ def _notify(raw: Any, base: Notify, where: str) -> Notify:
             values[key] = dict(val)
         elif key == "notifier":
             if val is not None and (not isinstance(val, str) or "." not in val):
-                raise ConfigError(f"{where}.notifier: expected an import path like pkg.module.Class, got {val!r}")
+                raise ConfigError(
+                    f"{where}.notifier: expected an import path like pkg.module.Class, got {val!r}"
+                )
             values[key] = val
         else:
             if not isinstance(val, str):
@@ -185,8 +195,9 @@ def _maintenance(raw: Any, base: Maintenance, where: str) -> Maintenance:
             sched = _schedule(val, f"{where}.schedule")
             values[key] = sched if not isinstance(sched, timedelta) else val
         else:
-            raise ConfigError(f"{where}: unknown maintenance key '{key}'",
-                              hint="allowed: dry_run, log_retention, schedule")
+            raise ConfigError(
+                f"{where}: unknown maintenance key '{key}'", hint="allowed: dry_run, log_retention, schedule"
+            )
     return replace(base, **values)
 
 
@@ -197,7 +208,9 @@ def _apply(base: TableConfig, raw: Any, where: str) -> TableConfig:
         raise ConfigError(f"{where}: expected a mapping of settings")
     unknown = set(raw) - _TABLE_KEYS
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}", hint=f"allowed: {sorted(_TABLE_KEYS)}")
+        raise ConfigError(
+            f"{where}: unknown key(s) {sorted(unknown)}", hint=f"allowed: {sorted(_TABLE_KEYS)}"
+        )
     values: dict[str, Any] = {}
     for key, val in raw.items():
         at = f"{where}.{key}"
@@ -255,14 +268,17 @@ def parse_config(text: str, source: str = "<string>") -> MirrorConfig:
         raise ConfigError(f"{source}: expected a mapping with 'defaults' and 'tables'")
     unknown = set(raw) - {"defaults", "tables", "reconcile", "monitor"}
     if unknown:
-        raise ConfigError(f"{source}: unknown top-level key(s) {sorted(unknown)}",
-                          hint="allowed: defaults, tables, reconcile, monitor")
+        raise ConfigError(
+            f"{source}: unknown top-level key(s) {sorted(unknown)}",
+            hint="allowed: defaults, tables, reconcile, monitor",
+        )
     defaults = _apply(TableConfig(name="*"), raw.get("defaults"), f"{source}: defaults")
     tables: dict[str, TableConfig] = {}
     for name, settings in (raw.get("tables") or {}).items():
         if not isinstance(name, str) or not TABLE_NAME.match(name):
-            raise ConfigError(f"{source}: invalid table name {name!r}",
-                              hint="use letters, digits, '_', '.' or '-'")
+            raise ConfigError(
+                f"{source}: invalid table name {name!r}", hint="use letters, digits, '_', '.' or '-'"
+            )
         tables[name] = _apply(replace(defaults, name=name), settings, f"{source}: tables.{name}")
     reconcile = raw.get("reconcile") or {}
     monitor = raw.get("monitor") or {}
@@ -277,9 +293,14 @@ def parse_config(text: str, source: str = "<string>") -> MirrorConfig:
         value = _schedule(section.get("schedule", default), f"{source}: schedule")
         return value if not isinstance(value, timedelta) else section.get("schedule")
 
-    return MirrorConfig(tables=tables, defaults=defaults, reconcile_schedule=sched(reconcile, "*/10 * * * *"),
-                        monitor_schedule=sched(monitor, "*/5 * * * *"), escalate_after_attempts=escalate,
-                        source=source)
+    return MirrorConfig(
+        tables=tables,
+        defaults=defaults,
+        reconcile_schedule=sched(reconcile, "*/10 * * * *"),
+        monitor_schedule=sched(monitor, "*/5 * * * *"),
+        escalate_after_attempts=escalate,
+        source=source,
+    )
 
 
 def load_config(path: Path | None = None) -> MirrorConfig:
@@ -287,9 +308,19 @@ def load_config(path: Path | None = None) -> MirrorConfig:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read the table config {path}: {exc.strerror}",
-                          hint="create it or point DELTA_MIRROR_CONFIG at it") from None
+        raise ConfigError(
+            f"cannot read the table config {path}: {exc.strerror}",
+            hint="create it or point DELTA_MIRROR_CONFIG at it",
+        ) from None
     return parse_config(text, str(path))
 
 
-__all__ = ["ConfigError", "MirrorConfig", "Notify", "TableConfig", "load_config", "parse_config", "parse_duration"]
+__all__ = [
+    "ConfigError",
+    "MirrorConfig",
+    "Notify",
+    "TableConfig",
+    "load_config",
+    "parse_config",
+    "parse_duration",
+]

@@ -67,10 +67,14 @@ def _conn(cfg: TableConfig) -> dict[str, Any]:
 
 def _schedule(cfg: TableConfig) -> Any:
     if cfg.event_driven:
-        trigger = StoreCommitTrigger(table=cfg.name, store_conn_id=cfg.store_conn_id,
-                                     poll_interval=cfg.poll_interval.total_seconds())
-        asset = Asset(name=f"delta_mirror_{cfg.name}_commits", uri=f"delta-mirror://commits/{cfg.name}",
-                      watchers=[AssetWatcher(name=f"delta_mirror_{cfg.name}_watcher", trigger=trigger)])
+        trigger = StoreCommitTrigger(
+            table=cfg.name, store_conn_id=cfg.store_conn_id, poll_interval=cfg.poll_interval.total_seconds()
+        )
+        asset = Asset(
+            name=f"delta_mirror_{cfg.name}_commits",
+            uri=f"delta-mirror://commits/{cfg.name}",
+            watchers=[AssetWatcher(name=f"delta_mirror_{cfg.name}_watcher", trigger=trigger)],
+        )
         return [asset]
     return cfg.schedule
 
@@ -79,23 +83,42 @@ def table_dag(cfg: TableConfig) -> DAG:
     deadline = None
     if cfg.deadline is not None:
         deadline = DeadlineAlert(
-            reference=DeadlineReference.DAGRUN_QUEUED_AT, interval=cfg.deadline,
-            callback=AsyncCallback(deadline_missed, kwargs={"table": cfg.name, "deadline": str(cfg.deadline)}))
+            reference=DeadlineReference.DAGRUN_QUEUED_AT,
+            interval=cfg.deadline,
+            callback=AsyncCallback(
+                deadline_missed, kwargs={"table": cfg.name, "deadline": str(cfg.deadline)}
+            ),
+        )
     with DAG(
-        dag_id=cfg.dag_id, schedule=_schedule(cfg), start_date=START, catchup=False, max_active_runs=1,
-        default_args=_default_args(cfg), tags=[*BASE_TAGS, "table", *cfg.tags], deadline=deadline,
+        dag_id=cfg.dag_id,
+        schedule=_schedule(cfg),
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=_default_args(cfg),
+        tags=[*BASE_TAGS, "table", *cfg.tags],
+        deadline=deadline,
         doc_md=f"Publishes the Delta log of **{cfg.name}** from the SQL store: publish → checkpoint (when due) "
-               f"→ validate the versions just published ({cfg.reader}) → lag metrics. "
-               f"Schedule: `{cfg.schedule}`; lag SLO {cfg.lag_slo}; deadline {cfg.deadline}.",
+        f"→ validate the versions just published ({cfg.reader}) → lag metrics. "
+        f"Schedule: `{cfg.schedule}`; lag SLO {cfg.lag_slo}; deadline {cfg.deadline}.",
     ) as dag:
         publish = DeltaMirrorPublishOperator(task_id="publish", table=cfg.name, **_conn(cfg))
         checkpoint = DeltaMirrorCheckpointOperator(task_id="checkpoint", table=cfg.name, **_conn(cfg))
         tasks: list[Any] = [publish, checkpoint]
         if cfg.validate:
-            tasks.append(DeltaMirrorValidateOperator(
-                task_id="validate", table=cfg.name, reader=cfg.reader, **_conn(cfg),
-                from_version=_JUST_PUBLISHED_FROM, to_version=_JUST_PUBLISHED_TO))
-        tasks.append(DeltaMirrorLagOperator(task_id="metrics", tables=[cfg.name], store_conn_id=cfg.store_conn_id))
+            tasks.append(
+                DeltaMirrorValidateOperator(
+                    task_id="validate",
+                    table=cfg.name,
+                    reader=cfg.reader,
+                    **_conn(cfg),
+                    from_version=_JUST_PUBLISHED_FROM,
+                    to_version=_JUST_PUBLISHED_TO,
+                )
+            )
+        tasks.append(
+            DeltaMirrorLagOperator(task_id="metrics", tables=[cfg.name], store_conn_id=cfg.store_conn_id)
+        )
         for upstream, downstream in zip(tasks, tasks[1:], strict=False):
             upstream >> downstream
     return dag
@@ -104,16 +127,24 @@ def table_dag(cfg: TableConfig) -> DAG:
 def reconcile_dag(config: MirrorConfig) -> DAG:
     defaults = config.defaults
     with DAG(
-        dag_id="delta_mirror_reconcile", schedule=config.reconcile_schedule, start_date=START, catchup=False,
-        max_active_runs=1, default_args=_default_args(defaults), tags=[*BASE_TAGS, "reconcile"],
+        dag_id="delta_mirror_reconcile",
+        schedule=config.reconcile_schedule,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=_default_args(defaults),
+        tags=[*BASE_TAGS, "reconcile"],
         doc_md="Finds FAILED, stuck (lease expired) and lagging versions across the configured tables and "
-               "re-drives them; emails the table's contacts when failures persist "
-               f"(≥ {config.escalate_after_attempts} attempts) or a table is halted.",
+        "re-drives them; emails the table's contacts when failures persist "
+        f"(≥ {config.escalate_after_attempts} attempts) or a table is halted.",
     ) as dag:
         report = DeltaMirrorReconcileOperator(
-            task_id="reconcile", tables=sorted(config.tables) or None,
-            escalate_after_attempts=config.escalate_after_attempts, store_conn_id=defaults.store_conn_id,
-            aws_conn_id=defaults.aws_conn_id)
+            task_id="reconcile",
+            tables=sorted(config.tables) or None,
+            escalate_after_attempts=config.escalate_after_attempts,
+            store_conn_id=defaults.store_conn_id,
+            aws_conn_id=defaults.aws_conn_id,
+        )
 
         @task(task_id="escalate")
         def escalate(result: dict[str, Any]) -> list[str]:
@@ -127,11 +158,19 @@ def reconcile_dag(config: MirrorConfig) -> DAG:
                 if entry.get("error"):
                     lines.append(f"Error: {entry['error']}")
                 for f in entry["persistent_failures"]:
-                    lines.append(f"- version {f['version']} ({f['artifact']}): {f['attempts']} attempt(s), "
-                                 f"[{f['error_class']}] {f['error']}")
-                lines.append("What to do: see docs/troubleshooting.md for the error class; fix the cause, "
-                             f"then `delta-mirror resume {entry['table']}` if halted.")
-                send(table.notify, f"[delta-mirror] {entry['table']}: persistent publish failures", "\n".join(lines))
+                    lines.append(
+                        f"- version {f['version']} ({f['artifact']}): {f['attempts']} attempt(s), "
+                        f"[{f['error_class']}] {f['error']}"
+                    )
+                lines.append(
+                    "What to do: see docs/troubleshooting.md for the error class; fix the cause, "
+                    f"then `delta-mirror resume {entry['table']}` if halted."
+                )
+                send(
+                    table.notify,
+                    f"[delta-mirror] {entry['table']}: persistent publish failures",
+                    "\n".join(lines),
+                )
                 sent.append(entry["table"])
             return sent
 
@@ -143,19 +182,38 @@ def backfill_dag(config: MirrorConfig) -> DAG:
     tables = sorted(config.tables)
     defaults = config.defaults
     with DAG(
-        dag_id="delta_mirror_backfill", schedule=None, start_date=START, catchup=False,
-        default_args=_default_args(defaults), tags=[*BASE_TAGS, "backfill"],
+        dag_id="delta_mirror_backfill",
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        default_args=_default_args(defaults),
+        tags=[*BASE_TAGS, "backfill"],
         params={
-            "table": Param(tables[0] if tables else "", type="string", enum=tables or [""],
-                           description="A configured table."),
-            "from_version": Param(None, type=["null", "integer"], minimum=0, description="First version (validate)."),
-            "to_version": Param(None, type=["null", "integer"], minimum=0,
-                                description="Last version (default: the latest committed)."),
-            "steps": Param(STEPS, type="array", items={"type": "string", "enum": STEPS}, uniqueItems=True,
-                           description="Which steps to run."),
+            "table": Param(
+                tables[0] if tables else "",
+                type="string",
+                enum=tables or [""],
+                description="A configured table.",
+            ),
+            "from_version": Param(
+                None, type=["null", "integer"], minimum=0, description="First version (validate)."
+            ),
+            "to_version": Param(
+                None,
+                type=["null", "integer"],
+                minimum=0,
+                description="Last version (default: the latest committed).",
+            ),
+            "steps": Param(
+                STEPS,
+                type="array",
+                items={"type": "string", "enum": STEPS},
+                uniqueItems=True,
+                description="Which steps to run.",
+            ),
         },
         doc_md="Manual version-range runs for one table: publish up to `to_version`, checkpoint at it, validate "
-               "`from_version..to_version`. Trigger from the UI form, `airflow dags trigger -c '{...}'` or the REST API.",
+        "`from_version..to_version`. Trigger from the UI form, `airflow dags trigger -c '{...}'` or the REST API.",
     ) as dag:
 
         @task(task_id="check_params")
@@ -166,14 +224,28 @@ def backfill_dag(config: MirrorConfig) -> DAG:
 
         checked = check_params()
         common = {"table": "{{ params.table }}", **_conn(defaults)}
-        publish = DeltaMirrorPublishOperator(task_id="publish", to_version="{{ params.to_version }}",
-                                             enabled="{{ 'publish' in params.steps }}", **common)
+        publish = DeltaMirrorPublishOperator(
+            task_id="publish",
+            to_version="{{ params.to_version }}",
+            enabled="{{ 'publish' in params.steps }}",
+            **common,
+        )
         checkpoint = DeltaMirrorCheckpointOperator(
-            task_id="checkpoint", version="{{ params.to_version }}", only_if_due=False,
-            enabled="{{ 'checkpoint' in params.steps }}", trigger_rule="none_failed", **common)
+            task_id="checkpoint",
+            version="{{ params.to_version }}",
+            only_if_due=False,
+            enabled="{{ 'checkpoint' in params.steps }}",
+            trigger_rule="none_failed",
+            **common,
+        )
         validate = DeltaMirrorValidateOperator(
-            task_id="validate", from_version="{{ params.from_version }}", to_version="{{ params.to_version }}",
-            enabled="{{ 'validate' in params.steps }}", trigger_rule="none_failed", **common)
+            task_id="validate",
+            from_version="{{ params.from_version }}",
+            to_version="{{ params.to_version }}",
+            enabled="{{ 'validate' in params.steps }}",
+            trigger_rule="none_failed",
+            **common,
+        )
         checked >> publish >> checkpoint >> validate
     return dag
 
@@ -181,13 +253,19 @@ def backfill_dag(config: MirrorConfig) -> DAG:
 def monitor_dag(config: MirrorConfig) -> DAG:
     defaults = config.defaults
     with DAG(
-        dag_id="delta_mirror_monitor", schedule=config.monitor_schedule, start_date=START, catchup=False,
-        max_active_runs=1, default_args=_default_args(defaults), tags=[*BASE_TAGS, "monitor"],
+        dag_id="delta_mirror_monitor",
+        schedule=config.monitor_schedule,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=_default_args(defaults),
+        tags=[*BASE_TAGS, "monitor"],
         doc_md="Lag per table (seconds since the oldest unpublished commit, versions behind) as Airflow "
-               "metrics; emails a table's contacts when its lag breaches the lag SLO in the config.",
+        "metrics; emails a table's contacts when its lag breaches the lag SLO in the config.",
     ) as dag:
-        lag = DeltaMirrorLagOperator(task_id="lag", tables=sorted(config.tables) or None,
-                                     store_conn_id=defaults.store_conn_id)
+        lag = DeltaMirrorLagOperator(
+            task_id="lag", tables=sorted(config.tables) or None, store_conn_id=defaults.store_conn_id
+        )
 
         @task(task_id="check_slo")
         def check_slo(statuses: list[dict[str, Any]]) -> list[str]:
@@ -200,14 +278,17 @@ def monitor_dag(config: MirrorConfig) -> DAG:
                 slo = table.lag_slo.total_seconds()
                 if float(status["lag_seconds"]) > slo:
                     breached.append(table.name)
-                    send(table.notify, f"[delta-mirror] {table.name}: lag SLO breached "
-                                       f"({float(status['lag_seconds']):.0f} s > {slo:.0f} s)",
-                         f"Table: {table.name}\nLag: {status['lag_seconds']} s "
-                         f"({status['versions_behind']} version(s) behind)\nSLO: {slo:.0f} s\n"
-                         f"Published: {status['last_published']}  Committed: {status['latest_committed']}\n"
-                         f"State: {status['state']}  Last error: {status.get('last_error')}\n"
-                         "What to do: check the table's DAG runs and `delta-mirror status`; the reconcile DAG "
-                         "re-drives failed versions.")
+                    send(
+                        table.notify,
+                        f"[delta-mirror] {table.name}: lag SLO breached "
+                        f"({float(status['lag_seconds']):.0f} s > {slo:.0f} s)",
+                        f"Table: {table.name}\nLag: {status['lag_seconds']} s "
+                        f"({status['versions_behind']} version(s) behind)\nSLO: {slo:.0f} s\n"
+                        f"Published: {status['last_published']}  Committed: {status['latest_committed']}\n"
+                        f"State: {status['state']}  Last error: {status.get('last_error')}\n"
+                        "What to do: check the table's DAG runs and `delta-mirror status`; the reconcile DAG "
+                        "re-drives failed versions.",
+                    )
             return breached
 
         check_slo(lag.output)
@@ -217,18 +298,26 @@ def monitor_dag(config: MirrorConfig) -> DAG:
 def maintenance_dag(config: MirrorConfig) -> DAG:
     defaults = config.defaults
     with DAG(
-        dag_id="delta_mirror_maintenance", schedule=defaults.maintenance.schedule, start_date=START,
-        catchup=False, max_active_runs=1, default_args=_default_args(defaults), tags=[*BASE_TAGS, "maintenance"],
+        dag_id="delta_mirror_maintenance",
+        schedule=defaults.maintenance.schedule,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=_default_args(defaults),
+        tags=[*BASE_TAGS, "maintenance"],
         doc_md="Log and checkpoint cleanup by each table's retention (`delta.logRetentionDuration`), keeping "
-               "the newest checkpoint older than the cutoff and its commit. Dry-run unless the config says "
-               "`maintenance: {dry_run: false}`.",
+        "the newest checkpoint older than the cutoff and its commit. Dry-run unless the config says "
+        "`maintenance: {dry_run: false}`.",
     ) as dag:
         for name, cfg in sorted(config.tables.items()):
             retention = cfg.maintenance.log_retention
             DeltaMirrorMaintenanceOperator(
-                task_id=f"cleanup__{name}", table=name, cleanup_dry_run=cfg.maintenance.dry_run,
+                task_id=f"cleanup__{name}",
+                table=name,
+                cleanup_dry_run=cfg.maintenance.dry_run,
                 log_retention_seconds=retention.total_seconds() if isinstance(retention, timedelta) else None,
-                **_conn(cfg))
+                **_conn(cfg),
+            )
     return dag
 
 

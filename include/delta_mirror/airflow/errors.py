@@ -24,7 +24,9 @@ class DeltaMirrorFailure(AirflowFailException):
 
     def __init__(self, error: MirrorError) -> None:
         self.error = error
-        super().__init__(f"[{error.error_class.value}] {error.message}\n\n{troubleshooting(error.error_class)}")
+        super().__init__(
+            f"[{error.error_class.value}] {error.message}\n\n{troubleshooting(error.error_class)}"
+        )
 
 
 class DeltaMirrorTransientError(AirflowException):

@@ -52,8 +52,14 @@ class DeltaMirrorHook(BaseHook):
             return str(extra["sqlalchemy_url"])
         from sqlalchemy.engine import URL
 
-        url = URL.create("postgresql+psycopg", username=conn.login or None, password=conn.password or None,
-                         host=conn.host or None, port=conn.port or None, database=conn.schema or None)
+        url = URL.create(
+            "postgresql+psycopg",
+            username=conn.login or None,
+            password=conn.password or None,
+            host=conn.host or None,
+            port=conn.port or None,
+            database=conn.schema or None,
+        )
         return url.render_as_string(hide_password=False)
 
     @cached_property
@@ -77,7 +83,9 @@ class DeltaMirrorHook(BaseHook):
         if token:
             _mask(token)
             opts["AWS_SESSION_TOKEN"] = str(token)
-        endpoint = extra.get("endpoint_url") or (extra.get("service_config") or {}).get("s3", {}).get("endpoint_url")
+        endpoint = extra.get("endpoint_url") or (extra.get("service_config") or {}).get("s3", {}).get(
+            "endpoint_url"
+        )
         if endpoint:
             opts["AWS_ENDPOINT_URL"] = str(endpoint)
             if str(endpoint).startswith("http://"):

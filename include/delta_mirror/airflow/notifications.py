@@ -25,8 +25,11 @@ def build_notifier(notify: Notify, subject: str, body: str) -> Any:
     from airflow.providers.smtp.notifications.smtp import SmtpNotifier
 
     return SmtpNotifier(
-        to=list(notify.email), from_email=notify.from_email, subject=subject,
-        html_content=f"<pre>{html.escape(body)}</pre>", smtp_conn_id=notify.smtp_conn_id,
+        to=list(notify.email),
+        from_email=notify.from_email,
+        subject=subject,
+        html_content=f"<pre>{html.escape(body)}</pre>",
+        smtp_conn_id=notify.smtp_conn_id,
     )
 
 
@@ -49,10 +52,12 @@ async def deadline_missed(context: dict[str, Any] | None = None, **kwargs: Any) 
     run_id = dag_run.get("dag_run_id") if isinstance(dag_run, dict) else getattr(dag_run, "dag_run_id", None)
     deadline = kwargs.get("deadline", "")
     subject = f"[delta-mirror] {table}: deadline missed ({cfg.dag_id})"
-    body = (f"The DAG run {run_id} of {cfg.dag_id} did not finish within {deadline}.\n"
-            f"Readers of '{table}' may see stale data until it catches up.\n"
-            f"What to do: open the run in Airflow, check the failed or slow task; `delta-mirror status {table}` "
-            f"shows the lag.")
+    body = (
+        f"The DAG run {run_id} of {cfg.dag_id} did not finish within {deadline}.\n"
+        f"Readers of '{table}' may see stale data until it catches up.\n"
+        f"What to do: open the run in Airflow, check the failed or slow task; `delta-mirror status {table}` "
+        f"shows the lag."
+    )
     if not cfg.notify.email and not cfg.notify.notifier:
         return
     notifier = build_notifier(cfg.notify, subject, body)

@@ -25,7 +25,9 @@ def _optional_int(value: Any, name: str) -> int | None:
     except (TypeError, ValueError):
         from delta_mirror.errors import DataError
 
-        raise DataError(f"{name} must be a version number, got {value!r}", hint="pass a non-negative integer") from None
+        raise DataError(
+            f"{name} must be a version number, got {value!r}", hint="pass a non-negative integer"
+        ) from None
     if number < 0:
         from delta_mirror.errors import DataError
 
@@ -39,8 +41,15 @@ class _DeltaMirrorOperator(BaseOperator):
     template_fields: Sequence[str] = ("table", "enabled")
     ui_color = "#00add4"
 
-    def __init__(self, *, table: str, store_conn_id: str | None = None, aws_conn_id: str | None = None,
-                 enabled: bool | str = True, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        table: str,
+        store_conn_id: str | None = None,
+        aws_conn_id: str | None = None,
+        enabled: bool | str = True,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.table = table
         self.store_conn_id = store_conn_id
@@ -79,8 +88,12 @@ class DeltaMirrorPublishOperator(_DeltaMirrorOperator):
     @translated
     def run(self, context: Any) -> dict[str, object]:
         result = self.publisher().publish(self.table, _optional_int(self.to_version, "to_version"))
-        self.log.info("published %d version(s) of %s through %s", len(result.published), self.table,
-                      result.last_published)
+        self.log.info(
+            "published %d version(s) of %s through %s",
+            len(result.published),
+            self.table,
+            result.last_published,
+        )
         return dict(result.to_json())
 
 
@@ -109,10 +122,21 @@ class DeltaMirrorCheckpointOperator(_DeltaMirrorOperator):
 class DeltaMirrorValidateOperator(_DeltaMirrorOperator):
     """Compare a reader's view of the published versions with the store; fail on any problem."""
 
-    template_fields: Sequence[str] = (*_DeltaMirrorOperator.template_fields, "from_version", "to_version", "reader")
+    template_fields: Sequence[str] = (
+        *_DeltaMirrorOperator.template_fields,
+        "from_version",
+        "to_version",
+        "reader",
+    )
 
-    def __init__(self, *, from_version: int | str | None = None, to_version: int | str | None = None,
-                 reader: str = "deltalake", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        from_version: int | str | None = None,
+        to_version: int | str | None = None,
+        reader: str = "deltalake",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.from_version = from_version
         self.to_version = to_version
@@ -123,15 +147,23 @@ class DeltaMirrorValidateOperator(_DeltaMirrorOperator):
         from delta_mirror.errors import DataError
         from delta_mirror.validate import validate_table
 
-        report = validate_table(self.hook.store, self.table, from_version=_optional_int(self.from_version, "from_version"),
-                                to_version=_optional_int(self.to_version, "to_version"), reader=self.reader,
-                                storage_options=self.hook.storage_options)
+        report = validate_table(
+            self.hook.store,
+            self.table,
+            from_version=_optional_int(self.from_version, "from_version"),
+            to_version=_optional_int(self.to_version, "to_version"),
+            reader=self.reader,
+            storage_options=self.hook.storage_options,
+        )
         for p in report.problems:
             self.log.error("[%s] version %s: %s — %s", p.kind, p.version, p.message, p.hint)
         if not report.ok:
-            raise DataError(f"validation found {len(report.problems)} problem(s): "
-                            + "; ".join(f"[{p.kind}] v{p.version}: {p.message}" for p in report.problems[:5]),
-                            table=self.table, hint="see the task log for every problem and what to do")
+            raise DataError(
+                f"validation found {len(report.problems)} problem(s): "
+                + "; ".join(f"[{p.kind}] v{p.version}: {p.message}" for p in report.problems[:5]),
+                table=self.table,
+                hint="see the task log for every problem and what to do",
+            )
         self.log.info("validated %s versions %s..%s: OK", self.table, report.from_version, report.to_version)
         return report.to_json()
 
@@ -141,9 +173,16 @@ class DeltaMirrorReconcileOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("tables", "strategy")
 
-    def __init__(self, *, tables: Sequence[str] | None = None, strategy: str = "incremental",
-                 escalate_after_attempts: int = 3, store_conn_id: str | None = None,
-                 aws_conn_id: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        tables: Sequence[str] | None = None,
+        strategy: str = "incremental",
+        escalate_after_attempts: int = 3,
+        store_conn_id: str | None = None,
+        aws_conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.tables = list(tables) if tables else None
         self.strategy = strategy
@@ -160,11 +199,17 @@ class DeltaMirrorReconcileOperator(BaseOperator):
         from delta_mirror.publisher import Publisher
         from delta_mirror.reconcile import reconcile
 
-        report = reconcile(self.hook.store, self.tables, strategy=self.strategy,
-                           escalate_after_attempts=self.escalate_after_attempts,
-                           publisher=Publisher(self.hook.store, storage_options=self.hook.storage_options))
+        report = reconcile(
+            self.hook.store,
+            self.tables,
+            strategy=self.strategy,
+            escalate_after_attempts=self.escalate_after_attempts,
+            publisher=Publisher(self.hook.store, storage_options=self.hook.storage_options),
+        )
         for t in report.tables:
-            self.log.info("%s: %s (%d re-driven)%s", t.table, t.action, t.published, f" — {t.error}" if t.error else "")
+            self.log.info(
+                "%s: %s (%d re-driven)%s", t.table, t.action, t.published, f" — {t.error}" if t.error else ""
+            )
         return report.to_json()
 
 
@@ -173,8 +218,9 @@ class DeltaMirrorLagOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("tables",)
 
-    def __init__(self, *, tables: Sequence[str] | None = None, store_conn_id: str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *, tables: Sequence[str] | None = None, store_conn_id: str | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.tables = list(tables) if tables else None
         self.store_conn_id = store_conn_id
@@ -190,8 +236,12 @@ class DeltaMirrorLagOperator(BaseOperator):
         for table in tables:
             status = table_status(store, table)
             emit_table_metrics(status)
-            self.log.info("%s: %d version(s) behind, lag %.1f s", status.table, status.versions_behind,
-                          status.lag_seconds)
+            self.log.info(
+                "%s: %d version(s) behind, lag %.1f s",
+                status.table,
+                status.versions_behind,
+                status.lag_seconds,
+            )
             out.append(status.to_json())
         return out
 
@@ -201,8 +251,9 @@ class DeltaMirrorMaintenanceOperator(_DeltaMirrorOperator):
 
     template_fields: Sequence[str] = (*_DeltaMirrorOperator.template_fields, "cleanup_dry_run")
 
-    def __init__(self, *, cleanup_dry_run: bool | str = True, log_retention_seconds: float | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *, cleanup_dry_run: bool | str = True, log_retention_seconds: float | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.cleanup_dry_run = cleanup_dry_run
         self.log_retention_seconds = log_retention_seconds
@@ -213,11 +264,21 @@ class DeltaMirrorMaintenanceOperator(_DeltaMirrorOperator):
 
         dry_run = str(self.cleanup_dry_run).strip().lower() not in ("false", "0", "no")
         retention = int(self.log_retention_seconds * 1000) if self.log_retention_seconds is not None else None
-        report = cleanup_log(self.hook.store, self.table, dry_run=dry_run, retention_ms=retention,
-                             storage_options=self.hook.storage_options)
+        report = cleanup_log(
+            self.hook.store,
+            self.table,
+            dry_run=dry_run,
+            retention_ms=retention,
+            storage_options=self.hook.storage_options,
+        )
         verb = "would delete" if dry_run else "deleted"
-        self.log.info("%s: %s %d log file(s) older than checkpoint %s", self.table, verb, len(report.deleted),
-                      report.kept_checkpoint)
+        self.log.info(
+            "%s: %s %d log file(s) older than checkpoint %s",
+            self.table,
+            verb,
+            len(report.deleted),
+            report.kept_checkpoint,
+        )
         return report.to_json()
 
 

@@ -20,8 +20,13 @@ class StoreCommitTrigger(BaseEventTrigger):
     restarted trigger does not miss commits made while it was down.
     """
 
-    def __init__(self, table: str, store_conn_id: str | None = None, poll_interval: float = 5.0,
-                 watermark: int | None = None) -> None:
+    def __init__(
+        self,
+        table: str,
+        store_conn_id: str | None = None,
+        poll_interval: float = 5.0,
+        watermark: int | None = None,
+    ) -> None:
         super().__init__()
         self.table = table
         self.store_conn_id = store_conn_id
@@ -31,8 +36,12 @@ class StoreCommitTrigger(BaseEventTrigger):
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             "delta_mirror.airflow.triggers.StoreCommitTrigger",
-            {"table": self.table, "store_conn_id": self.store_conn_id, "poll_interval": self.poll_interval,
-             "watermark": self.watermark},
+            {
+                "table": self.table,
+                "store_conn_id": self.store_conn_id,
+                "poll_interval": self.poll_interval,
+                "watermark": self.watermark,
+            },
         )
 
     def _check(self) -> tuple[int | None, int | None]:

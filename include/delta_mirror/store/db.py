@@ -37,15 +37,19 @@ def make_engine(url: str) -> Engine:
     try:
         parsed = make_url(url)
     except Exception as exc:  # noqa: BLE001
-        raise PermanentError(f"store URL is not valid: {exc}", hint="use sqlite:///path or postgresql+psycopg://...") from None
+        raise PermanentError(
+            f"store URL is not valid: {exc}", hint="use sqlite:///path or postgresql+psycopg://..."
+        ) from None
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             folder = Path(parsed.database).expanduser().parent
             try:
                 folder.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise PermanentError(f"cannot create the folder {folder} of the SQLite store: {exc.strerror or exc}",
-                                     hint="point --store (or DELTA_MIRROR_HOME) at a writable folder") from None
+                raise PermanentError(
+                    f"cannot create the folder {folder} of the SQLite store: {exc.strerror or exc}",
+                    hint="point --store (or DELTA_MIRROR_HOME) at a writable folder",
+                ) from None
         engine = create_engine(parsed, connect_args={"timeout": 60})
 
         @event.listens_for(engine, "connect")
@@ -60,7 +64,9 @@ def make_engine(url: str) -> Engine:
             # Writers take the write lock up front: two writers queue on the busy timeout instead of
             # failing late with "database is locked" on lock upgrade. Readers (``reader(engine)``)
             # begin deferred: under WAL they read a snapshot and must not block writers.
-            conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
+            conn.exec_driver_sql(
+                "BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE"
+            )
 
         @event.listens_for(engine, "connect")
         def _sqlite_autocommit_off(dbapi_conn: Any, _record: Any) -> None:
@@ -88,26 +94,38 @@ def classify_db_error(exc: SQLAlchemyError, url: str, action: str) -> MirrorErro
     orig = getattr(exc, "orig", None)
     if state:
         if state in _TRANSIENT_SQLSTATES or state[:2] in _TRANSIENT_SQLSTATE_CLASSES:
-            return TransientError(f"database unavailable while {action} ({where}, SQLSTATE {state})",
-                                  hint="retried automatically; check the database if it persists")
+            return TransientError(
+                f"database unavailable while {action} ({where}, SQLSTATE {state})",
+                hint="retried automatically; check the database if it persists",
+            )
         if state == "42P01":
             return PermanentError(f"the store at {where} is not initialised", hint="run `delta-mirror init`")
         if state[:2] == "28":
-            return PermanentError(f"database login failed for {where} (SQLSTATE {state})",
-                                  hint="check the user and password of the store connection")
+            return PermanentError(
+                f"database login failed for {where} (SQLSTATE {state})",
+                hint="check the user and password of the store connection",
+            )
         if state == "3D000":
-            return PermanentError(f"database does not exist: {where}", hint="create it, then run `delta-mirror init`")
+            return PermanentError(
+                f"database does not exist: {where}", hint="create it, then run `delta-mirror init`"
+            )
         return PermanentError(f"database error while {action} ({where}, SQLSTATE {state}): {str(orig)[:200]}")
     code = getattr(orig, "sqlite_errorname", "")
-    if code in ("SQLITE_BUSY", "SQLITE_LOCKED") or (isinstance(exc, OperationalError) and "locked" in str(exc)):
+    if code in ("SQLITE_BUSY", "SQLITE_LOCKED") or (
+        isinstance(exc, OperationalError) and "locked" in str(exc)
+    ):
         return TransientError(f"SQLite store busy while {action} ({where})", hint="retried automatically")
     if isinstance(exc, OperationalError) and "no such table" in str(exc):
         return PermanentError(f"the store at {where} is not initialised", hint="run `delta-mirror init`")
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-        return TransientError(f"database connection lost while {action} ({where})", hint="retried automatically")
+        return TransientError(
+            f"database connection lost while {action} ({where})", hint="retried automatically"
+        )
     if isinstance(exc, OperationalError):
-        return TransientError(f"database error while {action} ({where}): {str(orig)[:200]}",
-                              hint="retried automatically; check the database if it persists")
+        return TransientError(
+            f"database error while {action} ({where}): {str(orig)[:200]}",
+            hint="retried automatically; check the database if it persists",
+        )
     return PermanentError(f"database error while {action} ({where}): {str(exc)[:300]}")
 
 
@@ -160,6 +178,12 @@ def translated(url: str, action: str) -> Iterator[None]:
 
 
 __all__ = [
-    "READ_ONLY", "classify_db_error", "is_initialised", "is_unique_violation", "make_engine", "migrate", "reader",
+    "READ_ONLY",
+    "classify_db_error",
+    "is_initialised",
+    "is_unique_violation",
+    "make_engine",
+    "migrate",
+    "reader",
     "translated",
 ]

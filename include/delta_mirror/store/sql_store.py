@@ -127,29 +127,48 @@ class CommitRow:
 
 def _table_info(row: Any) -> TableInfo:
     return TableInfo(
-        id=row.id, name=row.name, location=row.location, table_uuid=row.table_uuid, state=row.state,
-        halted_reason=row.halted_reason, halted_version=row.halted_version, first_version=row.first_version,
-        base_checkpoint_version=row.base_checkpoint_version, checkpoint_kind=row.checkpoint_kind,
-        checkpoint_part_size=row.checkpoint_part_size, checkpoint_interval=row.checkpoint_interval,
-        checkpoint_max_bytes=row.checkpoint_max_bytes, settings=json.loads(row.settings or "{}"),
-        lease_owner=row.lease_owner, lease_expires_at=row.lease_expires_at,
+        id=row.id,
+        name=row.name,
+        location=row.location,
+        table_uuid=row.table_uuid,
+        state=row.state,
+        halted_reason=row.halted_reason,
+        halted_version=row.halted_version,
+        first_version=row.first_version,
+        base_checkpoint_version=row.base_checkpoint_version,
+        checkpoint_kind=row.checkpoint_kind,
+        checkpoint_part_size=row.checkpoint_part_size,
+        checkpoint_interval=row.checkpoint_interval,
+        checkpoint_max_bytes=row.checkpoint_max_bytes,
+        settings=json.loads(row.settings or "{}"),
+        lease_owner=row.lease_owner,
+        lease_expires_at=row.lease_expires_at,
     )
 
 
-def _file_rows(table_id: int, version: int, part: int, actions: Sequence[Action]) -> tuple[
-        list[dict[str, Any]], list[tuple[int, dict[str, Any]]]]:
+def _file_rows(
+    table_id: int, version: int, part: int, actions: Sequence[Action]
+) -> tuple[list[dict[str, Any]], list[tuple[int, dict[str, Any]]]]:
     """The ``dl_files`` rows to insert for adds, and (seq, body) of the removes."""
     adds: list[dict[str, Any]] = []
     removes: list[tuple[int, dict[str, Any]]] = []
     for seq, (kind, body) in enumerate(actions):
         if kind == "add":
             pv = body.get("partitionValues")
-            adds.append({
-                "table_id": table_id, "path": body.get("path", ""), "dv_id": dv_id(body.get("deletionVector")),
-                "add_version": version, "add_part": part, "add_seq": seq,
-                "size": body.get("size") if isinstance(body.get("size"), int) else None,
-                "partition_values": json.dumps(pv, separators=(",", ":"), ensure_ascii=False) if pv is not None else None,
-            })
+            adds.append(
+                {
+                    "table_id": table_id,
+                    "path": body.get("path", ""),
+                    "dv_id": dv_id(body.get("deletionVector")),
+                    "add_version": version,
+                    "add_part": part,
+                    "add_seq": seq,
+                    "size": body.get("size") if isinstance(body.get("size"), int) else None,
+                    "partition_values": json.dumps(pv, separators=(",", ":"), ensure_ascii=False)
+                    if pv is not None
+                    else None,
+                }
+            )
         elif kind == "remove":
             removes.append((seq, body))
     return adds, removes
@@ -176,25 +195,40 @@ class SqlStore:
     def ensure_initialised(self) -> None:
         with db.translated(self.url, "opening the store"):
             if not db.is_initialised(self.engine):
-                raise PermanentError(f"the store at {self.display_url} is not initialised",
-                                     hint="run `delta-mirror init` first")
+                raise PermanentError(
+                    f"the store at {self.display_url} is not initialised",
+                    hint="run `delta-mirror init` first",
+                )
 
     def close(self) -> None:
         self.engine.dispose()
 
     # -- tables -----------------------------------------------------------------------------
     def create_table(
-        self, name: str, location: str, *, table_uuid: str | None = None, first_version: int = 0,
-        base_checkpoint_version: int | None = None, checkpoint_kind: str = "classic",
-        checkpoint_part_size: int | None = None, settings: dict[str, Any] | None = None,
+        self,
+        name: str,
+        location: str,
+        *,
+        table_uuid: str | None = None,
+        first_version: int = 0,
+        base_checkpoint_version: int | None = None,
+        checkpoint_kind: str = "classic",
+        checkpoint_part_size: int | None = None,
+        settings: dict[str, Any] | None = None,
         conn: Connection | None = None,
     ) -> TableInfo:
         check_table_name(name)
         values = {
-            "name": name, "location": location, "table_uuid": table_uuid or str(uuid.uuid4()),
-            "state": "ACTIVE", "first_version": first_version, "base_checkpoint_version": base_checkpoint_version,
-            "checkpoint_kind": checkpoint_kind, "checkpoint_part_size": checkpoint_part_size,
-            "settings": json.dumps(settings or {}), "created_at": now_ms(),
+            "name": name,
+            "location": location,
+            "table_uuid": table_uuid or str(uuid.uuid4()),
+            "state": "ACTIVE",
+            "first_version": first_version,
+            "base_checkpoint_version": base_checkpoint_version,
+            "checkpoint_kind": checkpoint_kind,
+            "checkpoint_part_size": checkpoint_part_size,
+            "settings": json.dumps(settings or {}),
+            "created_at": now_ms(),
         }
         with db.translated(self.url, f"creating table '{name}'"):
             try:
@@ -205,14 +239,20 @@ class SqlStore:
                     c.execute(insert(dl_tables).values(**values))
                     return self._get_table(c, name)
             except IntegrityError:
-                raise TableExistsError(f"a table named '{name}' already exists", table=name,
-                                       hint="choose another --table name, or drop the existing one") from None
+                raise TableExistsError(
+                    f"a table named '{name}' already exists",
+                    table=name,
+                    hint="choose another --table name, or drop the existing one",
+                ) from None
 
     def _get_table(self, conn: Connection, name: str) -> TableInfo:
         row = conn.execute(select(dl_tables).where(dl_tables.c.name == name)).first()
         if row is None:
-            raise TableNotFoundError(f"no table named '{name}' in the store", table=name,
-                                     hint="list tables with `delta-mirror status`, or create it with import/commit")
+            raise TableNotFoundError(
+                f"no table named '{name}' in the store",
+                table=name,
+                hint="list tables with `delta-mirror status`, or create it with import/commit",
+            )
         return _table_info(row)
 
     def get_table(self, name: str) -> TableInfo:
@@ -251,16 +291,24 @@ class SqlStore:
             result = conn.execute(
                 update(dl_tables)
                 .where(dl_tables.c.id == table_id)
-                .where(or_(dl_tables.c.lease_owner.is_(None), dl_tables.c.lease_expires_at < now,
-                           dl_tables.c.lease_owner == owner))
+                .where(
+                    or_(
+                        dl_tables.c.lease_owner.is_(None),
+                        dl_tables.c.lease_expires_at < now,
+                        dl_tables.c.lease_owner == owner,
+                    )
+                )
                 .values(lease_owner=owner, lease_expires_at=now + int(ttl_seconds * 1000))
             )
             return bool(result.rowcount == 1)
 
     def release_lease(self, table_id: int, owner: str) -> None:
         with db.translated(self.url, "releasing the publisher lease"), self.engine.begin() as conn:
-            conn.execute(update(dl_tables).where(dl_tables.c.id == table_id, dl_tables.c.lease_owner == owner)
-                         .values(lease_owner=None, lease_expires_at=None))
+            conn.execute(
+                update(dl_tables)
+                .where(dl_tables.c.id == table_id, dl_tables.c.lease_owner == owner)
+                .values(lease_owner=None, lease_expires_at=None)
+            )
 
     # -- commits ----------------------------------------------------------------------------
     def latest_version(self, table_id: int, conn: Connection | None = None) -> int | None:
@@ -272,8 +320,15 @@ class SqlStore:
                 value = c.execute(q).scalar()
         return None if value is None else int(value)
 
-    def commit(self, name: str, actions: Sequence[Action], *, expected_version: int | None = None,
-               operation: str | None = None, location: str | None = None) -> int:
+    def commit(
+        self,
+        name: str,
+        actions: Sequence[Action],
+        *,
+        expected_version: int | None = None,
+        operation: str | None = None,
+        location: str | None = None,
+    ) -> int:
         """Commit native actions as the next version; returns it.
 
         Raises ``CommitConflictError`` when another writer took ``expected_version``, ``DataError``
@@ -292,8 +347,14 @@ class SqlStore:
                     raise
         raise AssertionError("unreachable")
 
-    def _commit_once(self, name: str, actions: Sequence[Action], expected_version: int | None,
-                     operation: str | None, location: str | None) -> int:
+    def _commit_once(
+        self,
+        name: str,
+        actions: Sequence[Action],
+        expected_version: int | None,
+        operation: str | None,
+        location: str | None,
+    ) -> int:
         with db.translated(self.url, f"committing to table '{name}'"):
             try:
                 with self.engine.begin() as conn:
@@ -306,65 +367,124 @@ class SqlStore:
                     else:
                         if location is not None and location.rstrip("/") != table.location.rstrip("/"):
                             raise PermanentError(
-                                f"the table is at {table.location}, not {location}", table=name,
-                                hint="drop --location, or commit to a new table name")
+                                f"the table is at {table.location}, not {location}",
+                                table=name,
+                                hint="drop --location, or commit to a new table name",
+                            )
                     return self._commit(conn, table, actions, expected_version, operation)
             except IntegrityError as exc:
                 if db.is_unique_violation(exc):
                     raise CommitConflictError(
-                        "another writer committed this version first", table=name, version=expected_version,
+                        "another writer committed this version first",
+                        table=name,
+                        version=expected_version,
                         hint="re-read the table and retry the commit on the new latest version",
                     ) from None
                 raise
 
-    def _create_in(self, conn: Connection, name: str, location: str, expected_version: int | None) -> TableInfo:
+    def _create_in(
+        self, conn: Connection, name: str, location: str, expected_version: int | None
+    ) -> TableInfo:
         try:
             return self.create_table(name, location, conn=conn)
         except TableExistsError:
             raise CommitConflictError(
-                "another writer created the table first", table=name, version=expected_version or 0,
-                hint="commit again: the table exists now") from None
+                "another writer created the table first",
+                table=name,
+                version=expected_version or 0,
+                hint="commit again: the table exists now",
+            ) from None
 
-    def _commit(self, conn: Connection, table: TableInfo, actions: Sequence[Action],
-                expected_version: int | None, operation: str | None) -> int:
+    def _commit(
+        self,
+        conn: Connection,
+        table: TableInfo,
+        actions: Sequence[Action],
+        expected_version: int | None,
+        operation: str | None,
+    ) -> int:
         latest = self.latest_version(table.id, conn)
         next_version = table.first_version if latest is None else latest + 1
         version = next_version if expected_version is None else expected_version
         name = table.name
         if version < next_version:
-            raise CommitConflictError(f"version {version} is already committed (latest is {latest})",
-                                      table=name, version=version, hint=f"commit as version {next_version}")
+            raise CommitConflictError(
+                f"version {version} is already committed (latest is {latest})",
+                table=name,
+                version=version,
+                hint=f"commit as version {next_version}",
+            )
         if version > next_version:
-            raise DataError(f"version gap: the next version is {next_version}, not {version}", table=name,
-                            version=version, hint="versions must be contiguous; omit the expected version")
+            raise DataError(
+                f"version gap: the next version is {next_version}, not {version}",
+                table=name,
+                version=version,
+                hint="versions must be contiguous; omit the expected version",
+            )
         # Claim the version first: a racing writer fails here, before any other work.
         ts = now_ms()
         try:
-            conn.execute(insert(dl_commits).values(
-                table_id=table.id, version=version, committed_at=ts, action_count=0, size_bytes=0, sha256="",
-                has_json=True, source="native"))
+            conn.execute(
+                insert(dl_commits).values(
+                    table_id=table.id,
+                    version=version,
+                    committed_at=ts,
+                    action_count=0,
+                    size_bytes=0,
+                    sha256="",
+                    has_json=True,
+                    source="native",
+                )
+            )
         except IntegrityError as exc:
             if not db.is_unique_violation(exc):
                 raise
             raise CommitConflictError(
-                "another writer committed this version first", table=name, version=version,
-                hint="re-read the table and retry the commit on the new latest version") from None
+                "another writer committed this version first",
+                table=name,
+                version=version,
+                hint="re-read the table and retry the commit on the new latest version",
+            ) from None
         ordered = self._validate_native(conn, table, version, actions)
         ordered = self._with_commit_info(conn, table, version, ordered, ts, operation)
-        self._write_actions(conn, table.id, version, PART_COMMIT, ordered, strict=True, table_name=name,
-                            location=table.location)
+        self._write_actions(
+            conn,
+            table.id,
+            version,
+            PART_COMMIT,
+            ordered,
+            strict=True,
+            table_name=name,
+            location=table.location,
+        )
         lines = [canonical_line(k, b) for k, b in ordered]
         data = render_commit(lines)
         ict = ordered[0][1].get("inCommitTimestamp") if ordered[0][0] == "commitInfo" else None
-        conn.execute(update(dl_commits).where(dl_commits.c.table_id == table.id, dl_commits.c.version == version)
-                     .values(action_count=len(ordered), size_bytes=len(data),
-                             sha256=hashlib.sha256(data).hexdigest(), in_commit_timestamp=ict))
-        conn.execute(insert(dl_mirror_status).values(table_id=table.id, version=version, artifact="json",
-                                                     state="PENDING", attempts=0, enqueued_at=ts))
+        conn.execute(
+            update(dl_commits)
+            .where(dl_commits.c.table_id == table.id, dl_commits.c.version == version)
+            .values(
+                action_count=len(ordered),
+                size_bytes=len(data),
+                sha256=hashlib.sha256(data).hexdigest(),
+                in_commit_timestamp=ict,
+            )
+        )
+        conn.execute(
+            insert(dl_mirror_status).values(
+                table_id=table.id,
+                version=version,
+                artifact="json",
+                state="PENDING",
+                attempts=0,
+                enqueued_at=ts,
+            )
+        )
         return version
 
-    def _validate_native(self, conn: Connection, table: TableInfo, version: int,
-                         actions: Sequence[Action]) -> list[Action]:
+    def _validate_native(
+        self, conn: Connection, table: TableInfo, version: int, actions: Sequence[Action]
+    ) -> list[Action]:
         name = table.name
         counts: dict[str, int] = {}
         seen_adds: set[tuple[str, str]] = set()
@@ -376,78 +496,125 @@ class SqlStore:
             if kind == "add":
                 key = (body["path"], dv_id(body.get("deletionVector")))
                 if key in seen_adds:
-                    raise InvalidActionError(f"action {number}: duplicate add of '{key[0]}' in one commit",
-                                             table=name, version=version, hint="add each file once per commit")
+                    raise InvalidActionError(
+                        f"action {number}: duplicate add of '{key[0]}' in one commit",
+                        table=name,
+                        version=version,
+                        hint="add each file once per commit",
+                    )
                 seen_adds.add(key)
             elif kind == "remove":
                 key = (body["path"], dv_id(body.get("deletionVector")))
                 if key in seen_removes:
-                    raise InvalidActionError(f"action {number}: duplicate remove of '{key[0]}' in one commit",
-                                             table=name, version=version, hint="remove each file once per commit")
+                    raise InvalidActionError(
+                        f"action {number}: duplicate remove of '{key[0]}' in one commit",
+                        table=name,
+                        version=version,
+                        hint="remove each file once per commit",
+                    )
                 seen_removes.add(key)
             ordered.append((kind, spark_ordered(kind, body)))
         for kind in ("metaData", "protocol", "commitInfo"):
             if counts.get(kind, 0) > 1:
-                raise InvalidActionError(f"{counts[kind]} '{kind}' actions in one commit (at most one allowed)",
-                                         table=name, version=version, hint=f"merge them into a single {kind}")
+                raise InvalidActionError(
+                    f"{counts[kind]} '{kind}' actions in one commit (at most one allowed)",
+                    table=name,
+                    version=version,
+                    hint=f"merge them into a single {kind}",
+                )
         if version == table.first_version and table.base_checkpoint_version is None:
             for kind in ("protocol", "metaData"):
                 if kind not in counts:
-                    raise InvalidActionError(f"the first commit of a table needs a '{kind}' action",
-                                             table=name, version=version, hint="add protocol and metaData to version 0")
+                    raise InvalidActionError(
+                        f"the first commit of a table needs a '{kind}' action",
+                        table=name,
+                        version=version,
+                        hint="add protocol and metaData to version 0",
+                    )
         for kind, body in ordered:
             if kind == "protocol":
                 features = set(body.get("readerFeatures") or []) | set(body.get("writerFeatures") or [])
                 for refused in REFUSED_FEATURES:
                     if refused in features:
                         raise InvalidActionError(
-                            f"protocol feature '{refused}' is not allowed", table=name, version=version,
-                            hint="it would make the table unreadable to plain filesystem readers")
+                            f"protocol feature '{refused}' is not allowed",
+                            table=name,
+                            version=version,
+                            hint="it would make the table unreadable to plain filesystem readers",
+                        )
             if kind == "metaData":
-                for key in (body.get("configuration") or {}):
+                for key in body.get("configuration") or {}:
                     if key.startswith("delta.coordinatedCommits."):
-                        raise InvalidActionError(f"table property '{key}' is not allowed", table=name,
-                                                 version=version, hint="the store already coordinates commits")
+                        raise InvalidActionError(
+                            f"table property '{key}' is not allowed",
+                            table=name,
+                            version=version,
+                            hint="the store already coordinates commits",
+                        )
         removes = [(b["path"], dv_id(b.get("deletionVector"))) for k, b in ordered if k == "remove"]
         if removes:
             active = self._active_keys(conn, table.id, [p for p, _ in removes])
             for path, dv in removes:
                 if (path, dv) not in active:
                     raise InvalidActionError(
-                        f"remove of '{path}'" + (f" (deletion vector {dv})" if dv else "")
-                        + " which is not an active file", table=name, version=version,
-                        hint="remove only files that are in the table (same path text and deletion vector)")
+                        f"remove of '{path}'"
+                        + (f" (deletion vector {dv})" if dv else "")
+                        + " which is not an active file",
+                        table=name,
+                        version=version,
+                        hint="remove only files that are in the table (same path text and deletion vector)",
+                    )
         return ordered
 
     def _active_keys(self, conn: Connection, table_id: int, paths: Sequence[str]) -> set[tuple[str, str]]:
         out: set[tuple[str, str]] = set()
         unique = sorted(set(paths))
         for i in range(0, len(unique), _CHUNK):
-            chunk = unique[i:i + _CHUNK]
-            rows = conn.execute(select(dl_files.c.path, dl_files.c.dv_id).where(
-                dl_files.c.table_id == table_id, dl_files.c.remove_version.is_(None), dl_files.c.path.in_(chunk)))
+            chunk = unique[i : i + _CHUNK]
+            rows = conn.execute(
+                select(dl_files.c.path, dl_files.c.dv_id).where(
+                    dl_files.c.table_id == table_id,
+                    dl_files.c.remove_version.is_(None),
+                    dl_files.c.path.in_(chunk),
+                )
+            )
             out.update((r.path, r.dv_id) for r in rows)
         return out
 
     def _latest_action(self, conn: Connection, table_id: int, kind: str, version: int) -> str | None:
         row = conn.execute(
             select(dl_actions.c.payload)
-            .where(dl_actions.c.table_id == table_id, dl_actions.c.action_type == kind,
-                   dl_actions.c.version <= version)
+            .where(
+                dl_actions.c.table_id == table_id,
+                dl_actions.c.action_type == kind,
+                dl_actions.c.version <= version,
+            )
             .order_by(dl_actions.c.version.desc(), dl_actions.c.part.desc(), dl_actions.c.seq.desc())
             .limit(1)
         ).first()
         return None if row is None else str(row.payload)
 
-    def _with_commit_info(self, conn: Connection, table: TableInfo, version: int, actions: list[Action],
-                          ts: int, operation: str | None) -> list[Action]:
+    def _with_commit_info(
+        self,
+        conn: Connection,
+        table: TableInfo,
+        version: int,
+        actions: list[Action],
+        ts: int,
+        operation: str | None,
+    ) -> list[Action]:
         """Put ``commitInfo`` first (Delta-Spark does), creating it when the writer gave none."""
         info = next((b for k, b in actions if k == "commitInfo"), None)
         rest = [(k, b) for k, b in actions if k != "commitInfo"]
         if info is None:
             kinds = {k for k, _ in rest}
-            op = operation or ("CREATE TABLE" if "metaData" in kinds and version == table.first_version
-                               else "DELETE" if kinds == {"remove"} else "WRITE")
+            op = operation or (
+                "CREATE TABLE"
+                if "metaData" in kinds and version == table.first_version
+                else "DELETE"
+                if kinds == {"remove"}
+                else "WRITE"
+            )
             info = {"timestamp": ts, "operation": op, "operationParameters": {}}
             if version > 0:
                 info["readVersion"] = version - 1
@@ -460,44 +627,92 @@ class SqlStore:
             prev = self._latest_action(conn, table.id, "metaData", version - 1)
             metadata = json.loads(prev)["metaData"] if prev else {}
         if (metadata.get("configuration") or {}).get("delta.enableInCommitTimestamps") == "true":
-            prev_ict = conn.execute(select(func.max(dl_commits.c.in_commit_timestamp))
-                                    .where(dl_commits.c.table_id == table.id)).scalar()
+            prev_ict = conn.execute(
+                select(func.max(dl_commits.c.in_commit_timestamp)).where(dl_commits.c.table_id == table.id)
+            ).scalar()
             ict = max(int(info.get("timestamp", ts)), int(prev_ict or 0) + 1)
             info = {"inCommitTimestamp": ict, **{k: v for k, v in info.items() if k != "inCommitTimestamp"}}
         return [("commitInfo", spark_ordered("commitInfo", info)), *rest]
 
-    def _write_actions(self, conn: Connection, table_id: int, version: int, part: int, actions: Sequence[Action],
-                       *, strict: bool, table_name: str, location: str | None,
-                       lines: Sequence[str] | None = None) -> None:
+    def _write_actions(
+        self,
+        conn: Connection,
+        table_id: int,
+        version: int,
+        part: int,
+        actions: Sequence[Action],
+        *,
+        strict: bool,
+        table_name: str,
+        location: str | None,
+        lines: Sequence[str] | None = None,
+    ) -> None:
         """Insert action rows and maintain the file index (adds, removes, superseded re-adds)."""
         if lines is None:
             lines = [canonical_line(k, b) for k, b in actions]
-        rows = [{"table_id": table_id, "version": version, "part": part, "seq": seq, "action_type": kind,
-                 "payload": line} for seq, ((kind, _), line) in enumerate(zip(actions, lines, strict=True))]
+        rows = [
+            {
+                "table_id": table_id,
+                "version": version,
+                "part": part,
+                "seq": seq,
+                "action_type": kind,
+                "payload": line,
+            }
+            for seq, ((kind, _), line) in enumerate(zip(actions, lines, strict=True))
+        ]
         if rows:
             conn.execute(insert(dl_actions), rows)
         adds, removes = _file_rows(table_id, version, part, actions)
         # A re-added (path, dv) supersedes the active entry (e.g. recomputed stats); no tombstone.
         if adds and version > 0:
             active = self._active_keys(conn, table_id, [a["path"] for a in adds])
-            superseded = [{"p": a["path"], "d": a["dv_id"]} for a in adds if (a["path"], a["dv_id"]) in active]
+            superseded = [
+                {"p": a["path"], "d": a["dv_id"]} for a in adds if (a["path"], a["dv_id"]) in active
+            ]
             if superseded:
-                conn.execute(update(dl_files).where(
-                    dl_files.c.table_id == table_id, dl_files.c.path == _bind("p"), dl_files.c.dv_id == _bind("d"),
-                    dl_files.c.remove_version.is_(None)).values(remove_version=version),
-                    superseded)
+                conn.execute(
+                    update(dl_files)
+                    .where(
+                        dl_files.c.table_id == table_id,
+                        dl_files.c.path == _bind("p"),
+                        dl_files.c.dv_id == _bind("d"),
+                        dl_files.c.remove_version.is_(None),
+                    )
+                    .values(remove_version=version),
+                    superseded,
+                )
         if removes:
             params = []
             for seq, body in removes:
-                params.append({"p": body.get("path", ""), "d": dv_id(body.get("deletionVector")), "rv": version,
-                               "rp": part, "rs": seq, "dt": body.get("deletionTimestamp")
-                               if isinstance(body.get("deletionTimestamp"), int) else None})
+                params.append(
+                    {
+                        "p": body.get("path", ""),
+                        "d": dv_id(body.get("deletionVector")),
+                        "rv": version,
+                        "rp": part,
+                        "rs": seq,
+                        "dt": body.get("deletionTimestamp")
+                        if isinstance(body.get("deletionTimestamp"), int)
+                        else None,
+                    }
+                )
             result_counts = 0
-            stmt = (update(dl_files)
-                    .where(dl_files.c.table_id == table_id, dl_files.c.path == _bind("p"),
-                           dl_files.c.dv_id == _bind("d"), dl_files.c.remove_version.is_(None))
-                    .values(remove_version=_bind("rv"), remove_part=_bind("rp"), remove_seq=_bind("rs"),
-                            deletion_timestamp=_bind("dt")))
+            stmt = (
+                update(dl_files)
+                .where(
+                    dl_files.c.table_id == table_id,
+                    dl_files.c.path == _bind("p"),
+                    dl_files.c.dv_id == _bind("d"),
+                    dl_files.c.remove_version.is_(None),
+                )
+                .values(
+                    remove_version=_bind("rv"),
+                    remove_part=_bind("rp"),
+                    remove_seq=_bind("rs"),
+                    deletion_timestamp=_bind("dt"),
+                )
+            )
             result = conn.execute(stmt, params)
             result_counts = result.rowcount if result.rowcount is not None else -1
             if result_counts != len(params) and not strict:
@@ -506,26 +721,55 @@ class SqlStore:
                 known = self._tombstone_keys(conn, table_id, version, [p["p"] for p in params])
                 orphans = [p for p in params if (p["p"], p["d"]) not in known]
                 if orphans:
-                    conn.execute(insert(dl_files), [{
-                        "table_id": table_id, "path": p["p"], "dv_id": p["d"], "remove_version": version,
-                        "remove_part": part, "remove_seq": p["rs"], "deletion_timestamp": p["dt"]} for p in orphans])
+                    conn.execute(
+                        insert(dl_files),
+                        [
+                            {
+                                "table_id": table_id,
+                                "path": p["p"],
+                                "dv_id": p["d"],
+                                "remove_version": version,
+                                "remove_part": part,
+                                "remove_seq": p["rs"],
+                                "deletion_timestamp": p["dt"],
+                            }
+                            for p in orphans
+                        ],
+                    )
         if adds:
             conn.execute(insert(dl_files), adds)
 
-    def _tombstone_keys(self, conn: Connection, table_id: int, version: int, paths: Sequence[str]) -> set[tuple[str, str]]:
+    def _tombstone_keys(
+        self, conn: Connection, table_id: int, version: int, paths: Sequence[str]
+    ) -> set[tuple[str, str]]:
         out: set[tuple[str, str]] = set()
         unique = sorted(set(paths))
         for i in range(0, len(unique), _CHUNK):
-            rows = conn.execute(select(dl_files.c.path, dl_files.c.dv_id).where(
-                dl_files.c.table_id == table_id, dl_files.c.remove_version == version,
-                dl_files.c.path.in_(unique[i:i + _CHUNK])))
+            rows = conn.execute(
+                select(dl_files.c.path, dl_files.c.dv_id).where(
+                    dl_files.c.table_id == table_id,
+                    dl_files.c.remove_version == version,
+                    dl_files.c.path.in_(unique[i : i + _CHUNK]),
+                )
+            )
             out.update((r.path, r.dv_id) for r in rows)
         return out
 
-    def import_version(self, conn: Connection, table: TableInfo, version: int, actions: Sequence[Action],
-                       lines: Sequence[str], *, part: int = PART_COMMIT, has_json: bool = True,
-                       committed_at: int | None = None, published_sha256: str | None = None,
-                       published_size: int | None = None, index_files: bool = True) -> None:
+    def import_version(
+        self,
+        conn: Connection,
+        table: TableInfo,
+        version: int,
+        actions: Sequence[Action],
+        lines: Sequence[str],
+        *,
+        part: int = PART_COMMIT,
+        has_json: bool = True,
+        committed_at: int | None = None,
+        published_sha256: str | None = None,
+        published_size: int | None = None,
+        index_files: bool = True,
+    ) -> None:
         """Record one imported version (in the caller's transaction); actions are kept as they were.
 
         ``index_files=False`` stores a commit whose effect is already in the base snapshot.
@@ -538,22 +782,58 @@ class SqlStore:
             if actions and actions[0][0] == "commitInfo":
                 raw = actions[0][1].get("inCommitTimestamp")
                 ict = raw if isinstance(raw, int) else None
-            conn.execute(insert(dl_commits).values(
-                table_id=table.id, version=version, committed_at=ts, in_commit_timestamp=ict,
-                action_count=len(actions), size_bytes=len(data) if has_json else 0,
-                sha256=hashlib.sha256(data).hexdigest() if has_json else "", has_json=has_json, source="import"))
+            conn.execute(
+                insert(dl_commits).values(
+                    table_id=table.id,
+                    version=version,
+                    committed_at=ts,
+                    in_commit_timestamp=ict,
+                    action_count=len(actions),
+                    size_bytes=len(data) if has_json else 0,
+                    sha256=hashlib.sha256(data).hexdigest() if has_json else "",
+                    has_json=has_json,
+                    source="import",
+                )
+            )
             if has_json:
                 done = published_sha256 is not None
-                conn.execute(insert(dl_mirror_status).values(
-                    table_id=table.id, version=version, artifact="json", state="SUCCESS" if done else "PENDING",
-                    attempts=0, enqueued_at=ts, finished_at=ts if done else None, sha256=published_sha256,
-                    size_bytes=published_size))
+                conn.execute(
+                    insert(dl_mirror_status).values(
+                        table_id=table.id,
+                        version=version,
+                        artifact="json",
+                        state="SUCCESS" if done else "PENDING",
+                        attempts=0,
+                        enqueued_at=ts,
+                        finished_at=ts if done else None,
+                        sha256=published_sha256,
+                        size_bytes=published_size,
+                    )
+                )
         if index_files:
-            self._write_actions(conn, table.id, version, part, actions, strict=False, table_name=table.name,
-                                location=table.location, lines=lines)
+            self._write_actions(
+                conn,
+                table.id,
+                version,
+                part,
+                actions,
+                strict=False,
+                table_name=table.name,
+                location=table.location,
+                lines=lines,
+            )
         else:
-            rows = [{"table_id": table.id, "version": version, "part": part, "seq": seq, "action_type": k,
-                     "payload": line} for seq, ((k, _), line) in enumerate(zip(actions, lines, strict=True))]
+            rows = [
+                {
+                    "table_id": table.id,
+                    "version": version,
+                    "part": part,
+                    "seq": seq,
+                    "action_type": k,
+                    "payload": line,
+                }
+                for seq, ((k, _), line) in enumerate(zip(actions, lines, strict=True))
+            ]
             if rows:
                 conn.execute(insert(dl_actions), rows)
 
@@ -561,12 +841,23 @@ class SqlStore:
     def commit_rows(self, table_id: int, from_version: int, to_version: int) -> list[CommitRow]:
         with db.translated(self.url, "reading commits"), self.reader.connect() as conn:
             rows = conn.execute(
-                select(dl_commits.c.version, dl_commits.c.sha256, dl_commits.c.size_bytes, dl_commits.c.has_json,
-                       dl_commits.c.committed_at)
-                .where(dl_commits.c.table_id == table_id, dl_commits.c.version >= from_version,
-                       dl_commits.c.version <= to_version)
-                .order_by(dl_commits.c.version))
-            return [CommitRow(r.version, r.sha256, r.size_bytes, bool(r.has_json), r.committed_at) for r in rows]
+                select(
+                    dl_commits.c.version,
+                    dl_commits.c.sha256,
+                    dl_commits.c.size_bytes,
+                    dl_commits.c.has_json,
+                    dl_commits.c.committed_at,
+                )
+                .where(
+                    dl_commits.c.table_id == table_id,
+                    dl_commits.c.version >= from_version,
+                    dl_commits.c.version <= to_version,
+                )
+                .order_by(dl_commits.c.version)
+            )
+            return [
+                CommitRow(r.version, r.sha256, r.size_bytes, bool(r.has_json), r.committed_at) for r in rows
+            ]
 
     def commit_lines(self, table_id: int, from_version: int, to_version: int) -> dict[int, list[str]]:
         """Canonical lines of the commits in [from, to], by version (one query for a batch)."""
@@ -574,9 +865,14 @@ class SqlStore:
         with db.translated(self.url, "reading actions"), self.reader.connect() as conn:
             rows = conn.execute(
                 select(dl_actions.c.version, dl_actions.c.payload)
-                .where(dl_actions.c.table_id == table_id, dl_actions.c.part == PART_COMMIT,
-                       dl_actions.c.version >= from_version, dl_actions.c.version <= to_version)
-                .order_by(dl_actions.c.version, dl_actions.c.seq))
+                .where(
+                    dl_actions.c.table_id == table_id,
+                    dl_actions.c.part == PART_COMMIT,
+                    dl_actions.c.version >= from_version,
+                    dl_actions.c.version <= to_version,
+                )
+                .order_by(dl_actions.c.version, dl_actions.c.seq)
+            )
             for r in rows:
                 out.setdefault(int(r.version), []).append(str(r.payload))
         return out
@@ -590,16 +886,22 @@ class SqlStore:
             protocol = self._latest_action(conn, table_id, "protocol", version)
             metadata = self._latest_action(conn, table_id, "metaData", version)
             if protocol is None or metadata is None:
-                raise DataError("no protocol or metaData at or before this version", version=version,
-                                hint="the table's log is incomplete; re-import it")
+                raise DataError(
+                    "no protocol or metaData at or before this version",
+                    version=version,
+                    hint="the table's log is incomplete; re-import it",
+                )
             txns: dict[str, str] = {}
             domains: dict[str, tuple[str, bool]] = {}
             rows = conn.execute(
                 select(dl_actions.c.action_type, dl_actions.c.payload)
-                .where(dl_actions.c.table_id == table_id,
-                       dl_actions.c.action_type.in_(("txn", "domainMetadata")),
-                       dl_actions.c.version <= version)
-                .order_by(dl_actions.c.version, dl_actions.c.part, dl_actions.c.seq))
+                .where(
+                    dl_actions.c.table_id == table_id,
+                    dl_actions.c.action_type.in_(("txn", "domainMetadata")),
+                    dl_actions.c.version <= version,
+                )
+                .order_by(dl_actions.c.version, dl_actions.c.part, dl_actions.c.seq)
+            )
             for r in rows:
                 body = json.loads(r.payload)
                 if r.action_type == "txn":
@@ -607,19 +909,33 @@ class SqlStore:
                 else:
                     dm = body["domainMetadata"]
                     domains[str(dm.get("domain"))] = (str(r.payload), bool(dm.get("removed")))
-            return Snapshot(version, protocol, metadata, list(txns.values()),
-                            [p for p, removed in domains.values() if not removed])
+            return Snapshot(
+                version,
+                protocol,
+                metadata,
+                list(txns.values()),
+                [p for p, removed in domains.values() if not removed],
+            )
 
     def _active_where(self, table_id: int, version: int) -> Any:
-        return and_(dl_files.c.table_id == table_id, dl_files.c.add_version.is_not(None),
-                    dl_files.c.add_version <= version,
-                    or_(dl_files.c.remove_version.is_(None), dl_files.c.remove_version > version))
+        return and_(
+            dl_files.c.table_id == table_id,
+            dl_files.c.add_version.is_not(None),
+            dl_files.c.add_version <= version,
+            or_(dl_files.c.remove_version.is_(None), dl_files.c.remove_version > version),
+        )
 
     def iter_active_add_lines(self, table_id: int, version: int, batch: int = 20_000) -> Iterator[list[str]]:
         """The add actions of the active files at ``version``, in batches (O(active files))."""
-        join = dl_files.join(dl_actions, and_(
-            dl_actions.c.table_id == dl_files.c.table_id, dl_actions.c.version == dl_files.c.add_version,
-            dl_actions.c.part == dl_files.c.add_part, dl_actions.c.seq == dl_files.c.add_seq))
+        join = dl_files.join(
+            dl_actions,
+            and_(
+                dl_actions.c.table_id == dl_files.c.table_id,
+                dl_actions.c.version == dl_files.c.add_version,
+                dl_actions.c.part == dl_files.c.add_part,
+                dl_actions.c.seq == dl_files.c.add_seq,
+            ),
+        )
         q = select(dl_actions.c.payload).select_from(join).where(self._active_where(table_id, version))
         with db.translated(self.url, "reading active files"), self.reader.connect() as conn:
             result = conn.execution_options(stream_results=True, yield_per=batch).execute(q)
@@ -628,32 +944,61 @@ class SqlStore:
 
     def tombstone_lines(self, table_id: int, version: int, min_deletion_timestamp: int) -> list[str]:
         """``remove`` actions at or before ``version`` still inside the retention window."""
-        join = dl_files.join(dl_actions, and_(
-            dl_actions.c.table_id == dl_files.c.table_id, dl_actions.c.version == dl_files.c.remove_version,
-            dl_actions.c.part == dl_files.c.remove_part, dl_actions.c.seq == dl_files.c.remove_seq))
-        q = (select(dl_actions.c.payload).select_from(join)
-             .where(dl_files.c.table_id == table_id, dl_files.c.remove_version <= version,
-                    dl_files.c.remove_seq.is_not(None),
-                    or_(dl_files.c.deletion_timestamp.is_(None),
-                        dl_files.c.deletion_timestamp >= min_deletion_timestamp)))
+        join = dl_files.join(
+            dl_actions,
+            and_(
+                dl_actions.c.table_id == dl_files.c.table_id,
+                dl_actions.c.version == dl_files.c.remove_version,
+                dl_actions.c.part == dl_files.c.remove_part,
+                dl_actions.c.seq == dl_files.c.remove_seq,
+            ),
+        )
+        q = (
+            select(dl_actions.c.payload)
+            .select_from(join)
+            .where(
+                dl_files.c.table_id == table_id,
+                dl_files.c.remove_version <= version,
+                dl_files.c.remove_seq.is_not(None),
+                or_(
+                    dl_files.c.deletion_timestamp.is_(None),
+                    dl_files.c.deletion_timestamp >= min_deletion_timestamp,
+                ),
+            )
+        )
         with db.translated(self.url, "reading tombstones"), self.reader.connect() as conn:
             return [str(r[0]) for r in conn.execute(q)]
 
     def active_files(self, table_id: int, version: int) -> list[FileEntry]:
-        q = (select(dl_files.c.path, dl_files.c.dv_id, dl_files.c.size, dl_files.c.partition_values)
-             .where(self._active_where(table_id, version)))
+        q = select(dl_files.c.path, dl_files.c.dv_id, dl_files.c.size, dl_files.c.partition_values).where(
+            self._active_where(table_id, version)
+        )
         with db.translated(self.url, "reading active files"), self.reader.connect() as conn:
-            return [FileEntry(r.path, r.dv_id, r.size, json.loads(r.partition_values) if r.partition_values else None)
-                    for r in conn.execute(q)]
+            return [
+                FileEntry(
+                    r.path, r.dv_id, r.size, json.loads(r.partition_values) if r.partition_values else None
+                )
+                for r in conn.execute(q)
+            ]
 
     def count_active_files(self, table_id: int, version: int) -> int:
         with db.translated(self.url, "counting active files"), self.reader.connect() as conn:
-            return int(conn.execute(select(func.count()).select_from(dl_files)
-                                    .where(self._active_where(table_id, version))).scalar() or 0)
+            return int(
+                conn.execute(
+                    select(func.count()).select_from(dl_files).where(self._active_where(table_id, version))
+                ).scalar()
+                or 0
+            )
 
     # -- mirror status ---------------------------------------------------------------------------
-    def status_rows(self, table_id: int, artifact: str | None = None, states: Sequence[str] | None = None,
-                    from_version: int | None = None, to_version: int | None = None) -> list[StatusRow]:
+    def status_rows(
+        self,
+        table_id: int,
+        artifact: str | None = None,
+        states: Sequence[str] | None = None,
+        from_version: int | None = None,
+        to_version: int | None = None,
+    ) -> list[StatusRow]:
         q = select(dl_mirror_status).where(dl_mirror_status.c.table_id == table_id)
         if artifact:
             q = q.where(dl_mirror_status.c.artifact == artifact)
@@ -665,58 +1010,111 @@ class SqlStore:
             q = q.where(dl_mirror_status.c.version <= to_version)
         q = q.order_by(dl_mirror_status.c.version, dl_mirror_status.c.artifact)
         with db.translated(self.url, "reading mirror status"), self.reader.connect() as conn:
-            return [StatusRow(r.version, r.artifact, r.state, r.attempts, r.error_class, r.last_error, r.sha256,
-                              r.size_bytes, r.enqueued_at, r.started_at, r.finished_at) for r in conn.execute(q)]
+            return [
+                StatusRow(
+                    r.version,
+                    r.artifact,
+                    r.state,
+                    r.attempts,
+                    r.error_class,
+                    r.last_error,
+                    r.sha256,
+                    r.size_bytes,
+                    r.enqueued_at,
+                    r.started_at,
+                    r.finished_at,
+                )
+                for r in conn.execute(q)
+            ]
 
     def last_published_version(self, table_id: int) -> int | None:
         """Highest version V such that every JSON commit up to V is published (SUCCESS)."""
         with db.translated(self.url, "reading mirror status"), self.reader.connect() as conn:
             first_open = conn.execute(
                 select(func.min(dl_mirror_status.c.version)).where(
-                    dl_mirror_status.c.table_id == table_id, dl_mirror_status.c.artifact == "json",
-                    dl_mirror_status.c.state != "SUCCESS")).scalar()
+                    dl_mirror_status.c.table_id == table_id,
+                    dl_mirror_status.c.artifact == "json",
+                    dl_mirror_status.c.state != "SUCCESS",
+                )
+            ).scalar()
             if first_open is not None:
-                first = conn.execute(select(dl_tables.c.first_version).where(dl_tables.c.id == table_id)).scalar()
+                first = conn.execute(
+                    select(dl_tables.c.first_version).where(dl_tables.c.id == table_id)
+                ).scalar()
                 # Nothing published yet is None, not first_version - 1 (-1 for a new table).
                 return None if first is None or first_open <= first else int(first_open) - 1
-            top = conn.execute(select(func.max(dl_mirror_status.c.version)).where(
-                dl_mirror_status.c.table_id == table_id, dl_mirror_status.c.artifact == "json")).scalar()
+            top = conn.execute(
+                select(func.max(dl_mirror_status.c.version)).where(
+                    dl_mirror_status.c.table_id == table_id, dl_mirror_status.c.artifact == "json"
+                )
+            ).scalar()
             return None if top is None else int(top)
 
     def last_checkpoint_version(self, table_id: int) -> int | None:
         with db.translated(self.url, "reading mirror status"), self.reader.connect() as conn:
-            v = conn.execute(select(func.max(dl_mirror_status.c.version)).where(
-                dl_mirror_status.c.table_id == table_id, dl_mirror_status.c.artifact == "checkpoint",
-                dl_mirror_status.c.state == "SUCCESS")).scalar()
+            v = conn.execute(
+                select(func.max(dl_mirror_status.c.version)).where(
+                    dl_mirror_status.c.table_id == table_id,
+                    dl_mirror_status.c.artifact == "checkpoint",
+                    dl_mirror_status.c.state == "SUCCESS",
+                )
+            ).scalar()
             return None if v is None else int(v)
 
     def json_bytes_between(self, table_id: int, after_version: int, to_version: int) -> int:
         with db.translated(self.url, "reading commit sizes"), self.reader.connect() as conn:
-            return int(conn.execute(select(func.coalesce(func.sum(dl_commits.c.size_bytes), 0)).where(
-                dl_commits.c.table_id == table_id, dl_commits.c.version > after_version,
-                dl_commits.c.version <= to_version)).scalar() or 0)
+            return int(
+                conn.execute(
+                    select(func.coalesce(func.sum(dl_commits.c.size_bytes), 0)).where(
+                        dl_commits.c.table_id == table_id,
+                        dl_commits.c.version > after_version,
+                        dl_commits.c.version <= to_version,
+                    )
+                ).scalar()
+                or 0
+            )
 
     def mark_started(self, table_id: int, versions: Sequence[int], artifact: str, owner: str) -> None:
         if not versions:
             return
         now = now_ms()
         with db.translated(self.url, "updating mirror status"), self.engine.begin() as conn:
-            conn.execute(update(dl_mirror_status).where(
-                dl_mirror_status.c.table_id == table_id, dl_mirror_status.c.artifact == artifact,
-                dl_mirror_status.c.version.in_(list(versions)))
-                .values(state="IN_PROGRESS", attempts=dl_mirror_status.c.attempts + 1, started_at=now,
-                        lease_owner=owner))
+            conn.execute(
+                update(dl_mirror_status)
+                .where(
+                    dl_mirror_status.c.table_id == table_id,
+                    dl_mirror_status.c.artifact == artifact,
+                    dl_mirror_status.c.version.in_(list(versions)),
+                )
+                .values(
+                    state="IN_PROGRESS",
+                    attempts=dl_mirror_status.c.attempts + 1,
+                    started_at=now,
+                    lease_owner=owner,
+                )
+            )
 
     def ensure_status(self, table_id: int, version: int, artifact: str) -> None:
         """Create a PENDING status row if missing (checkpoints are enqueued when due)."""
         with db.translated(self.url, "updating mirror status"), self.engine.begin() as conn:
-            exists = conn.execute(select(dl_mirror_status.c.state).where(
-                dl_mirror_status.c.table_id == table_id, dl_mirror_status.c.version == version,
-                dl_mirror_status.c.artifact == artifact)).first()
+            exists = conn.execute(
+                select(dl_mirror_status.c.state).where(
+                    dl_mirror_status.c.table_id == table_id,
+                    dl_mirror_status.c.version == version,
+                    dl_mirror_status.c.artifact == artifact,
+                )
+            ).first()
             if exists is None:
-                conn.execute(insert(dl_mirror_status).values(
-                    table_id=table_id, version=version, artifact=artifact, state="PENDING", attempts=0,
-                    enqueued_at=now_ms()))
+                conn.execute(
+                    insert(dl_mirror_status).values(
+                        table_id=table_id,
+                        version=version,
+                        artifact=artifact,
+                        state="PENDING",
+                        attempts=0,
+                        enqueued_at=now_ms(),
+                    )
+                )
 
     def mark_succeeded(self, table_id: int, artifact: str, results: Sequence[tuple[int, str, int]]) -> None:
         """Record SUCCESS for (version, sha256, size) after the files were verified durable."""
@@ -724,28 +1122,53 @@ class SqlStore:
             return
         now = now_ms()
         with db.translated(self.url, "updating mirror status"), self.engine.begin() as conn:
-            conn.execute(update(dl_mirror_status).where(
-                dl_mirror_status.c.table_id == table_id, dl_mirror_status.c.artifact == artifact,
-                dl_mirror_status.c.version == _bind("v"))
-                .values(state="SUCCESS", sha256=_bind("s"), size_bytes=_bind("n"), finished_at=now,
-                        error_class=None, last_error=None, lease_owner=None),
-                [{"v": v, "s": s, "n": n} for v, s, n in results])
+            conn.execute(
+                update(dl_mirror_status)
+                .where(
+                    dl_mirror_status.c.table_id == table_id,
+                    dl_mirror_status.c.artifact == artifact,
+                    dl_mirror_status.c.version == _bind("v"),
+                )
+                .values(
+                    state="SUCCESS",
+                    sha256=_bind("s"),
+                    size_bytes=_bind("n"),
+                    finished_at=now,
+                    error_class=None,
+                    last_error=None,
+                    lease_owner=None,
+                ),
+                [{"v": v, "s": s, "n": n} for v, s, n in results],
+            )
 
-    def mark_failed(self, table_id: int, version: int, artifact: str, state: str, error_class: str,
-                    message: str) -> None:
+    def mark_failed(
+        self, table_id: int, version: int, artifact: str, state: str, error_class: str, message: str
+    ) -> None:
         with db.translated(self.url, "updating mirror status"), self.engine.begin() as conn:
-            conn.execute(update(dl_mirror_status).where(
-                dl_mirror_status.c.table_id == table_id, dl_mirror_status.c.artifact == artifact,
-                dl_mirror_status.c.version == version)
-                .values(state=state, error_class=error_class, last_error=message[:4000], finished_at=now_ms(),
-                        lease_owner=None))
+            conn.execute(
+                update(dl_mirror_status)
+                .where(
+                    dl_mirror_status.c.table_id == table_id,
+                    dl_mirror_status.c.artifact == artifact,
+                    dl_mirror_status.c.version == version,
+                )
+                .values(
+                    state=state,
+                    error_class=error_class,
+                    last_error=message[:4000],
+                    finished_at=now_ms(),
+                    lease_owner=None,
+                )
+            )
 
     def reset_in_progress(self, table_id: int) -> None:
         """A new lease holder re-drives what a crashed one left IN_PROGRESS (put-if-absent makes it safe)."""
         with db.translated(self.url, "updating mirror status"), self.engine.begin() as conn:
-            conn.execute(update(dl_mirror_status).where(
-                dl_mirror_status.c.table_id == table_id, dl_mirror_status.c.state == "IN_PROGRESS")
-                .values(state="PENDING"))
+            conn.execute(
+                update(dl_mirror_status)
+                .where(dl_mirror_status.c.table_id == table_id, dl_mirror_status.c.state == "IN_PROGRESS")
+                .values(state="PENDING")
+            )
 
     def begin(self) -> Any:
         """A transaction for multi-step writers (the importer)."""
@@ -758,4 +1181,13 @@ def _bind(name: str) -> Any:
     return bindparam(name)
 
 
-__all__ = ["CommitRow", "FileEntry", "Snapshot", "SqlStore", "StatusRow", "TableInfo", "check_table_name", "now_ms"]
+__all__ = [
+    "CommitRow",
+    "FileEntry",
+    "Snapshot",
+    "SqlStore",
+    "StatusRow",
+    "TableInfo",
+    "check_table_name",
+    "now_ms",
+]
