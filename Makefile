@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv test lint demo bench clean distclean
+.PHONY: venv test lint demo airflow bench clean distclean
 
 # Re-installs only when pyproject.toml or requirements.txt changed (or the venv is new).
 venv: $(STAMP)
@@ -14,7 +14,7 @@ $(VENV)/pyvenv.cfg:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): $(VENV)/pyvenv.cfg pyproject.toml requirements.txt
-	$(PY) -m pip install -q -e '.[test]' -r requirements.txt
+	$(PY) -m pip install -q -e '.[test,airflow]' -r requirements.txt
 	touch $@
 
 test: venv
@@ -25,14 +25,23 @@ lint: venv
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy --strict --exclude '^include/delta_mirror/airflow/' include/delta_mirror
 
+# The embedded default: SQLite store in .delta-mirror/, Airflow's SQLite metadata DB in .airflow/.
+LOCAL_ENV := AIRFLOW_HOME=$(CURDIR)/.airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
+	AIRFLOW__CORE__LOAD_EXAMPLES=False DELTA_MIRROR_HOME=$(CURDIR)/.delta-mirror \
+	DELTA_MIRROR_CONFIG=$(CURDIR)/config/delta_mirror.yaml PATH=$(CURDIR)/$(VENV)/bin:$$PATH
+
 demo: venv
-	$(PY) -m delta_mirror.demo
+	$(LOCAL_ENV) $(PY) -m delta_mirror.demo prepare airflow show
+
+# The Airflow UI with the project's DAGs (http://localhost:8080; the admin password is printed).
+airflow: venv
+	$(LOCAL_ENV) $(VENV)/bin/airflow standalone
 
 bench: venv
 	$(PY) benchmarks/run.py
 
 clean:
-	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist include/*.egg-info test-artifacts bench-results
+	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist include/*.egg-info test-artifacts bench-results .airflow .delta-mirror
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -exec rm -rf {} +
 
 distclean: clean
