@@ -148,13 +148,26 @@ def airflow() -> None:
     log = airflow_home / "demo.log"
     with log.open("w") as out:
         print(f"airflow:  initialising the metadata DB in {airflow_home} (log: {log})")
-        subprocess.run([airflow_cmd, "db", "migrate"], env=env, stdout=out, stderr=subprocess.STDOUT, check=True)
+        subprocess.run(
+            [airflow_cmd, "db", "migrate"], env=env, stdout=out, stderr=subprocess.STDOUT, check=True
+        )
         print(f"airflow:  dags test delta_mirror__{TABLE} (publish -> checkpoint -> validate -> metrics)")
-        run = subprocess.run([airflow_cmd, "dags", "test", f"delta_mirror__{TABLE}"], env=env, stdout=out,
-                             stderr=subprocess.STDOUT, check=False)
-    states = [line for line in log.read_text().splitlines() if "new_state=" in line and "Task instance state" in line]
-    print(f"airflow:  {len([s for s in states if 'new_state=success' in s])} task(s) succeeded, "
-          f"{len([s for s in states if 'new_state=failed' in s or 'up_for_retry' in s])} failed")
+        run = subprocess.run(
+            [airflow_cmd, "dags", "test", f"delta_mirror__{TABLE}"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+    states = [
+        line
+        for line in log.read_text().splitlines()
+        if "new_state=" in line and "Task instance state" in line
+    ]
+    print(
+        f"airflow:  {len([s for s in states if 'new_state=success' in s])} task(s) succeeded, "
+        f"{len([s for s in states if 'new_state=failed' in s or 'up_for_retry' in s])} failed"
+    )
     if run.returncode != 0:
         print(f"airflow dags test failed; see {log}")
         raise SystemExit(run.returncode)

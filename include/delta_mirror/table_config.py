@@ -55,7 +55,7 @@ def parse_duration(value: Any, where: str) -> timedelta:
     """``30s``, ``10m``, ``2h``, ``1d``, ``1w`` or a number of seconds."""
     if isinstance(value, bool):
         raise ConfigError(f"{where}: expected a duration like 30s, 10m, 2h, got {value!r}")
-    if isinstance(value, int | float):
+    if isinstance(value, int | float) and value >= 0:
         return timedelta(seconds=float(value))
     if isinstance(value, str) and (m := _DURATION.match(value)):
         return timedelta(seconds=float(m[1]) * _UNITS[m[2]])
@@ -78,7 +78,7 @@ class Notify:
 class Maintenance:
     dry_run: bool = True
     log_retention: timedelta | None = None  # None: the table's delta.logRetentionDuration (30 days)
-    schedule: str | None = "@daily"
+    schedule: str | timedelta | None = "@daily"
 
 
 @dataclass(frozen=True)
@@ -114,8 +114,8 @@ class TableConfig:
 class MirrorConfig:
     tables: dict[str, TableConfig]
     defaults: TableConfig
-    reconcile_schedule: str | None = "*/10 * * * *"
-    monitor_schedule: str | None = "*/5 * * * *"
+    reconcile_schedule: str | timedelta | None = "*/10 * * * *"
+    monitor_schedule: str | timedelta | None = "*/5 * * * *"
     escalate_after_attempts: int = 3
     source: str = ""
 
@@ -128,12 +128,17 @@ class MirrorConfig:
         return self.tables[name]
 
 
-def _schedule(value: Any, where: str) -> str | timedelta | None:
+def _schedule(value: Any, where: str, allow_event: bool = True) -> str | timedelta | None:
     if value is None:
         return None
     if not isinstance(value, str):
         return parse_duration(value, where)
     text = value.strip()
+    if text == "event" and not allow_event:
+        raise ConfigError(
+            f"{where}: 'event' schedules only a table's DAG (it polls that table's commits)",
+            hint="use a cron expression, a preset, a duration or null here",
+        )
     if text == "event" or text in _PRESETS or _CRON.match(text):
         return text
     if _DURATION.match(text):
@@ -192,8 +197,7 @@ def _maintenance(raw: Any, base: Maintenance, where: str) -> Maintenance:
         elif key == "log_retention":
             values[key] = parse_duration(val, f"{where}.log_retention")
         elif key == "schedule":
-            sched = _schedule(val, f"{where}.schedule")
-            values[key] = sched if not isinstance(sched, timedelta) else val
+            values[key] = _schedule(val, f"{where}.schedule", allow_event=False)
         else:
             raise ConfigError(
                 f"{where}: unknown maintenance key '{key}'", hint="allowed: dry_run, log_retention, schedule"
@@ -228,6 +232,10 @@ def _apply(base: TableConfig, raw: Any, where: str) -> TableConfig:
             if isinstance(val, bool) or not isinstance(val, int | float) or val < 0:
                 raise ConfigError(f"{at}: expected a multiplier such as 2.0 (0 disables), got {val!r}")
             values[key] = float(val)
+        elif key == "owner":
+            if not isinstance(val, str) or not val.strip():
+                raise ConfigError(f"{at}: expected a non-empty string, got {val!r}")
+            values[key] = val
         elif key in ("validate",):
             if not isinstance(val, bool):
                 raise ConfigError(f"{at}: expected true or false, got {val!r}")
@@ -273,31 +281,45 @@ def parse_config(text: str, source: str = "<string>") -> MirrorConfig:
             hint="allowed: defaults, tables, reconcile, monitor",
         )
     defaults = _apply(TableConfig(name="*"), raw.get("defaults"), f"{source}: defaults")
+    raw_tables = raw.get("tables") or {}
+    if not isinstance(raw_tables, dict):
+        raise ConfigError(f"{source}: tables must be a mapping of table name to settings")
     tables: dict[str, TableConfig] = {}
-    for name, settings in (raw.get("tables") or {}).items():
-        if not isinstance(name, str) or not TABLE_NAME.match(name):
+    for name, settings in raw_tables.items():
+        if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
             raise ConfigError(
                 f"{source}: invalid table name {name!r}", hint="use letters, digits, '_', '.' or '-'"
             )
         tables[name] = _apply(replace(defaults, name=name), settings, f"{source}: tables.{name}")
     reconcile = raw.get("reconcile") or {}
     monitor = raw.get("monitor") or {}
-    for section, allowed in ((reconcile, {"schedule", "escalate_after_attempts"}), (monitor, {"schedule"})):
-        if not isinstance(section, dict) or set(section) - allowed:
-            raise ConfigError(f"{source}: reconcile/monitor take only {sorted(allowed)}")
+    for section_name, section, allowed in (
+        ("reconcile", reconcile, {"schedule", "escalate_after_attempts"}),
+        ("monitor", monitor, {"schedule"}),
+    ):
+        if not isinstance(section, dict):
+            raise ConfigError(f"{source}: {section_name} must be a mapping")
+        if set(section) - allowed:
+            raise ConfigError(
+                f"{source}: {section_name}: unknown key(s) {sorted(set(section) - allowed)}",
+                hint=f"allowed: {sorted(allowed)}",
+            )
     escalate = reconcile.get("escalate_after_attempts", 3)
-    if not isinstance(escalate, int) or escalate < 1:
-        raise ConfigError(f"{source}: reconcile.escalate_after_attempts must be a positive integer")
+    if not isinstance(escalate, int) or isinstance(escalate, bool) or escalate < 1:
+        raise ConfigError(
+            f"{source}: reconcile.escalate_after_attempts must be a positive integer, got {escalate!r}"
+        )
 
-    def sched(section: dict[str, Any], default: str) -> str | None:
-        value = _schedule(section.get("schedule", default), f"{source}: schedule")
-        return value if not isinstance(value, timedelta) else section.get("schedule")
+    def sched(section_name: str, section: dict[str, Any], default: str) -> str | timedelta | None:
+        return _schedule(
+            section.get("schedule", default), f"{source}: {section_name}.schedule", allow_event=False
+        )
 
     return MirrorConfig(
         tables=tables,
         defaults=defaults,
-        reconcile_schedule=sched(reconcile, "*/10 * * * *"),
-        monitor_schedule=sched(monitor, "*/5 * * * *"),
+        reconcile_schedule=sched("reconcile", reconcile, "*/10 * * * *"),
+        monitor_schedule=sched("monitor", monitor, "*/5 * * * *"),
         escalate_after_attempts=escalate,
         source=source,
     )

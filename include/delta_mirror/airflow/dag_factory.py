@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -63,6 +64,37 @@ def _default_args(cfg: TableConfig) -> dict[str, Any]:
 
 def _conn(cfg: TableConfig) -> dict[str, Any]:
     return {"store_conn_id": cfg.store_conn_id, "aws_conn_id": cfg.aws_conn_id}
+
+
+def _by_connections(config: MirrorConfig, aws: bool = True) -> list[tuple[dict[str, Any], list[str]]]:
+    """Tables grouped by their connections: one reconcile/lag task per store (and bucket credentials).
+
+    Without tables: one group with the defaults' connections and every table in that store.
+    """
+    groups: dict[tuple[str, str], list[str]] = {}
+    for name, cfg in sorted(config.tables.items()):
+        key = (cfg.store_conn_id or "", (cfg.aws_conn_id or "") if aws else "")
+        groups.setdefault(key, []).append(name)
+    if not groups:
+        d = config.defaults
+        groups[(d.store_conn_id or "", (d.aws_conn_id or "") if aws else "")] = []
+    out = []
+    for (store, bucket), names in groups.items():
+        conn: dict[str, Any] = {"store_conn_id": store or None}
+        if aws:
+            conn["aws_conn_id"] = bucket or None
+        out.append((conn, names))
+    return out
+
+
+def _per_table(config: MirrorConfig, attr: str) -> str | None:
+    """A connection id for the table picked in the backfill form: a constant, or a template by table."""
+    ids = {name: getattr(cfg, attr) or "" for name, cfg in config.tables.items()}
+    distinct = set(ids.values())
+    if len(distinct) <= 1:
+        value = distinct.pop() if distinct else getattr(config.defaults, attr)
+        return value or None
+    return "{{ " + json.dumps(ids, sort_keys=True) + ".get(params.table, '') }}"
 
 
 def _schedule(cfg: TableConfig) -> Any:
@@ -138,19 +170,21 @@ def reconcile_dag(config: MirrorConfig) -> DAG:
         "re-drives them; emails the table's contacts when failures persist "
         f"(≥ {config.escalate_after_attempts} attempts) or a table is halted.",
     ) as dag:
-        report = DeltaMirrorReconcileOperator(
-            task_id="reconcile",
-            tables=sorted(config.tables) or None,
-            escalate_after_attempts=config.escalate_after_attempts,
-            store_conn_id=defaults.store_conn_id,
-            aws_conn_id=defaults.aws_conn_id,
-        )
+        reports = [
+            DeltaMirrorReconcileOperator(
+                task_id="reconcile" if i == 0 else f"reconcile_{i + 1}",
+                tables=names or None,
+                escalate_after_attempts=config.escalate_after_attempts,
+                **conn,
+            )
+            for i, (conn, names) in enumerate(_by_connections(config))
+        ]
 
         @task(task_id="escalate")
-        def escalate(result: dict[str, Any]) -> list[str]:
+        def escalate(results: list[dict[str, Any]]) -> list[str]:
             cfg = load_config()
             sent = []
-            for entry in result["tables"]:
+            for entry in [e for result in results for e in result["tables"]]:
                 if not entry["persistent_failures"] and entry["action"] != "halted":
                     continue
                 table = cfg.tables.get(entry["table"], cfg.defaults)
@@ -174,7 +208,7 @@ def reconcile_dag(config: MirrorConfig) -> DAG:
                 sent.append(entry["table"])
             return sent
 
-        escalate(report.output)
+        escalate([r.output for r in reports])
     return dag
 
 
@@ -223,7 +257,11 @@ def backfill_dag(config: MirrorConfig) -> DAG:
             return check_backfill_params(params or {}, tables)
 
         checked = check_params()
-        common = {"table": "{{ params.table }}", **_conn(defaults)}
+        common = {
+            "table": "{{ params.table }}",
+            "store_conn_id": _per_table(config, "store_conn_id"),
+            "aws_conn_id": _per_table(config, "aws_conn_id"),
+        }
         publish = DeltaMirrorPublishOperator(
             task_id="publish",
             to_version="{{ params.to_version }}",
@@ -263,15 +301,16 @@ def monitor_dag(config: MirrorConfig) -> DAG:
         doc_md="Lag per table (seconds since the oldest unpublished commit, versions behind) as Airflow "
         "metrics; emails a table's contacts when its lag breaches the lag SLO in the config.",
     ) as dag:
-        lag = DeltaMirrorLagOperator(
-            task_id="lag", tables=sorted(config.tables) or None, store_conn_id=defaults.store_conn_id
-        )
+        lags = [
+            DeltaMirrorLagOperator(task_id="lag" if i == 0 else f"lag_{i + 1}", tables=names or None, **conn)
+            for i, (conn, names) in enumerate(_by_connections(config, aws=False))
+        ]
 
         @task(task_id="check_slo")
-        def check_slo(statuses: list[dict[str, Any]]) -> list[str]:
+        def check_slo(results: list[list[dict[str, Any]]]) -> list[str]:
             cfg = load_config()
             breached = []
-            for status in statuses:
+            for status in [s for statuses in results for s in statuses]:
                 table = cfg.tables.get(str(status["table"]))
                 if table is None:
                     continue
@@ -291,7 +330,7 @@ def monitor_dag(config: MirrorConfig) -> DAG:
                     )
             return breached
 
-        check_slo(lag.output)
+        check_slo([lag.output for lag in lags])
     return dag
 
 

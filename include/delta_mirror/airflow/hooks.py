@@ -25,6 +25,12 @@ def _mask(value: str | None) -> None:
             pass
 
 
+def _conn_id(value: str | None) -> str | None:
+    if value is None or str(value).strip() in ("", "None"):
+        return None
+    return str(value).strip()
+
+
 class DeltaMirrorHook(BaseHook):
     """The store (``store_conn_id``: a Postgres connection) and storage options (``aws_conn_id``).
 
@@ -37,8 +43,9 @@ class DeltaMirrorHook(BaseHook):
 
     def __init__(self, store_conn_id: str | None = None, aws_conn_id: str | None = None) -> None:
         super().__init__()
-        self.store_conn_id = store_conn_id
-        self.aws_conn_id = aws_conn_id
+        # Templated ids (the backfill form picks the table at run time) render "" or "None" for none.
+        self.store_conn_id = _conn_id(store_conn_id)
+        self.aws_conn_id = _conn_id(aws_conn_id)
 
     @cached_property
     def store_url(self) -> str | None:
@@ -47,10 +54,16 @@ class DeltaMirrorHook(BaseHook):
         conn = self.get_connection(self.store_conn_id)
         _mask(conn.password)
         extra = conn.extra_dejson
+        from sqlalchemy.engine import URL, make_url
+
         if extra.get("sqlalchemy_url"):
-            _mask(extra["sqlalchemy_url"])
-            return str(extra["sqlalchemy_url"])
-        from sqlalchemy.engine import URL
+            url_text = str(extra["sqlalchemy_url"])
+            _mask(url_text)
+            try:  # the password on its own too (a driver error may quote it without the URL)
+                _mask(make_url(url_text).password)  # type: ignore[arg-type]
+            except Exception:  # noqa: BLE001 - an unparsable URL is reported by the store
+                pass
+            return url_text
 
         url = URL.create(
             "postgresql+psycopg",
@@ -60,7 +73,10 @@ class DeltaMirrorHook(BaseHook):
             port=conn.port or None,
             database=conn.schema or None,
         )
-        return url.render_as_string(hide_password=False)
+        rendered = url.render_as_string(hide_password=False)
+        if conn.password:
+            _mask(rendered)  # the password appears percent-encoded in it when it has special characters
+        return rendered
 
     @cached_property
     def store(self) -> SqlStore:
@@ -74,11 +90,14 @@ class DeltaMirrorHook(BaseHook):
         conn = self.get_connection(self.aws_conn_id)
         extra: dict[str, Any] = conn.extra_dejson
         opts: dict[str, str] = {}
-        if conn.login:
-            opts["AWS_ACCESS_KEY_ID"] = conn.login
-        if conn.password:
-            _mask(conn.password)
-            opts["AWS_SECRET_ACCESS_KEY"] = conn.password
+        # Like the Amazon provider: login/password, else the aws_access_key_id/... extras.
+        key_id = conn.login or extra.get("aws_access_key_id")
+        secret = conn.password or extra.get("aws_secret_access_key")
+        if key_id:
+            opts["AWS_ACCESS_KEY_ID"] = str(key_id)
+        if secret:
+            _mask(str(secret))
+            opts["AWS_SECRET_ACCESS_KEY"] = str(secret)
         token = extra.get("aws_session_token")
         if token:
             _mask(token)

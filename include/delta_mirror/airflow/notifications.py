@@ -70,9 +70,21 @@ def task_failure_callback(notify: Notify, table: str) -> Any:
     def callback(context: dict[str, Any]) -> None:
         ti = context.get("ti") or context.get("task_instance")
         task_id = getattr(ti, "task_id", "?")
+        dag_id = getattr(ti, "dag_id", None) or getattr(context.get("dag"), "dag_id", "?")
+        run_id = getattr(ti, "run_id", None) or context.get("run_id")
         error = context.get("exception")
-        subject = f"[delta-mirror] {table}: task {task_id} failed"
-        body = f"Table: {table}\nTask: {task_id}\nError: {error}\n"
+        # The shared DAGs (reconcile, monitor, ...) get the defaults, whose name is "*": name the DAG.
+        what = table if table != "*" else dag_id
+        subject = f"[delta-mirror] {what}: task {task_id} failed"
+        body = (
+            f"Table: {table if table != '*' else '(all configured tables)'}\n"
+            f"DAG: {dag_id}  Run: {run_id}  Task: {task_id}  Try: {getattr(ti, 'try_number', '?')}\n"
+            f"Error: {error}\n\n"
+            "What to do: the task log has the details. [TRANSIENT] errors were retried and the next run "
+            "or the reconcile DAG picks the versions up again; [CONFLICT] and [DATA] halt the table until "
+            "the cause is fixed and `delta-mirror resume <table>` is run; [PERMANENT] needs a configuration "
+            "fix (connection, bucket, location). `delta-mirror status` shows each table's state.\n"
+        )
         send(notify, subject, body, context)
 
     return callback

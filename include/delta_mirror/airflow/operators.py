@@ -36,9 +36,13 @@ def _optional_int(value: Any, name: str) -> int | None:
 
 
 class _DeltaMirrorOperator(BaseOperator):
-    """Shared shell: connections, the ``enabled`` switch (templated, for the backfill form), errors."""
+    """Shared shell: connections, the ``enabled`` switch (templated, for the backfill form), errors.
 
-    template_fields: Sequence[str] = ("table", "enabled")
+    The connection ids are templated too: the backfill form picks the table, and with it the
+    table's connections, at run time.
+    """
+
+    template_fields: Sequence[str] = ("table", "enabled", "store_conn_id", "aws_conn_id")
     ui_color = "#00add4"
 
     def __init__(
@@ -199,9 +203,19 @@ class DeltaMirrorReconcileOperator(BaseOperator):
         from delta_mirror.publisher import Publisher
         from delta_mirror.reconcile import reconcile
 
+        tables = self.tables
+        if tables:
+            # A table that is configured but not created yet must not stop the others' reconcile.
+            known = {t.name for t in self.hook.store.list_tables()}
+            for name in tables:
+                if name not in known:
+                    self.log.warning("%s is configured but not in the store yet: skipped", name)
+            tables = [n for n in tables if n in known]
+            if not tables:
+                return {"strategy": self.strategy, "tables": []}
         report = reconcile(
             self.hook.store,
-            self.tables,
+            tables,
             strategy=self.strategy,
             escalate_after_attempts=self.escalate_after_attempts,
             publisher=Publisher(self.hook.store, storage_options=self.hook.storage_options),
@@ -231,7 +245,15 @@ class DeltaMirrorLagOperator(BaseOperator):
         from delta_mirror.status import table_status
 
         store = DeltaMirrorHook(store_conn_id=self.store_conn_id).store
-        tables = [store.get_table(n) for n in self.tables] if self.tables else store.list_tables()
+        if self.tables:
+            # A table that is configured but not created yet must not hide the others' lag.
+            known = {t.name: t for t in store.list_tables()}
+            for name in self.tables:
+                if name not in known:
+                    self.log.warning("%s is configured but not in the store yet: no lag to measure", name)
+            tables = [known[n] for n in self.tables if n in known]
+        else:
+            tables = store.list_tables()
         out = []
         for table in tables:
             status = table_status(store, table)

@@ -14,10 +14,13 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 
 class StoreCommitTrigger(BaseEventTrigger):
-    """Fires once the table's latest committed version passes the watermark.
+    """Fires whenever the table's latest committed version passes the watermark.
 
     The watermark defaults to the last published version, so pending commits fire at once and a
-    restarted trigger does not miss commits made while it was down.
+    restarted trigger does not miss commits made while it was down. After firing, the trigger keeps
+    running with the watermark at the version it fired for: a watcher that returned would be
+    restarted by the triggerer at once, see the same still-unpublished version (the DAG run it
+    caused has not published yet) and fire again, i.e. one extra DAG run per commit.
     """
 
     def __init__(
@@ -66,5 +69,5 @@ class StoreCommitTrigger(BaseEventTrigger):
                 watermark = published if published is not None else -1
             if latest is not None and watermark is not None and latest > watermark:
                 yield TriggerEvent({"table": self.table, "from_version": watermark + 1, "to_version": latest})
-                return
+                watermark = latest
             await asyncio.sleep(self.poll_interval)

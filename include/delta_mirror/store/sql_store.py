@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, and_, delete, func, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from delta_mirror import ENGINE_INFO
@@ -925,49 +925,43 @@ class SqlStore:
             or_(dl_files.c.remove_version.is_(None), dl_files.c.remove_version > version),
         )
 
+    def _file_payload_query(self, side: str, where: str) -> Any:
+        """Payloads of ``dl_files`` rows joined to their action by primary key.
+
+        ``dl_files`` must drive the join (O(active files), not O(history)): SQLite's planner would
+        otherwise scan every action of the table; CROSS JOIN fixes the order there (PostgreSQL's
+        planner still chooses freely).
+        """
+        return text(
+            "SELECT a.payload FROM dl_files f CROSS JOIN dl_actions a "
+            f"WHERE a.table_id = f.table_id AND a.version = f.{side}_version AND a.part = f.{side}_part "
+            f"AND a.seq = f.{side}_seq AND f.table_id = :table_id AND {where}"
+        )
+
     def iter_active_add_lines(self, table_id: int, version: int, batch: int = 20_000) -> Iterator[list[str]]:
         """The add actions of the active files at ``version``, in batches (O(active files))."""
-        join = dl_files.join(
-            dl_actions,
-            and_(
-                dl_actions.c.table_id == dl_files.c.table_id,
-                dl_actions.c.version == dl_files.c.add_version,
-                dl_actions.c.part == dl_files.c.add_part,
-                dl_actions.c.seq == dl_files.c.add_seq,
-            ),
+        q = self._file_payload_query(
+            "add",
+            "f.add_version IS NOT NULL AND f.add_version <= :v "
+            "AND (f.remove_version IS NULL OR f.remove_version > :v)",
         )
-        q = select(dl_actions.c.payload).select_from(join).where(self._active_where(table_id, version))
         with db.translated(self.url, "reading active files"), self.reader.connect() as conn:
-            result = conn.execution_options(stream_results=True, yield_per=batch).execute(q)
+            result = conn.execution_options(stream_results=True, yield_per=batch).execute(
+                q, {"table_id": table_id, "v": version}
+            )
             for part in result.partitions(batch):
                 yield [str(r[0]) for r in part]
 
     def tombstone_lines(self, table_id: int, version: int, min_deletion_timestamp: int) -> list[str]:
         """``remove`` actions at or before ``version`` still inside the retention window."""
-        join = dl_files.join(
-            dl_actions,
-            and_(
-                dl_actions.c.table_id == dl_files.c.table_id,
-                dl_actions.c.version == dl_files.c.remove_version,
-                dl_actions.c.part == dl_files.c.remove_part,
-                dl_actions.c.seq == dl_files.c.remove_seq,
-            ),
-        )
-        q = (
-            select(dl_actions.c.payload)
-            .select_from(join)
-            .where(
-                dl_files.c.table_id == table_id,
-                dl_files.c.remove_version <= version,
-                dl_files.c.remove_seq.is_not(None),
-                or_(
-                    dl_files.c.deletion_timestamp.is_(None),
-                    dl_files.c.deletion_timestamp >= min_deletion_timestamp,
-                ),
-            )
+        q = self._file_payload_query(
+            "remove",
+            "f.remove_version <= :v AND f.remove_seq IS NOT NULL "
+            "AND (f.deletion_timestamp IS NULL OR f.deletion_timestamp >= :min_ts)",
         )
         with db.translated(self.url, "reading tombstones"), self.reader.connect() as conn:
-            return [str(r[0]) for r in conn.execute(q)]
+            params = {"table_id": table_id, "v": version, "min_ts": min_deletion_timestamp}
+            return [str(r[0]) for r in conn.execute(q, params)]
 
     def active_files(self, table_id: int, version: int) -> list[FileEntry]:
         q = select(dl_files.c.path, dl_files.c.dv_id, dl_files.c.size, dl_files.c.partition_values).where(

@@ -1,0 +1,40 @@
+"""The core library never imports Airflow; its public names are what ``__all__`` says."""
+
+from __future__ import annotations
+
+import json
+import pkgutil
+import subprocess
+import sys
+
+import delta_mirror
+
+CORE_MODULES = sorted(
+    m.name
+    for m in pkgutil.walk_packages(delta_mirror.__path__, "delta_mirror.")
+    if not m.name.startswith("delta_mirror.airflow") and ".migrations" not in m.name
+)
+
+
+def test_every_core_module_imports_without_pulling_in_airflow() -> None:
+    code = (
+        "import importlib, json, sys\n"
+        f"for name in {CORE_MODULES!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
+    assert "delta_mirror.publisher" in CORE_MODULES and "delta_mirror.store.sql_store" in CORE_MODULES
+
+
+def test_core_modules_declare_their_public_names() -> None:
+    import importlib
+
+    for name in CORE_MODULES:
+        module = importlib.import_module(name)
+        if name.endswith("__main__") or name in ("delta_mirror.demo", "delta_mirror.cli"):
+            continue
+        assert hasattr(module, "__all__"), f"{name} has no __all__"
+        for public in module.__all__:
+            assert hasattr(module, public), f"{name}.__all__ names missing {public}"
