@@ -24,6 +24,7 @@ from delta_mirror.store.schema import PART_SNAPSHOT
 from delta_mirror.store.sql_store import SqlStore, check_table_name, now_ms
 
 DEFAULT_PART_SIZE = 1_000_000
+ANALYZE_EVERY_ROWS = 20_000  # refresh planner statistics this often during a large import
 
 
 @dataclass
@@ -107,7 +108,11 @@ def import_table(
                 store.import_version(
                     conn, table_info, base.version, [], [], has_json=False, index_files=False
                 )
+        unanalysed = len(base.actions) if base is not None else 0
         for done, (version, lines, original) in enumerate(src.commits, start=1):
+            if unanalysed > ANALYZE_EVERY_ROWS:
+                store.refresh_statistics(conn)
+                unanalysed = 0
             actions = _parse(lines)
             published = hashlib.sha256(original).hexdigest() if in_place else None
             store.import_version(
@@ -120,6 +125,7 @@ def import_table(
                 published_size=len(original) if in_place else None,
                 index_files=not (base is not None and version == base.version),
             )
+            unanalysed += len(lines)
             if progress:
                 progress(done, total)
     if in_place:

@@ -755,6 +755,16 @@ class SqlStore:
             out.update((r.path, r.dv_id) for r in rows)
         return out
 
+    def refresh_statistics(self, conn: Connection) -> None:
+        """Let PostgreSQL's planner see rows inserted earlier in this transaction.
+
+        A large import fills ``dl_files`` inside one transaction; with the planner's empty-table
+        estimates every later lookup (re-adds, removes) becomes a sequential scan: quadratic.
+        """
+        if self.engine.dialect.name == "postgresql":
+            conn.exec_driver_sql("ANALYZE dl_files")
+            conn.exec_driver_sql("ANALYZE dl_actions")
+
     def import_version(
         self,
         conn: Connection,
