@@ -351,6 +351,40 @@ def status(ctx: Ctx, name: str | None, as_json: bool) -> None:
         _emit([r.to_json() for r in rows] if not name else rows[0].to_json(), as_json, text)
 
 
+@cli.command()
+@click.argument("name", required=False)
+@click.option(
+    "--strategy",
+    type=click.Choice(["incremental"]),
+    default="incremental",
+    show_default=True,
+    help="incremental: re-drive PENDING / FAILED / stuck versions.",
+)
+@click.option("--json", "as_json", is_flag=True)
+@store_option
+@click.pass_obj
+def reconcile(ctx: Ctx, name: str | None, strategy: str, as_json: bool) -> None:
+    """Re-drive failed, stuck and lagging versions (every table, or NAME)."""
+    from delta_mirror.reconcile import reconcile as run_reconcile
+
+    with _errors(ctx):
+        report = run_reconcile(ctx.store(), [name] if name else None, strategy=strategy)
+
+        def text() -> None:
+            for t in report.tables:
+                extra = f" ({t.published} version(s))" if t.published else ""
+                click.echo(f"{t.table}: {t.action}{extra}" + (f" — {t.error}" if t.error else ""))
+                for f in t.persistent_failures:
+                    click.echo(
+                        f"  version {f['version']} {f['artifact']}: {f['attempts']} attempt(s), "
+                        f"[{f['error_class']}] {f['error']}"
+                    )
+
+        _emit(report.to_json(), as_json, text)
+        if any(t.action in ("failed", "halted") for t in report.tables):
+            sys.exit(1)
+
+
 def _v(value: int | None) -> str:
     return "-" if value is None else str(value)
 

@@ -1,0 +1,81 @@
+"""The reconciler re-drives what is pending or failed and reports what it cannot fix."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+
+from delta_mirror.datafiles import delta_schema_string, write_data_file
+from delta_mirror.publisher import Publisher
+from delta_mirror.reconcile import reconcile
+from delta_mirror.store import SqlStore
+
+SCHEMA = pa.schema([("id", pa.int64())])
+
+
+def _table(store: SqlStore, root: Path, name: str = "t") -> None:
+    store.create_table(name, root.as_uri())
+    store.commit(
+        name,
+        [
+            ("protocol", {"minReaderVersion": 1, "minWriterVersion": 2}),
+            (
+                "metaData",
+                {
+                    "id": str(uuid.uuid4()),
+                    "format": {"provider": "parquet", "options": {}},
+                    "schemaString": delta_schema_string(SCHEMA),
+                    "partitionColumns": [],
+                    "configuration": {},
+                },
+            ),
+            ("add", write_data_file(root, pa.table({"id": [1]}, schema=SCHEMA))),
+        ],
+    )
+
+
+def test_reconcile_publishes_pending_and_failed_versions(store_url: str, tmp_path: Path) -> None:
+    store = SqlStore(store_url)
+    store.init()
+    root = tmp_path / "t"
+    _table(store, root)
+    Publisher(store).publish("t")
+    for i in range(3):
+        store.commit("t", [("add", write_data_file(root, pa.table({"id": [i]}, schema=SCHEMA)))])
+    info = store.get_table("t")
+    store.mark_failed(info.id, 1, "json", "FAILED", "TRANSIENT", "simulated throttling")
+
+    report = reconcile(store)
+
+    (entry,) = report.tables
+    assert entry.action == "published" and entry.published == 3
+    assert store.last_published_version(info.id) == 3
+    assert {r.state for r in store.status_rows(info.id, artifact="json")} == {"SUCCESS"}
+    assert sorted(p.name for p in (root / "_delta_log").glob("*.json"))[-1] == "00000000000000000003.json"
+    assert reconcile(store).tables[0].action == "up-to-date"
+
+
+def test_reconcile_reports_a_conflict_halt_for_escalation_and_never_overwrites(
+    store_url: str, tmp_path: Path
+) -> None:
+    store = SqlStore(store_url)
+    store.init()
+    root = tmp_path / "t"
+    _table(store, root)
+    foreign = b'{"commitInfo":{"operation":"WRITE","engineInfo":"someone-else"}}\n'
+    (root / "_delta_log").mkdir(parents=True)
+    (root / "_delta_log" / "00000000000000000000.json").write_bytes(foreign)
+
+    report = reconcile(store)
+
+    (entry,) = report.tables
+    assert entry.action == "failed" and entry.error_class == "CONFLICT"
+    assert entry.persistent_failures and entry.persistent_failures[0]["version"] == 0
+    assert report.needs_escalation == [entry]
+    assert (root / "_delta_log" / "00000000000000000000.json").read_bytes() == foreign
+    again = reconcile(store).tables[0]
+    assert again.action == "halted" and "different file" in (again.error or "")
+    assert json.loads(json.dumps(report.to_json()))["strategy"] == "incremental"
