@@ -25,7 +25,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from services import PG_ENV, PgServer, S3Server, ServiceUnavailable  # noqa: E402
+from services import PG_ENV, PgServer, S3Server, ServiceUnavailable, corpus_path  # noqa: E402
 
 
 def repo_root() -> Path:
@@ -157,12 +157,6 @@ def table_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 # --------------------------------------------------------------------------------------------------
 # corpus
-
-
-def corpus_path() -> Path:
-    """``DELTA_MIRROR_CORPUS``, else ``../shared/corpus`` beside the repository (may not exist)."""
-    default = repo_root().parent / "shared" / "corpus"
-    return Path(os.environ.get("DELTA_MIRROR_CORPUS") or default).resolve()
 
 
 @pytest.fixture(scope="session")

@@ -356,3 +356,10 @@ class S3Server:
         except Exception:  # noqa: BLE001
             self._proc.kill()
         self._log.close()
+
+
+def corpus_path() -> Path:
+    """``DELTA_MIRROR_CORPUS``, else ``../shared/corpus`` beside the repository (may not exist)."""
+    repo = Path(__file__).resolve().parents[1]
+    default = repo.parent / "shared" / "corpus"
+    return Path(os.environ.get("DELTA_MIRROR_CORPUS") or default).resolve()

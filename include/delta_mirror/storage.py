@@ -85,7 +85,7 @@ def _translate(exc: Exception, uri: str, path: str) -> Exception:
             f"storage configuration for {uri} is invalid: {exc}", hint="fix the location or options"
         )
     text = str(exc)
-    if isinstance(exc, OSError):
+    if isinstance(exc, OSError) or uri.startswith("file://"):
         # Local folders: read-only or full disks need an operator, not retries.
         return PermanentError(
             f"cannot write {uri}/{path}: {exc}", hint="check that the folder is writable and has space"

@@ -1,0 +1,208 @@
+"""The DAG file and the factory: every DAG imports, is well-formed, and follows the table config.
+
+Parsing goes through Airflow's own ``DagBag`` (what the dag-processor uses). In 3.3.2 it lives in
+``airflow.dag_processing.dagbag`` and takes no ``include_examples`` argument (a ``TypeError``):
+examples stay out through ``AIRFLOW__CORE__LOAD_EXAMPLES=False`` (set in conftest).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from dm_airflow_kit import DAGS_FOLDER, REPO
+
+SHARED = {
+    "delta_mirror_reconcile",
+    "delta_mirror_backfill",
+    "delta_mirror_monitor",
+    "delta_mirror_maintenance",
+}
+
+
+def parse() -> object:
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(DAGS_FOLDER))
+
+
+def import_error(bag: object) -> str:
+    errors = bag.import_errors  # type: ignore[attr-defined]
+    assert len(errors) == 1, errors
+    return str(next(iter(errors.values())))
+
+
+@pytest.fixture
+def repo_config(monkeypatch: pytest.MonkeyPatch, airflow_env: dict[str, str]) -> Path:
+    path = REPO / "config" / "delta_mirror.yaml"
+    monkeypatch.setenv("DELTA_MIRROR_CONFIG", str(path))
+    return path
+
+
+def test_every_file_in_dags_imports_without_errors(repo_config: Path) -> None:
+    bag = parse()
+    assert bag.import_errors == {}
+    assert {p.name for p in DAGS_FOLDER.glob("*.py")} == {"delta_mirror_dags.py"}
+    assert set(bag.dag_ids) == {"delta_mirror__demo", *SHARED}
+
+
+RICH = {
+    "sales": {"schedule": "event", "tags": ["finance"], "owner": "finance-data"},
+    "orders.v2": {"schedule": "1h", "validate": False, "retries": 5},
+    "clicks": {"schedule": "*/15 * * * *", "maintenance": {"dry_run": False, "log_retention": "3d"}},
+}
+
+
+@pytest.mark.parametrize("which", ["repository-config", "three-tables"])
+def test_every_dag_has_retries_an_owner_tags_and_docs(which: str, repo_config: Path, dm_config) -> None:
+    if which == "three-tables":
+        dm_config(RICH, owner="data-platform", retries=2)
+    bag = parse()
+    assert bag.import_errors == {}
+    assert len(bag.dags) == (5 if which == "repository-config" else 7)
+    for dag_id, dag in bag.dags.items():
+        assert dag.default_args.get("retries", 0) > 0, dag_id
+        assert dag.default_args.get("owner"), dag_id
+        assert "delta-mirror" in dag.tags and len(dag.tags) >= 2, dag_id
+        assert dag.doc_md and len(dag.doc_md) > 40, dag_id
+        for task in dag.tasks:
+            assert task.retries == dag.default_args["retries"], (dag_id, task.task_id)
+            assert task.owner == dag.default_args["owner"], (dag_id, task.task_id)
+            assert task.on_failure_callback, (dag_id, task.task_id)
+    if which == "three-tables":
+        assert bag.dags["delta_mirror__sales"].owner == "finance-data"
+        assert bag.dags["delta_mirror__orders.v2"].default_args["retries"] == 5
+
+
+def test_tasks_retry_with_exponential_backoff_from_the_config(dm_config) -> None:
+    dm_config(
+        {"t1": {"retries": 4, "retry_delay": "15s", "max_retry_delay": "5m"}, "t2": {}},
+        retry_exponential_backoff=3.0,
+    )
+    bag = parse()
+    t1 = bag.dags["delta_mirror__t1"].get_task("publish")
+    assert (t1.retries, t1.retry_delay, t1.max_retry_delay) == (
+        4,
+        timedelta(seconds=15),
+        timedelta(minutes=5),
+    )
+    assert t1.retry_exponential_backoff == 3.0
+    t2 = bag.dags["delta_mirror__t2"].get_task("publish")
+    assert (t2.retries, t2.retry_delay, t2.max_retry_delay) == (
+        1,
+        timedelta(seconds=1),
+        timedelta(minutes=10),
+    )
+    assert t2.retry_exponential_backoff == 3.0
+    for dag_id in SHARED:
+        for task in bag.dags[dag_id].tasks:
+            assert task.retry_exponential_backoff == 3.0, (dag_id, task.task_id)
+
+
+def test_the_table_dag_is_publish_checkpoint_validate_metrics(dm_config) -> None:
+    dm_config({"t1": {"tags": ["sales"], "schedule": "10m"}, "t2": {"validate": False}})
+    bag = parse()
+    t1 = bag.dags["delta_mirror__t1"]
+    assert t1.get_task("publish").downstream_task_ids == {"checkpoint"}
+    assert t1.get_task("checkpoint").downstream_task_ids == {"validate"}
+    assert t1.get_task("validate").downstream_task_ids == {"metrics"}
+    assert {"delta-mirror", "table", "sales"} <= set(t1.tags)
+    assert t1.max_active_runs == 1 and t1.catchup is False and t1.schedule == timedelta(minutes=10)
+    assert "t1" in t1.doc_md
+    assert sorted(bag.dags["delta_mirror__t2"].task_ids) == ["checkpoint", "metrics", "publish"]
+
+
+def test_the_config_file_is_read_again_at_each_parse(dm_config) -> None:
+    dm_config({"t1": {}})
+    assert set(parse().dag_ids) == {"delta_mirror__t1", *SHARED}
+
+    dm_config({"t1": {}, "orders": {"schedule": "@daily"}})
+    bag = parse()
+    assert set(bag.dag_ids) == {"delta_mirror__t1", "delta_mirror__orders", *SHARED}
+    assert bag.dags["delta_mirror__orders"].schedule == "@daily"
+
+    dm_config({"orders": {}})
+    assert "delta_mirror__t1" not in parse().dag_ids
+
+
+@pytest.mark.parametrize(
+    ("tables", "named"),
+    [
+        ({"t1": {"retrys": 3}}, ["tables.t1", "'retrys'"]),
+        ({"t1": {"lag_slo": "soon"}}, ["tables.t1.lag_slo", "'soon'"]),
+        ({"bad name!": {}}, ["invalid table name", "'bad name!'"]),
+        ({"t1": {"notify": {"emails": ["a@b.c"]}}}, ["tables.t1.notify", "'emails'"]),
+    ],
+    ids=["unknown-key", "bad-duration", "bad-table-name", "unknown-notify-key"],
+)
+def test_an_invalid_config_is_an_import_error_naming_the_key(dm_config, tables, named) -> None:
+    path = dm_config(tables)
+    bag = parse()
+    assert bag.dag_ids == []
+    message = import_error(bag)
+    assert "ConfigError" in message and str(path) in message
+    for text in named:
+        assert text in message
+
+
+def test_a_missing_config_file_is_an_import_error_saying_where_it_was_looked_for(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, airflow_env: dict[str, str]
+) -> None:
+    monkeypatch.setenv("DELTA_MIRROR_CONFIG", str(tmp_path / "nope.yaml"))
+    message = import_error(parse())
+    assert "nope.yaml" in message and "DELTA_MIRROR_CONFIG" in message
+
+
+def test_an_event_driven_table_is_scheduled_by_an_asset_watcher_on_the_store(dm_config) -> None:
+    dm_config({"t1": {"schedule": "event", "poll_interval": "2s", "store_conn_id": "dm_store"}})
+    dag = parse().dags["delta_mirror__t1"]
+    (asset,) = dag.schedule
+    assert asset.uri == "delta-mirror://commits/t1"
+    (watcher,) = asset.watchers
+    trigger = watcher.trigger
+    assert trigger.serialize() == (
+        "delta_mirror.airflow.triggers.StoreCommitTrigger",
+        {"table": "t1", "store_conn_id": "dm_store", "poll_interval": 2.0, "watermark": None},
+    )
+
+
+def test_tables_with_their_own_connections_get_their_own_reconcile_and_lag_tasks(dm_config) -> None:
+    dm_config(
+        {
+            "a": {},
+            "b": {"aws_conn_id": "bucket_b"},
+            "c": {"store_conn_id": "other_store", "aws_conn_id": "bucket_c"},
+        },
+        store_conn_id="main_store",
+    )
+    bag = parse()
+    reconcile = bag.dags["delta_mirror_reconcile"]
+    groups = {
+        t.task_id: (t.tables, t.store_conn_id, t.aws_conn_id)
+        for t in reconcile.tasks
+        if t.task_id.startswith("reconcile")
+    }
+    assert sorted(groups.values()) == [
+        (["a"], "main_store", None),
+        (["b"], "main_store", "bucket_b"),
+        (["c"], "other_store", "bucket_c"),
+    ]
+    assert reconcile.get_task("escalate").upstream_task_ids == set(groups)
+    monitor = bag.dags["delta_mirror_monitor"]
+    lags = {t.task_id: (t.tables, t.store_conn_id) for t in monitor.tasks if t.task_id.startswith("lag")}
+    assert sorted(lags.values()) == [(["a", "b"], "main_store"), (["c"], "other_store")]
+    assert monitor.get_task("check_slo").upstream_task_ids == set(lags)
+
+
+def test_the_maintenance_dag_cleans_each_table_by_its_retention(dm_config) -> None:
+    dm_config(
+        {"t1": {"maintenance": {"log_retention": "2d", "dry_run": False}}, "t2": {}},
+        maintenance={"schedule": "12h"},
+    )
+    dag = parse().dags["delta_mirror_maintenance"]
+    assert dag.task_ids == ["cleanup__t1", "cleanup__t2"]
+    t1, t2 = dag.get_task("cleanup__t1"), dag.get_task("cleanup__t2")
+    assert (t1.cleanup_dry_run, t1.log_retention_seconds) == (False, 2 * 86400)
+    assert (t2.cleanup_dry_run, t2.log_retention_seconds) == (True, None)
+    assert dag.schedule == timedelta(hours=12)

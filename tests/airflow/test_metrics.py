@@ -1,0 +1,97 @@
+"""Metrics through Airflow's StatsD client, received by a real UDP socket.
+
+Airflow is configured the way a user does it (``AIRFLOW__METRICS__STATSD_*`` variables read when
+the process starts), so the monitor DAG runs in its own process: ``airflow dags test``.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from dm_airflow_kit import airflow_cli, make_table
+
+from delta_mirror.publisher import Publisher
+from delta_mirror.store import SqlStore
+
+
+class UdpListener:
+    """Collects every datagram sent to 127.0.0.1:<port> while it runs."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.lines: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self.sock.recv(65535)
+            except TimeoutError:
+                continue
+            self.lines += data.decode(errors="replace").splitlines()
+
+    def stop(self) -> None:
+        time.sleep(0.3)  # the last datagrams are in flight
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
+
+
+def gauges(lines: list[str], name: str) -> dict[str, float]:
+    """{table: value} for ``<prefix>.delta_mirror.<name>.<table>:<value>|g`` datagrams."""
+    out = {}
+    for line in lines:
+        m = re.fullmatch(rf"airflow\.delta_mirror\.{name}\.([\w.-]+):(-?[\d.]+)\|g", line)
+        if m:
+            out[m[1]] = float(m[2])
+    return out
+
+
+@pytest.mark.usefixtures("airflow_db")
+def test_the_monitor_dag_sends_lag_gauges_to_statsd(dm_config, sqlite_store: str, tmp_path: Path) -> None:
+    store = SqlStore(sqlite_store)
+    for name in ("behind", "current"):
+        (tmp_path / name).mkdir()
+        make_table(store, name, (tmp_path / name).as_uri(), versions=3)
+    Publisher(store).publish("current")
+    store.commit("current", [("txn", {"appId": "loader", "version": 1})])  # one version behind, just now
+    dm_config({"behind": {}, "current": {}})
+    time.sleep(1.0)
+    listener = UdpListener()
+    try:
+        proc = airflow_cli(
+            "dags",
+            "test",
+            "delta_mirror_monitor",
+            env={
+                "AIRFLOW__METRICS__STATSD_ON": "True",
+                "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+                "AIRFLOW__METRICS__STATSD_PORT": str(listener.port),
+                "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+            },
+        )
+    finally:
+        listener.stop()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "new_state=success" in proc.stdout + proc.stderr
+
+    lag = gauges(listener.lines, "lag_seconds")
+    behind = gauges(listener.lines, "versions_behind")
+    assert set(lag) == {"behind", "current"}, [x for x in listener.lines if "delta_mirror" in x]
+    assert lag["behind"] >= 1.0 and lag["current"] < lag["behind"]
+    assert behind == {"behind": 3.0, "current": 1.0}
+    assert gauges(listener.lines, "halted") == {"behind": 0.0, "current": 0.0}
+    assert gauges(listener.lines, "failed_versions") == {"behind": 0.0, "current": 0.0}
+    # plain StatsD has no tags: the tagged form arrives under the bare name as well
+    assert any(re.fullmatch(r"airflow\.delta_mirror\.lag_seconds:[\d.]+\|g", x) for x in listener.lines)

@@ -1,0 +1,169 @@
+"""Who is told what, through a real SMTP server on 127.0.0.1 (aiosmtpd) behind ``smtp_default``.
+
+- the monitor DAG emails a table's contacts when its lag breaches the table's ``lag_slo``;
+- the reconcile DAG re-drives what it can and escalates a halted table and versions that keep
+  failing (``attempts >= escalate_after_attempts``);
+- the ``DeadlineAlert`` callback sends its email through the async path (the scheduler-driven
+  deadline itself is covered by the end-to-end tests);
+- a table may use any Airflow notifier class instead of email.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dm_airflow_kit import MailBox, body_text, make_table, run_dag
+
+from delta_mirror.publisher import Publisher
+from delta_mirror.store import SqlStore
+from delta_mirror.table_config import Notify
+
+pytestmark = pytest.mark.usefixtures("airflow_db")
+
+
+def subject_is(text: str) -> Any:
+    return lambda m: str(m["subject"]).startswith(text)
+
+
+def test_the_monitor_emails_a_lag_slo_breach_to_the_tables_contacts(
+    dm_config, sqlite_store: str, tmp_path: Path, mailbox: MailBox
+) -> None:
+    store = SqlStore(sqlite_store)
+    for name in ("late", "relaxed", "caught_up"):
+        (tmp_path / name).mkdir()
+        make_table(store, name, (tmp_path / name).as_uri(), versions=3)
+    Publisher(store).publish("caught_up")
+    dm_config(
+        {
+            "late": {"lag_slo": "1s", "notify": {"email": ["late-owner@dm-tests.example"]}},
+            "relaxed": {"lag_slo": "1h"},
+            "caught_up": {"lag_slo": "1s"},
+        },
+        notify={"email": ["oncall@dm-tests.example"], "from_email": "mirror@dm-tests.example"},
+    )
+    time.sleep(1.2)  # the oldest unpublished commit of 'late' is now older than its 1 s SLO
+
+    run = run_dag("delta_mirror_monitor")
+
+    assert run.states() == {"lag": "success", "check_slo": "success"}
+    assert run.xcom("check_slo") == ["late"]
+    msg = mailbox.wait_for(subject_is("[delta-mirror] late: lag SLO breached"))
+    assert msg is not None, mailbox.subjects()
+    assert str(msg["subject"]).endswith("s > 1 s)")
+    assert msg["to"] == "late-owner@dm-tests.example" and msg["from"] == "mirror@dm-tests.example"
+    body = body_text(msg)
+    assert "Table: late" in body and "3 version(s) behind" in body and "SLO: 1 s" in body
+    assert "What to do:" in body and "reconcile DAG" in body
+    assert mailbox.subjects() == [str(msg["subject"])]  # nothing about 'relaxed' or 'caught_up'
+
+
+def test_the_reconcile_dag_redrives_and_escalates_halted_and_persistently_failing_tables(
+    dm_config, sqlite_store: str, tmp_path: Path, mailbox: MailBox
+) -> None:
+    store = SqlStore(sqlite_store)
+    for name in ("healthy", "halted", "failing"):
+        (tmp_path / name).mkdir()
+        make_table(store, name, (tmp_path / name).as_uri(), versions=2)
+    # halted: a foreign commit file at version 1 (a conflict halts the table)
+    (tmp_path / "halted" / "_delta_log").mkdir()
+    (tmp_path / "halted" / "_delta_log" / "00000000000000000001.json").write_text('{"commitInfo":{}}\n')
+    # failing: its log folder cannot be created (a file is in the way), every attempt fails
+    (tmp_path / "failing" / "_delta_log").write_text("not a folder")
+    for name in ("halted", "failing"):
+        with pytest.raises(Exception):  # noqa: B017 - the first attempt, outside Airflow
+            Publisher(store).publish(name)
+    dm_config(
+        {"healthy": {}, "halted": {}, "failing": {"notify": {"email": ["failing-owner@dm-tests.example"]}}},
+        notify={"email": ["oncall@dm-tests.example"]},
+        reconcile={"escalate_after_attempts": 2},
+    )
+
+    run = run_dag("delta_mirror_reconcile")
+
+    assert run.states() == {"reconcile": "success", "escalate": "success"}
+    report = {t["table"]: t for t in run.xcom("reconcile")["tables"]}
+    assert report["healthy"]["action"] == "published" and report["healthy"]["published"] == 2
+    assert report["halted"]["action"] == "halted"
+    assert report["failing"]["action"] == "failed"
+    assert sorted(run.xcom("escalate")) == ["failing", "halted"]
+    assert store.last_published_version(store.get_table("healthy").id) == 1
+
+    halted = mailbox.wait_for(subject_is("[delta-mirror] halted: persistent publish failures"))
+    assert halted is not None, mailbox.subjects()
+    body = body_text(halted)
+    assert "State: halted" in body and "a different file already exists" in body
+    assert "version 1 (json): 1 attempt(s), [CONFLICT]" in body
+    assert "delta-mirror resume halted" in body and "docs/troubleshooting.md" in body
+
+    failing = mailbox.wait_for(subject_is("[delta-mirror] failing: persistent publish failures"))
+    assert failing is not None, mailbox.subjects()
+    assert failing["to"] == "failing-owner@dm-tests.example"
+    body = body_text(failing)
+    assert "State: failed" in body and "version 0 (json): 2 attempt(s)" in body
+    assert "Not a directory" in body and "What to do:" in body
+    assert len(mailbox.messages) == 2  # nothing about 'healthy'
+
+
+def test_a_task_failure_in_a_shared_dag_names_the_dag_and_what_to_do(
+    dm_config, sqlite_store: str, mailbox: MailBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from delta_mirror.errors import PermanentError
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise PermanentError("the store schema is too new", hint="upgrade delta-mirror")
+
+    monkeypatch.setattr("delta_mirror.reconcile.reconcile", broken)
+    dm_config({}, notify={"email": ["oncall@dm-tests.example"]}, retries=1)
+
+    run = run_dag("delta_mirror_reconcile")
+
+    assert (run.tasks["reconcile"].state, run.tasks["reconcile"].try_number) == ("failed", 1)
+    msg = mailbox.wait_for(subject_is("[delta-mirror] delta_mirror_reconcile: task reconcile failed"))
+    assert msg is not None, mailbox.subjects()
+    body = body_text(msg)
+    assert "[PERMANENT] the store schema is too new" in body and "What to do:" in body
+
+
+def test_the_deadline_callback_emails_the_table_contacts(dm_config, mailbox: MailBox, tmp_path: Path) -> None:
+    from delta_mirror.airflow.notifications import deadline_missed
+
+    dm_config({"t1": {"notify": {"email": ["t1-owner@dm-tests.example"]}}})
+    asyncio.run(
+        deadline_missed(context={"dag_run": {"dag_run_id": "scheduled__x"}}, table="t1", deadline="0:30:00")
+    )
+
+    msg = mailbox.wait_for(subject_is("[delta-mirror] t1: deadline missed (delta_mirror__t1)"))
+    assert msg is not None, mailbox.subjects()
+    body = body_text(msg)
+    assert "The DAG run scheduled__x of delta_mirror__t1 did not finish within 0:30:00" in body
+    assert "What to do:" in body and "delta-mirror status t1" in body
+
+
+class RecordingNotifier:
+    """Stands in for e.g. ``SlackNotifier``: built from ``notifier_kwargs`` plus the ``text``."""
+
+    template_fields = ("text", "channel")
+    sent: list[dict[str, Any]] = []
+
+    def __init__(self, text: str = "", channel: str = "") -> None:
+        self.text, self.channel = text, channel
+
+    def notify(self, context: dict[str, Any]) -> None:
+        RecordingNotifier.sent.append({"text": self.text, "channel": self.channel})
+
+
+def test_a_table_may_name_any_notifier_class_instead_of_email(mailbox: MailBox) -> None:
+    from delta_mirror.airflow.notifications import send
+
+    RecordingNotifier.sent.clear()
+    notify = Notify(notifier=f"{__name__}.RecordingNotifier", notifier_kwargs={"channel": "#data"})
+    send(notify, "[delta-mirror] t1: lag SLO breached", "Lag: 99 s")
+    assert RecordingNotifier.sent == [
+        {"text": "[delta-mirror] t1: lag SLO breached\nLag: 99 s", "channel": "#data"}
+    ]
+    send(Notify(email=()), "nobody", "to tell")  # no recipients: nothing is sent
+    assert mailbox.messages == []

@@ -1,0 +1,331 @@
+"""The operators: thin shells over the core, with one error translation and templated fields.
+
+- a TRANSIENT failure becomes an ``AirflowException`` that Airflow retries (with the exponential
+  backoff from the config); PERMANENT, CONFLICT and DATA become ``DeltaMirrorFailure``, an
+  ``AirflowFailException``: no retry, and the message says what to do;
+- checked both by calling ``execute()`` and by real runs: a storage endpoint that refuses
+  connections (retried, then failed) and a foreign commit file at the table location (a conflict:
+  failed at once, the table halted, an email naming both hashes);
+- every operator's ``template_fields`` are rendered by Airflow's Jinja.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dm_airflow_kit import body_text, free_port, make_table, run_dag
+
+from delta_mirror.errors import (
+    DataError,
+    LeaseHeldError,
+    PermanentError,
+    PublishConflictError,
+    TransientError,
+)
+from delta_mirror.store import SqlStore
+
+FOREIGN = b'{"commitInfo":{"operation":"WRITE","engineInfo":"someone-else"}}\n'
+
+
+@pytest.fixture
+def table(sqlite_store: str, local_location: Path) -> SqlStore:
+    store = SqlStore(sqlite_store)
+    make_table(store, "t1", local_location.as_uri(), versions=3)
+    return store
+
+
+# --------------------------------------------------------------------------------------------------
+# error translation, with the core stubbed
+
+
+@pytest.mark.parametrize(
+    ("error", "retried"),
+    [
+        (TransientError("S3 said 503 SlowDown", table="t1", hint="retried automatically"), True),
+        (LeaseHeldError("another publisher holds this table's lease", table="t1"), True),
+        (PermanentError("access denied", table="t1", hint="check the credentials"), False),
+        (PublishConflictError("a different file already exists", table="t1", version=1), False),
+        (DataError("version gap in the store", table="t1", version=2), False),
+    ],
+    ids=["transient", "lease-held", "permanent", "conflict", "data"],
+)
+def test_core_errors_become_retryable_or_failing_airflow_exceptions(
+    sqlite_store: str, monkeypatch: pytest.MonkeyPatch, error: Exception, retried: bool
+) -> None:
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    from delta_mirror.airflow.errors import DeltaMirrorFailure, DeltaMirrorTransientError
+    from delta_mirror.airflow.operators import DeltaMirrorPublishOperator
+    from delta_mirror.publisher import Publisher
+
+    def fail(self: Publisher, name: str, to_version: int | None = None) -> None:
+        raise error
+
+    monkeypatch.setattr(Publisher, "publish", fail)
+    op = DeltaMirrorPublishOperator(task_id="publish", table="t1")
+    with pytest.raises(AirflowException) as exc:
+        op.execute({})
+    assert exc.value.__cause__ is error
+    if retried:
+        assert isinstance(exc.value, DeltaMirrorTransientError)
+        assert not isinstance(exc.value, AirflowFailException)
+        assert str(exc.value).startswith("[TRANSIENT] table 't1'")
+    else:
+        assert isinstance(exc.value, DeltaMirrorFailure) and isinstance(exc.value, AirflowFailException)
+        assert str(exc.value).startswith(f"[{error.error_class.value}] table 't1'")  # type: ignore[attr-defined]
+        assert "What to do" in str(exc.value) or "\n\n" in str(exc.value)
+
+
+def test_a_publish_conflict_raised_by_execute_names_both_hashes_and_halts_the_table(
+    table: SqlStore, local_location: Path
+) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from delta_mirror.airflow.errors import DeltaMirrorFailure
+    from delta_mirror.airflow.operators import DeltaMirrorPublishOperator
+
+    (local_location / "_delta_log").mkdir()
+    foreign = local_location / "_delta_log" / "00000000000000000001.json"
+    foreign.write_bytes(FOREIGN)
+    t1 = table.get_table("t1")
+    expected = table.commit_rows(t1.id, 1, 1)[0].sha256
+
+    with pytest.raises(AirflowFailException) as exc:
+        DeltaMirrorPublishOperator(task_id="publish", table="t1").execute({})
+
+    assert isinstance(exc.value, DeltaMirrorFailure)
+    message = str(exc.value)
+    assert message.startswith("[CONFLICT] table 't1', version 1:")
+    assert expected in message and hashlib.sha256(FOREIGN).hexdigest() in message
+    assert foreign.read_bytes() == FOREIGN  # never overwritten
+    assert table.get_table("t1").state == "HALTED"
+    assert (local_location / "_delta_log" / "00000000000000000000.json").exists()
+    assert not (local_location / "_delta_log" / "00000000000000000002.json").exists()
+
+
+def test_a_checkpoint_before_anything_is_published_fails_without_retry(table: SqlStore) -> None:
+    from delta_mirror.airflow.errors import DeltaMirrorFailure
+    from delta_mirror.airflow.operators import DeltaMirrorCheckpointOperator
+
+    op = DeltaMirrorCheckpointOperator(task_id="checkpoint", table="t1", version="0", only_if_due=False)
+    with pytest.raises(DeltaMirrorFailure, match=r"\[PERMANENT\] table 't1': nothing is published yet"):
+        op.execute({})
+
+
+@pytest.mark.parametrize("bad", ["-1", "three", "1.5"])
+def test_a_bad_version_from_a_template_fails_without_retry(table: SqlStore, bad: str) -> None:
+    from delta_mirror.airflow.errors import DeltaMirrorFailure
+    from delta_mirror.airflow.operators import DeltaMirrorPublishOperator
+
+    with pytest.raises(DeltaMirrorFailure, match=r"\[DATA\] to_version"):
+        DeltaMirrorPublishOperator(task_id="publish", table="t1", to_version=bad).execute({})
+
+
+def test_a_step_switched_off_in_the_backfill_form_is_skipped(table: SqlStore) -> None:
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from delta_mirror.airflow.operators import DeltaMirrorPublishOperator
+
+    with pytest.raises(AirflowSkipException, match="not requested"):
+        DeltaMirrorPublishOperator(task_id="publish", table="t1", enabled="False").execute({})
+    assert table.last_published_version(table.get_table("t1").id) is None
+
+
+# --------------------------------------------------------------------------------------------------
+# real runs: Airflow retries transient failures and does not retry a conflict
+
+
+@pytest.mark.usefixtures("airflow_db")
+def test_a_storage_endpoint_that_refuses_connections_is_retried_by_airflow_with_backoff(
+    dm_config, sqlite_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SqlStore(sqlite_store)
+    store.create_table("t1", "s3://nowhere/t1")
+    store.commit(
+        "t1",
+        [
+            ("protocol", {"minReaderVersion": 1, "minWriterVersion": 2}),
+            (
+                "metaData",
+                {
+                    "id": "5b1c3c52-8d0e-4f0f-9a51-1d6f3f7c2a10",
+                    "format": {"provider": "parquet", "options": {}},
+                    "schemaString": '{"type":"struct","fields":[]}',
+                    "partitionColumns": [],
+                    "configuration": {},
+                    "createdTime": 0,
+                },
+            ),
+        ],
+    )
+    closed = free_port()  # nothing listens there: every request is refused
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_DM_S3",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": "key",
+                "password": "secret",
+                "extra": {"endpoint_url": f"http://127.0.0.1:{closed}", "region_name": "us-east-1"},
+            }
+        ),
+    )
+    dm_config(
+        {"t1": {"aws_conn_id": "dm_s3", "retries": 1, "retry_delay": "1s"}}, retry_exponential_backoff=2.0
+    )
+
+    run = run_dag("delta_mirror__t1")
+
+    publish = run.tasks["publish"]
+    assert (publish.state, publish.try_number) == ("failed", 2)  # failed, retried, failed for good
+    assert run.tasks["checkpoint"].state == "upstream_failed"
+    (status,) = store.status_rows(store.get_table("t1").id, artifact="json")
+    assert (status.state, status.error_class, status.attempts) == ("FAILED", "TRANSIENT", 2)
+    assert f"127.0.0.1:{closed}" in (status.last_error or "")
+    assert store.get_table("t1").state == "ACTIVE"  # a transient failure does not halt the table
+
+    from airflow.dag_processing.dagbag import DagBag
+    from dm_airflow_kit import DAGS_FOLDER
+
+    task = DagBag(dag_folder=str(DAGS_FOLDER)).dags["delta_mirror__t1"].get_task("publish")
+    assert (task.retries, task.retry_delay) == (1, timedelta(seconds=1))
+    assert (task.retry_exponential_backoff, task.max_retry_delay) == (2.0, timedelta(minutes=10))
+
+
+@pytest.mark.usefixtures("airflow_db")
+def test_a_publish_conflict_fails_the_run_without_retry_and_emails_both_hashes(
+    dm_config, table: SqlStore, local_location: Path, mailbox: Any
+) -> None:
+    (local_location / "_delta_log").mkdir()
+    foreign = local_location / "_delta_log" / "00000000000000000001.json"
+    foreign.write_bytes(FOREIGN)
+    expected = table.commit_rows(table.get_table("t1").id, 1, 1)[0].sha256
+    dm_config({"t1": {"retries": 3, "notify": {"email": ["oncall@dm-tests.example"]}}})
+
+    run = run_dag("delta_mirror__t1")
+
+    publish = run.tasks["publish"]
+    assert (publish.state, publish.try_number) == ("failed", 1)  # retries: 3, yet no retry
+    assert foreign.read_bytes() == FOREIGN
+    t1 = table.get_table("t1")
+    assert t1.state == "HALTED" and t1.halted_version == 1
+    states = {(r.version, r.state) for r in table.status_rows(t1.id, artifact="json")}
+    assert {(0, "SUCCESS"), (1, "CONFLICT")} <= states
+
+    msg = mailbox.wait_for(lambda m: "publish failed" in str(m["subject"]))
+    assert msg is not None, mailbox.subjects()
+    assert str(msg["subject"]) == "[delta-mirror] t1: task publish failed"
+    assert msg["to"] == "oncall@dm-tests.example"
+    body = body_text(msg)
+    assert "[CONFLICT]" in body and expected in body and hashlib.sha256(FOREIGN).hexdigest() in body
+    assert "delta-mirror resume" in body and "DAG: delta_mirror__t1" in body
+
+
+# --------------------------------------------------------------------------------------------------
+# template fields
+
+
+def _render(op: Any, **params: Any) -> Any:
+    op.render_template_fields({"params": params, "ds": "2026-01-02"})
+    return op
+
+
+def test_every_operator_renders_its_template_fields() -> None:
+    from airflow.sdk import DAG
+
+    from delta_mirror.airflow import operators as ops
+
+    with DAG("templates"):
+        publish = ops.DeltaMirrorPublishOperator(
+            task_id="publish",
+            table="{{ params.table }}",
+            to_version="{{ params.to }}",
+            enabled="{{ 'publish' in params.steps }}",
+            store_conn_id="{{ params.store }}",
+            aws_conn_id="{{ params.aws }}",
+        )
+        checkpoint = ops.DeltaMirrorCheckpointOperator(
+            task_id="checkpoint", table="{{ params.table }}", version="{{ params.to }}"
+        )
+        validate = ops.DeltaMirrorValidateOperator(
+            task_id="validate",
+            table="{{ params.table }}",
+            from_version="{{ params.frm }}",
+            to_version="{{ params.to }}",
+            reader="{{ params.reader }}",
+            enabled="{{ 'validate' in params.steps }}",
+        )
+        reconcile = ops.DeltaMirrorReconcileOperator(
+            task_id="reconcile", tables=["{{ params.table }}", "other"], strategy="{{ params.strategy }}"
+        )
+        lag = ops.DeltaMirrorLagOperator(task_id="lag", tables=["{{ params.table }}"])
+        maintenance = ops.DeltaMirrorMaintenanceOperator(
+            task_id="cleanup", table="{{ params.table }}", cleanup_dry_run="{{ params.dry }}"
+        )
+    params = {
+        "table": "sales",
+        "to": 7,
+        "frm": 2,
+        "steps": ["publish"],
+        "store": "pg",
+        "aws": "s3",
+        "reader": "deltalake",
+        "strategy": "incremental",
+        "dry": False,
+    }
+    for op in (publish, checkpoint, validate, reconcile, lag, maintenance):
+        _render(op, **params)
+
+    assert (publish.table, publish.to_version, publish.enabled) == ("sales", "7", "True")
+    assert (publish.store_conn_id, publish.aws_conn_id) == ("pg", "s3")
+    assert (publish.hook.store_conn_id, publish.hook.aws_conn_id) == ("pg", "s3")
+    assert (checkpoint.table, checkpoint.version) == ("sales", "7")
+    assert (validate.from_version, validate.to_version, validate.reader, validate.enabled) == (
+        "2",
+        "7",
+        "deltalake",
+        "False",
+    )
+    assert (reconcile.tables, reconcile.strategy) == (["sales", "other"], "incremental")
+    assert lag.tables == ["sales"]
+    assert (maintenance.table, maintenance.cleanup_dry_run) == ("sales", "False")
+    expected = {
+        publish: {"table", "enabled", "store_conn_id", "aws_conn_id", "to_version"},
+        checkpoint: {"table", "enabled", "store_conn_id", "aws_conn_id", "version"},
+        validate: {
+            "table",
+            "enabled",
+            "store_conn_id",
+            "aws_conn_id",
+            "from_version",
+            "to_version",
+            "reader",
+        },
+        reconcile: {"tables", "strategy"},
+        lag: {"tables"},
+        maintenance: {"table", "enabled", "store_conn_id", "aws_conn_id", "cleanup_dry_run"},
+    }
+    for op, fields in expected.items():
+        assert set(op.template_fields) == fields, op.task_id
+
+
+def test_unset_templated_connection_ids_mean_the_defaults() -> None:
+    from airflow.sdk import DAG
+
+    from delta_mirror.airflow.operators import DeltaMirrorPublishOperator
+
+    with DAG("templates"):
+        op = DeltaMirrorPublishOperator(
+            task_id="publish",
+            table="t",
+            store_conn_id="{{ {'a': 'pg'}.get(params.table, '') }}",
+            aws_conn_id="{{ params.aws }}",
+        )
+    _render(op, table="t", aws=None)
+    assert (op.store_conn_id, op.aws_conn_id) == ("", "None")
+    assert (op.hook.store_conn_id, op.hook.aws_conn_id) == (None, None)

@@ -1,0 +1,124 @@
+"""The table DAG ``delta_mirror__<table>`` run end to end by Airflow (``dag.test()``).
+
+(a) the embedded default: SQLite store, local folder, no connections;
+(b) PostgreSQL through a Postgres connection (``store_conn_id``) and the S3 server through an AWS
+    connection with an ``endpoint_url`` extra (``aws_conn_id``), both defined by ``AIRFLOW_CONN_*``
+    variables, with no ``AWS_*`` variables in the environment.
+
+Afterwards deltalake reads the published table and ``validate_table`` finds nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from dm_airflow_kit import S3Writer, make_table, read_rows, run_dag
+
+from delta_mirror.store import SqlStore
+from delta_mirror.validate import validate_table
+
+pytestmark = pytest.mark.usefixtures("airflow_db")
+
+TASKS = ["publish", "checkpoint", "validate", "metrics"]
+
+
+def _rendered(dag_id: str, task_id: str) -> dict[str, object]:
+    """The template fields Airflow rendered for the latest run of a task (RenderedTaskInstanceFields)."""
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = (
+            session.query(RTIF).filter_by(dag_id=dag_id, task_id=task_id).order_by(RTIF.run_id.desc()).first()
+        )
+        assert row is not None
+        return dict(row.rendered_fields)
+
+
+def test_the_table_dag_publishes_checkpoints_and_validates_on_the_embedded_default(
+    dm_config, sqlite_store: str, local_location: Path
+) -> None:
+    store = SqlStore(sqlite_store)
+    expected = make_table(store, "t1", local_location.as_uri(), versions=4, checkpoint_interval=3)
+    dm_config({"t1": {"tags": ["e2e"]}})
+
+    run = run_dag("delta_mirror__t1")
+
+    assert run.state == "success", run.states()
+    assert run.states() == {t: "success" for t in TASKS}
+    published = run.xcom("publish")
+    assert published["published"] == 4 and published["first"] == 0 and published["last_published"] == 3
+    assert published["checkpoints"] == [3]
+    # validate got the versions this run published, through templates rendered from the publish XCom
+    assert _rendered("delta_mirror__t1", "validate")["from_version"] == "0"
+    assert _rendered("delta_mirror__t1", "validate")["to_version"] == "3"
+    assert run.xcom("validate")["ok"] is True
+    assert run.xcom("metrics")[0]["versions_behind"] == 0
+
+    log = local_location / "_delta_log"
+    assert (log / "00000000000000000003.checkpoint.parquet").is_file()
+    assert json.loads((log / "_last_checkpoint").read_text())["version"] == 3
+    assert read_rows(local_location.as_uri()) == (3, expected)
+    assert validate_table(store, "t1").ok
+
+    # A second run finds nothing new: it still succeeds and validates the latest version.
+    again = run_dag("delta_mirror__t1")
+    assert again.states() == {t: "success" for t in TASKS}
+    assert again.xcom("publish")["published"] == 0
+    assert again.xcom("validate")["from_version"] == 3
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_the_table_dag_runs_on_postgres_and_s3_through_airflow_connections(
+    dm_config, pg_store_url: str, s3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy.engine import make_url
+
+    bucket = s3.make_bucket()
+    location = f"s3://{bucket}/sales"
+    store = SqlStore(pg_store_url)
+    store.init()
+    expected = make_table(
+        store, "sales", location, versions=5, checkpoint_interval=2, s3=S3Writer(s3.client(), bucket, "sales")
+    )
+    pg = make_url(pg_store_url)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_DM_STORE",
+        f"postgres://{pg.username}:ignored-by-trust-auth@{pg.host}:{pg.port}/{pg.database}",
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_DM_S3",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": s3.access_key,
+                "password": s3.secret_key,
+                "extra": {"endpoint_url": s3.endpoint, "region_name": s3.region},
+            }
+        ),
+    )
+    dm_config({"sales": {"store_conn_id": "dm_store", "aws_conn_id": "dm_s3"}})
+
+    run = run_dag("delta_mirror__sales")
+
+    assert run.states() == {t: "success" for t in TASKS}
+    assert run.xcom("publish")["last_published"] == 4
+    assert run.xcom("publish")["checkpoints"] == [4]
+    options = {
+        "AWS_ENDPOINT_URL": s3.endpoint,
+        "AWS_ACCESS_KEY_ID": s3.access_key,
+        "AWS_SECRET_ACCESS_KEY": s3.secret_key,
+        "AWS_REGION": s3.region,
+        "AWS_ALLOW_HTTP": "true",
+    }
+    keys = {
+        o["Key"] for o in s3.client().list_objects_v2(Bucket=bucket, Prefix="sales/_delta_log/")["Contents"]
+    }
+    assert "sales/_delta_log/00000000000000000004.checkpoint.parquet" in keys
+    assert "sales/_delta_log/_last_checkpoint" in keys
+    assert read_rows(location, options) == (4, expected)
+    assert validate_table(store, "sales", storage_options=options).ok
+    store.close()
