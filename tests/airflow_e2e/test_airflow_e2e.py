@@ -1,0 +1,341 @@
+"""End to end with a real Airflow 3.3 (``airflow standalone``: scheduler, dag-processor, triggerer,
+api-server, LocalExecutor) running the project's DAG file against a SQLite store:
+
+1. a table DAG that overruns its ``deadline`` sends a "deadline missed" email (DeadlineAlert →
+   AsyncCallback in the triggerer → SmtpNotifier) to a real SMTP server;
+2. an event-driven table (AssetWatcher + StoreCommitTrigger) publishes a new commit on its own;
+3. the backfill DAG runs from the REST API and from ``airflow dags trigger``; bad input is refused.
+
+One Airflow instance serves the whole module; it is stopped (process group and stragglers) at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from airflow_e2e_stack import AirflowStack, SmtpServer, body_text, metadata_url, save_artifacts
+
+from delta_mirror.actions import Action
+from delta_mirror.datafiles import delta_schema_string, write_data_file
+from delta_mirror.log_path import LOG_DIR, checkpoint_name, commit_name
+from delta_mirror.store.sql_store import SqlStore
+from delta_mirror.validate import validate_table
+
+pytestmark = [pytest.mark.airflow_e2e, pytest.mark.timeout(420)]
+
+LATE, EVENTS, BACKFILL = "late", "events", "bf"
+BACKFILL_DAG = "delta_mirror_backfill"
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
+CONFIG = f"""\
+defaults:
+  schedule: null
+  retries: 0
+  deadline: null
+  notify:
+    email: [oncall@example.com]
+    smtp_conn_id: smtp_default
+    from_email: delta-mirror@example.com
+  maintenance:
+    schedule: null
+reconcile:
+  schedule: null
+monitor:
+  schedule: null
+tables:
+  {LATE}:
+    deadline: 2s
+  {EVENTS}:
+    schedule: event
+    poll_interval: 1s
+  {BACKFILL}: {{}}
+"""
+DAG_IDS = {f"delta_mirror__{t}" for t in (LATE, EVENTS, BACKFILL)} | {
+    BACKFILL_DAG,
+    "delta_mirror_reconcile",
+    "delta_mirror_monitor",
+    "delta_mirror_maintenance",
+}
+
+
+class Env:
+    """What the tests share: the running stack, the SMTP server, the store and the table folders."""
+
+    def __init__(self, stack: AirflowStack, smtp: SmtpServer, store_url: str, tables: Path) -> None:
+        self.stack = stack
+        self.smtp = smtp
+        self.store_url = store_url
+        self.tables = tables
+        self.figures: dict[str, float] = {}
+
+    def store(self) -> SqlStore:
+        return SqlStore(self.store_url)
+
+    def commit(self, table: str, n_rows: int = 2, create: bool = False) -> int:
+        root = self.tables / table
+        root.mkdir(exist_ok=True)
+        data = pa.table(
+            {"id": list(range(n_rows)), "name": [f"row-{uuid.uuid4().hex[:6]}" for _ in range(n_rows)]},
+            schema=SCHEMA,
+        )
+        actions: list[Action] = []
+        if create:
+            actions += [
+                ("protocol", {"minReaderVersion": 1, "minWriterVersion": 2}),
+                (
+                    "metaData",
+                    {
+                        "id": str(uuid.uuid4()),
+                        "format": {"provider": "parquet", "options": {}},
+                        "schemaString": delta_schema_string(SCHEMA),
+                        "partitionColumns": [],
+                        "configuration": {},
+                        "createdTime": int(time.time() * 1000),
+                    },
+                ),
+            ]
+        actions.append(("add", write_data_file(root, data)))
+        store = self.store()
+        try:
+            return store.commit(table, actions, location=root.as_uri() if create else None)
+        finally:
+            store.close()
+
+    def log_file(self, table: str, version: int) -> Path:
+        return self.tables / table / LOG_DIR / commit_name(version)
+
+    def validate(self, table: str, **kwargs: Any) -> None:
+        store = self.store()
+        try:
+            report = validate_table(store, table, **kwargs)
+        finally:
+            store.close()
+        assert report.ok, [f"[{p.kind}] v{p.version}: {p.message}" for p in report.problems]
+
+
+@pytest.fixture(scope="module")
+def airflow(request: pytest.FixtureRequest, smtp: SmtpServer, e2e_dir: Path) -> Iterator[Env]:
+    config = e2e_dir / "delta_mirror.yaml"
+    config.write_text(CONFIG)
+    store_url = f"sqlite:///{e2e_dir / 'store.db'}"
+    store = SqlStore(store_url)
+    store.init()
+    store.close()
+    tables = e2e_dir / "tables"
+    tables.mkdir()
+    stack = AirflowStack(
+        e2e_dir / "airflow-home",
+        {
+            "DELTA_MIRROR_CONFIG": str(config),
+            "DELTA_MIRROR_STORE": store_url,
+            "AIRFLOW_CONN_SMTP_DEFAULT": smtp.connection_json(),
+        },
+        metadata_url=metadata_url(request),
+    )
+    env = Env(stack, smtp, store_url, tables)
+    # committed before Airflow starts: the event-driven table has a pending version (its watcher
+    # fires at once), the backfill table has versions 0..2, nothing is published.
+    env.commit(LATE, create=True)
+    env.commit(EVENTS, create=True)
+    env.commit(BACKFILL, create=True)
+    env.commit(BACKFILL)
+    env.commit(BACKFILL)
+    started = time.monotonic()
+    stack.start()
+    try:
+        try:
+            env.figures["startup_s"] = stack.wait_ready(DAG_IDS)
+        except BaseException:
+            print(f"\nAirflow logs saved to {save_artifacts(stack, 'startup')}")
+            raise
+        yield env
+    finally:
+        if os.environ.get("DELTA_MIRROR_E2E_KEEP_LOGS"):
+            print(f"\nAirflow logs saved to {save_artifacts(stack, 'module')}")
+        t_stop = time.monotonic()
+        killed = stack.stop()
+        leftovers = stack.leftover_pids()
+        env.figures["stop_s"] = time.monotonic() - t_stop
+        env.figures["module_s"] = time.monotonic() - started
+        print(f"\nairflow e2e figures: {json.dumps({k: round(v, 2) for k, v in env.figures.items()})}")
+        if killed:
+            print(f"processes that ignored SIGTERM and were killed: {killed}")
+        assert not leftovers, f"Airflow processes left behind: {leftovers}"
+
+
+def _run_id(prefix: str) -> str:
+    return f"{prefix}__{uuid.uuid4().hex[:8]}"
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. deadline miss → email
+
+
+def test_deadline_miss_sends_email(airflow: Env) -> None:
+    stack, dag_id = airflow.stack, f"delta_mirror__{LATE}"
+    run_id = _run_id("deadline")
+    t0 = time.monotonic()
+    r = stack.trigger(dag_id, run_id=run_id)
+    assert r.status_code == 200, r.text
+
+    def is_deadline_mail(m: Any) -> bool:
+        subject = str(m["subject"])
+        return f"{LATE}:" in subject and "deadline missed" in subject.lower()
+
+    msg = airflow.smtp.mailbox.wait_for(is_deadline_mail, timeout=90)
+    assert msg is not None, f"no deadline email; got {airflow.smtp.mailbox.subjects()}"
+    airflow.figures["deadline_email_s"] = time.monotonic() - t0
+    assert dag_id in str(msg["subject"]), msg["subject"]  # "[delta-mirror] late: deadline missed (<dag>)"
+    assert "oncall@example.com" in str(msg["to"])
+    body = body_text(msg)
+    assert run_id in body, body  # the callback read dag_run.dag_run_id from the REST-shaped context
+    assert "0:00:02" in body, body  # the configured deadline
+
+    # the slow run itself still completes and publishes
+    run = stack.wait_run(dag_id, run_id)
+    assert run["state"] == "success", stack.task_instances(dag_id, run_id)
+    assert airflow.log_file(LATE, 0).exists()
+    airflow.figures["deadline_run_s"] = time.monotonic() - t0
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. event-driven publishing
+
+
+def _wait(predicate: Any, timeout: float, what: str, interval: float = 0.1) -> float:
+    t0 = time.monotonic()
+    while not predicate():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+    return time.monotonic() - t0
+
+
+def _idle(stack: AirflowStack, dag_id: str) -> bool:
+    runs = stack.dag_runs(dag_id)
+    return bool(runs) and all(r["state"] in ("success", "failed") for r in runs)
+
+
+def test_event_driven_publish(airflow: Env) -> None:
+    stack, dag_id = airflow.stack, f"delta_mirror__{EVENTS}"
+    quiet = 3.0  # three poll intervals: long enough for a duplicate event to show up as a run
+    # version 0 was pending when Airflow started: the watcher fired and a run published it
+    _wait(lambda: airflow.log_file(EVENTS, 0).exists(), 90, "version 0 of the event-driven table")
+    _wait(lambda: _idle(stack, dag_id), 90, "the first event-driven run to finish", 0.5)
+    time.sleep(quiet)
+    runs = stack.dag_runs(dag_id)
+    assert [(r["run_type"], r["state"]) for r in runs] == [("asset_triggered", "success")], runs
+
+    t0 = time.monotonic()
+    version = airflow.commit(EVENTS)
+    assert version == 1
+    latency = _wait(lambda: airflow.log_file(EVENTS, version).exists(), 60, "version 1.json", 0.05)
+    airflow.figures["event_publish_latency_s"] = latency
+
+    def new_run_done() -> bool:
+        runs = stack.dag_runs(dag_id)
+        return len(runs) == 2 and all(r["state"] in ("success", "failed") for r in runs)
+
+    _wait(new_run_done, 60, "the event-driven run of version 1", 0.2)
+    airflow.figures["event_run_done_s"] = time.monotonic() - t0
+    time.sleep(quiet)
+    runs = stack.dag_runs(dag_id)
+    # one run per commit: no duplicate runs from a watcher that fires twice for the same version
+    assert [(r["run_type"], r["state"]) for r in runs] == [("asset_triggered", "success")] * 2, runs
+    publish = stack.api(
+        "GET",
+        f"/api/v2/dags/{dag_id}/dagRuns/{runs[1]['dag_run_id']}/taskInstances/publish/xcomEntries/return_value",
+    )
+    assert publish.status_code == 200, publish.text
+    value = publish.json()["value"]
+    value = json.loads(value) if isinstance(value, str) else value
+    assert (value["published"], value["first"]) == (1, 1), value
+    airflow.validate(EVENTS)
+    log = sorted(p.name for p in (airflow.tables / EVENTS / LOG_DIR).iterdir())
+    assert log[:2] == [commit_name(0), commit_name(1)], log
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. backfill: REST API, CLI, bad input
+
+
+def test_backfill_via_rest_api(airflow: Env) -> None:
+    stack = airflow.stack
+    conf = {"table": BACKFILL, "from_version": 0, "to_version": 2, "steps": ["publish", "validate"]}
+    run_id = _run_id("rest")
+    t0 = time.monotonic()
+    r = stack.trigger(BACKFILL_DAG, conf, run_id=run_id)
+    assert r.status_code == 200, r.text
+    assert r.json()["conf"] == conf
+    run = stack.wait_run(BACKFILL_DAG, run_id)
+    airflow.figures["backfill_rest_s"] = time.monotonic() - t0
+    states = stack.task_instances(BACKFILL_DAG, run_id)
+    assert run["state"] == "success", states
+    assert states == {
+        "check_params": "success",
+        "publish": "success",
+        "checkpoint": "skipped",
+        "validate": "success",
+    }
+    for v in range(3):
+        assert airflow.log_file(BACKFILL, v).exists()
+    assert "validated bf versions 0..2: OK" in stack.task_log(BACKFILL_DAG, run_id, "validate")
+    airflow.validate(BACKFILL, from_version=0, to_version=2)
+
+
+def test_backfill_via_cli(airflow: Env) -> None:
+    stack = airflow.stack
+    assert airflow.commit(BACKFILL) == 3
+    conf = {
+        "table": BACKFILL,
+        "from_version": 1,
+        "to_version": 3,
+        "steps": ["publish", "checkpoint", "validate"],
+    }
+    run_id = _run_id("cli")
+    t0 = time.monotonic()
+    proc = stack.cli("dags", "trigger", BACKFILL_DAG, "-c", json.dumps(conf), "-r", run_id, "-o", "json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    airflow.figures["cli_trigger_s"] = time.monotonic() - t0
+    run = stack.wait_run(BACKFILL_DAG, run_id)
+    airflow.figures["backfill_cli_s"] = time.monotonic() - t0
+    states = stack.task_instances(BACKFILL_DAG, run_id)
+    assert run["state"] == "success", states
+    assert run["conf"] == conf
+    assert set(states.values()) == {"success"}, states
+    assert airflow.log_file(BACKFILL, 3).exists()
+    assert (airflow.tables / BACKFILL / LOG_DIR / checkpoint_name(3)).exists()
+    airflow.validate(BACKFILL)
+
+
+def test_backfill_rejects_bad_input(airflow: Env) -> None:
+    stack = airflow.stack
+    good = {"table": BACKFILL, "from_version": 0, "to_version": 2, "steps": ["validate"]}
+    # what the Param JSON schema can say is refused by the API before a run exists
+    for bad in ({"table": "nope"}, {"from_version": -1}, {"steps": ["publish", "frobnicate"]}):
+        r = stack.trigger(BACKFILL_DAG, {**good, **bad})
+        assert r.status_code == 400, (bad, r.status_code, r.text)
+    r = stack.trigger(BACKFILL_DAG, {**good, "table": "nope"})
+    assert "nope" in r.text, r.text
+
+    # from > to passes the schema; the check_params task fails the run with one clear message
+    run_id = _run_id("bad-range")
+    r = stack.trigger(BACKFILL_DAG, {**good, "from_version": 2, "to_version": 0}, run_id=run_id)
+    assert r.status_code == 200, r.text
+    run = stack.wait_run(BACKFILL_DAG, run_id)
+    states = stack.task_instances(BACKFILL_DAG, run_id)
+    assert run["state"] == "failed", states
+    assert states["check_params"] == "failed", states
+    assert states["publish"] == "upstream_failed", states
+    log = stack.task_log(BACKFILL_DAG, run_id, "check_params")
+    assert "from_version 2 is after to_version 0" in log, log[-3000:]
+    # the failure callback of the backfill DAG emails the contacts too
+    msg = airflow.smtp.mailbox.wait_for(lambda m: "task check_params failed" in str(m["subject"]), timeout=30)
+    assert msg is not None, airflow.smtp.mailbox.subjects()
