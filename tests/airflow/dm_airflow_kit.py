@@ -6,25 +6,21 @@ package extends its ``__path__`` over every ``airflow`` folder on ``sys.path``.)
 
 from __future__ import annotations
 
-import email
-import email.policy
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import yaml
+from mailserver import MailBox, SmtpServer, body_text  # noqa: F401 - re-exported for the tests
+from services import free_port  # noqa: F401 - re-exported for the tests
 
 from delta_mirror.datafiles import delta_schema_string, write_data_file
 from delta_mirror.store import SqlStore
@@ -38,12 +34,6 @@ ROWS = [
     [(4, "Quito"), (5, "Accra")],
     [(6, "Hanoi")],
 ]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -216,83 +206,3 @@ def airflow_cli(
 
 # --------------------------------------------------------------------------------------------------
 # SMTP
-
-
-class MailBox:
-    """aiosmtpd handler: keeps every message; ``wait_for`` blocks until one matches."""
-
-    def __init__(self) -> None:
-        self.messages: list[EmailMessage] = []
-        self._cond = threading.Condition()
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 - aiosmtpd API
-        raw = envelope.original_content or envelope.content
-        if isinstance(raw, str):
-            raw = raw.encode()
-        msg = email.message_from_bytes(raw, policy=email.policy.default)
-        assert isinstance(msg, EmailMessage)
-        with self._cond:
-            self.messages.append(msg)
-            self._cond.notify_all()
-        return "250 Message accepted for delivery"
-
-    def clear(self) -> None:
-        with self._cond:
-            self.messages.clear()
-
-    def subjects(self) -> list[str]:
-        with self._cond:
-            return [str(m["subject"]) for m in self.messages]
-
-    def wait_for(self, match: Callable[[EmailMessage], bool], timeout: float = 10.0) -> EmailMessage | None:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                for m in self.messages:
-                    if match(m):
-                        return m
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                self._cond.wait(left)
-
-
-def body_text(msg: EmailMessage) -> str:
-    """The message body as text (HTML entities unescaped)."""
-    import html
-
-    part = msg.get_body(preferencelist=("html", "plain"))
-    assert part is not None
-    return html.unescape(part.get_content())
-
-
-class SmtpServer:
-    """A real SMTP server on 127.0.0.1 (aiosmtpd in a thread), no TLS, no authentication."""
-
-    def __init__(self) -> None:
-        from aiosmtpd.controller import Controller
-
-        self.mailbox = MailBox()
-        self.port = free_port()
-        self._controller = Controller(self.mailbox, hostname="127.0.0.1", port=self.port)
-        self._controller.start()
-
-    def connection_json(self, from_email: str = "airflow@dm-tests.example") -> str:
-        """``AIRFLOW_CONN_SMTP_DEFAULT``: the SMTP provider's extras turn TLS and SSL off."""
-        return json.dumps(
-            {
-                "conn_type": "smtp",
-                "host": "127.0.0.1",
-                "port": self.port,
-                "extra": {
-                    "disable_tls": True,
-                    "disable_ssl": True,
-                    "from_email": from_email,
-                    "timeout": 10,
-                    "retry_limit": 1,
-                },
-            }
-        )
-
-    def stop(self) -> None:
-        self._controller.stop()

@@ -12,23 +12,20 @@ own), so nothing is left behind.
 
 from __future__ import annotations
 
-import email
-import email.policy
 import json
 import os
 import re
 import shutil
 import signal
 import subprocess
-import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from email.message import EmailMessage
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx
+from mailserver import MailBox, SmtpServer, body_text  # noqa: F401 - re-exported for the tests
 from services import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,76 +41,6 @@ class StackError(RuntimeError):
 
 # --------------------------------------------------------------------------------------------------
 # SMTP
-
-
-class MailBox:
-    """aiosmtpd handler: parses and keeps every message; ``wait_for`` blocks until one matches."""
-
-    def __init__(self) -> None:
-        self.messages: list[EmailMessage] = []
-        self._cond = threading.Condition()
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 - aiosmtpd API
-        raw = envelope.original_content or envelope.content
-        if isinstance(raw, str):
-            raw = raw.encode()
-        msg = email.message_from_bytes(raw, policy=email.policy.default)
-        assert isinstance(msg, EmailMessage)
-        with self._cond:
-            self.messages.append(msg)
-            self._cond.notify_all()
-        return "250 Message accepted for delivery"
-
-    def subjects(self) -> list[str]:
-        with self._cond:
-            return [str(m["subject"]) for m in self.messages]
-
-    def wait_for(self, match: Callable[[EmailMessage], bool], timeout: float) -> EmailMessage | None:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                for m in self.messages:
-                    if match(m):
-                        return m
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                self._cond.wait(left)
-
-
-def body_text(msg: EmailMessage) -> str:
-    part = msg.get_body(preferencelist=("plain", "html"))
-    return str(part.get_content()) if part is not None else ""
-
-
-class SmtpServer:
-    def __init__(self) -> None:
-        from aiosmtpd.controller import Controller
-
-        self.mailbox = MailBox()
-        self.port = free_port()
-        self._controller = Controller(self.mailbox, hostname="127.0.0.1", port=self.port)
-        self._controller.start()
-
-    def connection_json(self) -> str:
-        """``AIRFLOW_CONN_SMTP_DEFAULT``: plain SMTP (the provider's extras turn off SSL and STARTTLS)."""
-        return json.dumps(
-            {
-                "conn_type": "smtp",
-                "host": "127.0.0.1",
-                "port": self.port,
-                "extra": {
-                    "disable_ssl": True,
-                    "disable_tls": True,
-                    "from_email": "airflow@example.com",
-                    "timeout": 10,
-                    "retry_limit": 1,
-                },
-            }
-        )
-
-    def stop(self) -> None:
-        self._controller.stop()
 
 
 # --------------------------------------------------------------------------------------------------
