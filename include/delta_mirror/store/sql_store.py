@@ -487,32 +487,21 @@ class SqlStore:
     ) -> list[Action]:
         name = table.name
         counts: dict[str, int] = {}
-        seen_adds: set[tuple[str, str]] = set()
-        seen_removes: set[tuple[str, str]] = set()
+        seen: dict[str, set[tuple[str, str]]] = {"add": set(), "remove": set()}
         ordered: list[Action] = []
         for number, (kind, body) in enumerate(actions, start=1):
             validate_action(kind, body, number=number, table=name, version=version, location=table.location)
             counts[kind] = counts.get(kind, 0) + 1
-            if kind == "add":
+            if kind in seen:
                 key = (body["path"], dv_id(body.get("deletionVector")))
-                if key in seen_adds:
+                if key in seen[kind]:
                     raise InvalidActionError(
-                        f"action {number}: duplicate add of '{key[0]}' in one commit",
+                        f"action {number}: duplicate {kind} of '{key[0]}' in one commit",
                         table=name,
                         version=version,
-                        hint="add each file once per commit",
+                        hint=f"{kind} each file once per commit",
                     )
-                seen_adds.add(key)
-            elif kind == "remove":
-                key = (body["path"], dv_id(body.get("deletionVector")))
-                if key in seen_removes:
-                    raise InvalidActionError(
-                        f"action {number}: duplicate remove of '{key[0]}' in one commit",
-                        table=name,
-                        version=version,
-                        hint="remove each file once per commit",
-                    )
-                seen_removes.add(key)
+                seen[kind].add(key)
             ordered.append((kind, spark_ordered(kind, body)))
         for kind in ("metaData", "protocol", "commitInfo"):
             if counts.get(kind, 0) > 1:
