@@ -39,6 +39,7 @@ from delta_mirror.store.schema import (
     dl_actions,
     dl_commits,
     dl_files,
+    dl_lag_samples,
     dl_mirror_status,
     dl_tables,
 )
@@ -279,7 +280,7 @@ class SqlStore:
     def delete_table(self, table_id: int) -> None:
         """Forget a table (its published files stay where they are)."""
         with db.translated(self.url, "dropping a table"), self.engine.begin() as conn:
-            for t in (dl_mirror_status, dl_files, dl_actions, dl_commits):
+            for t in (dl_lag_samples, dl_mirror_status, dl_files, dl_actions, dl_commits):
                 conn.execute(delete(t).where(t.c.table_id == table_id))
             conn.execute(delete(dl_tables).where(dl_tables.c.id == table_id))
 
@@ -944,10 +945,12 @@ class SqlStore:
             "f.add_version IS NOT NULL AND f.add_version <= :v "
             "AND (f.remove_version IS NULL OR f.remove_version > :v)",
         )
+        params = {"table_id": table_id, "v": version}
         with db.translated(self.url, "reading active files"), self.reader.connect() as conn:
-            result = conn.execution_options(stream_results=True, yield_per=batch).execute(
-                q, {"table_id": table_id, "v": version}
-            )
+            if self.engine.dialect.name == "postgresql":
+                yield from _copy_lines(conn, q, params, batch)
+                return
+            result = conn.execution_options(stream_results=True, yield_per=batch).execute(q, params)
             for part in result.partitions(batch):
                 yield [str(r[0]) for r in part]
 
@@ -1184,9 +1187,86 @@ class SqlStore:
                 .values(state="PENDING")
             )
 
+    # -- lag history -----------------------------------------------------------------------------
+    def add_lag_sample(
+        self, table_id: int, lag_seconds: float, versions_behind: int, sampled_at: int | None = None
+    ) -> int:
+        """Record one lag measurement; returns its ``sampled_at`` (epoch ms)."""
+        at = now_ms() if sampled_at is None else int(sampled_at)
+        with db.translated(self.url, "recording a lag sample"), self.engine.begin() as conn:
+            conn.execute(
+                insert(dl_lag_samples).values(
+                    table_id=table_id,
+                    sampled_at=at,
+                    lag_seconds=float(lag_seconds),
+                    versions_behind=int(versions_behind),
+                )
+            )
+        return at
+
+    def lag_samples(
+        self, table_id: int, since: int | None = None, limit: int | None = None
+    ) -> list[tuple[int, float, int]]:
+        """(sampled_at ms, lag_seconds, versions_behind), oldest first; ``limit`` keeps the newest."""
+        q = select(
+            dl_lag_samples.c.sampled_at, dl_lag_samples.c.lag_seconds, dl_lag_samples.c.versions_behind
+        ).where(dl_lag_samples.c.table_id == table_id)
+        if since is not None:
+            q = q.where(dl_lag_samples.c.sampled_at >= since)
+        q = q.order_by(dl_lag_samples.c.sampled_at.desc(), dl_lag_samples.c.id.desc())
+        if limit is not None:
+            q = q.limit(limit)
+        with db.translated(self.url, "reading lag samples"), self.reader.connect() as conn:
+            rows = [(int(r[0]), float(r[1]), int(r[2])) for r in conn.execute(q)]
+        rows.reverse()
+        return rows
+
+    def prune_lag_samples(self, table_id: int, older_than: int) -> int:
+        """Delete the table's samples taken before ``older_than`` (epoch ms); returns how many."""
+        with db.translated(self.url, "pruning lag samples"), self.engine.begin() as conn:
+            result = conn.execute(
+                delete(dl_lag_samples).where(
+                    dl_lag_samples.c.table_id == table_id, dl_lag_samples.c.sampled_at < older_than
+                )
+            )
+            return int(result.rowcount or 0)
+
     def begin(self) -> Any:
         """A transaction for multi-step writers (the importer)."""
         return self.engine.begin()
+
+
+def _copy_lines(conn: Connection, query: Any, params: dict[str, Any], batch: int) -> Iterator[list[str]]:
+    """Stream one text column with PostgreSQL COPY: about 3x faster than fetching rows.
+
+    CSV with \\x02 as delimiter and \\x01 as quote: canonical JSON never contains either byte
+    (control characters are escaped), nor a raw newline, so every output line is one payload as is.
+    """
+    sql = str(query.bindparams(**params).compile(conn.engine, compile_kwargs={"literal_binds": True}))
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    pending: list[bytes] = []
+    size = 0
+    with (
+        raw.cursor() as cur,
+        cur.copy(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv, DELIMITER E'\\x02', QUOTE E'\\x01')") as copy,
+    ):
+        for block in copy:  # one CopyData message per row: buffer a few MiB, then split
+            pending.append(bytes(block))
+            size += len(block)
+            if size >= 4 << 20:
+                data = b"".join(pending)
+                cut = data.rindex(b"\n")
+                yield from _slices(data[:cut].decode("utf-8").split("\n"), batch)
+                pending, size = [data[cut + 1 :]], len(data) - cut - 1
+    data = b"".join(pending)
+    if data.strip():
+        yield from _slices(data.rstrip(b"\n").decode("utf-8").split("\n"), batch)
+
+
+def _slices(lines: list[str], size: int) -> Iterator[list[str]]:
+    for i in range(0, len(lines), size):
+        yield lines[i : i + size]
 
 
 def _bind(name: str) -> Any:
