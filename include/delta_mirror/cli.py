@@ -385,6 +385,62 @@ def reconcile(ctx: Ctx, name: str | None, strategy: str, as_json: bool) -> None:
             sys.exit(1)
 
 
+@cli.command()
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Table config with each table's lag_slo (default: $DELTA_MIRROR_CONFIG or config/delta_mirror.yaml "
+    "when it exists; else a 15m SLO for every table).",
+)
+@click.option("--record", is_flag=True, help="Also store a lag sample per table (lag history).")
+@store_option
+@click.pass_obj
+def health(ctx: Ctx, name: str | None, as_json: bool, config_path: str | None, record: bool) -> None:
+    """Exit 1 when a table breaches its lag SLO, is halted or has failed versions (for probes and cron)."""
+    from pathlib import Path
+
+    from delta_mirror.monitoring import DEFAULT_LAG_RETENTION, health_report, record_lag_sample
+    from delta_mirror.table_config import default_config_path, load_config
+
+    with _errors(ctx, name):
+        store = ctx.store()
+        config = None
+        if config_path:
+            config = load_config(Path(config_path))
+        elif default_config_path().is_file():
+            config = load_config(default_config_path())
+        report = health_report(store, [name] if name else None, config)
+        if record:
+            for t in report.tables:
+                cfg = config.tables.get(t.table) if config else None
+                retention = (
+                    (cfg or config.defaults).lag_history_retention if config else DEFAULT_LAG_RETENTION
+                )
+                record_lag_sample(store, t.table, retention=retention)
+
+        def text() -> None:
+            if not report.tables:
+                click.echo("no tables")
+            for t in report.tables:
+                st = t.status
+                verdict = "OK  " if t.healthy else "FAIL"
+                click.echo(
+                    f"{verdict} {t.table}: lag {float(st['lag_seconds']):.1f} s (SLO {t.lag_slo_seconds:.0f} s), "
+                    f"{st['versions_behind']} version(s) behind, state {st['state']}"
+                )
+                for p in t.problems:
+                    click.echo(f"  - {p}")
+            click.echo("healthy" if report.healthy else "UNHEALTHY")
+
+        _emit(report.to_json(), as_json, text)
+        if not report.healthy:
+            sys.exit(1)
+
+
 def _v(value: int | None) -> str:
     return "-" if value is None else str(value)
 

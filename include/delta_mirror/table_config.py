@@ -13,7 +13,8 @@ defaults:
   retry_delay: 30s
   retry_exponential_backoff: 2.0   # multiplier; 0 disables
   max_retry_delay: 10m
-  lag_slo: 15m                     # monitor emails when lag exceeds this
+  lag_slo: 15m                     # monitor emails / `delta-mirror health` fails when lag exceeds this
+  lag_history_retention: 14d       # lag samples (dl_lag_samples) older than this are pruned
   deadline: 30m                    # DeadlineAlert: the table's DAG run must finish within this
   notify:
     email: [oncall@example.com]
@@ -93,6 +94,7 @@ class TableConfig:
     retry_exponential_backoff: float = 2.0
     max_retry_delay: timedelta = timedelta(minutes=10)
     lag_slo: timedelta = timedelta(minutes=15)
+    lag_history_retention: timedelta = timedelta(days=14)
     deadline: timedelta | None = timedelta(minutes=30)
     validate: bool = True
     reader: str = "deltalake"
@@ -220,7 +222,13 @@ def _apply(base: TableConfig, raw: Any, where: str) -> TableConfig:
         at = f"{where}.{key}"
         if key == "schedule":
             values[key] = _schedule(val, at)
-        elif key in ("poll_interval", "retry_delay", "max_retry_delay", "lag_slo"):
+        elif key in (
+            "poll_interval",
+            "retry_delay",
+            "max_retry_delay",
+            "lag_slo",
+            "lag_history_retention",
+        ):
             values[key] = parse_duration(val, at)
         elif key == "deadline":
             values[key] = None if val is None else parse_duration(val, at)

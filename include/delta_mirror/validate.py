@@ -95,15 +95,16 @@ def validate_table(
     reader: str = "deltalake",
     open_location: Callable[[str], ObjectStore] | None = None,
     storage_options: Mapping[str, str] | None = None,
+    spark: Any = None,
 ) -> ValidationReport:
     """Validate the published versions ``from_version..to_version`` of table ``name``.
 
     The default range is the whole published history (from the base checkpoint of an imported
     table that starts at one). Raises ``PermanentError`` for an unknown reader or a range outside
     the published versions; everything found at the location is reported, not raised.
+    ``reader="spark"`` reads with Delta-Spark (``spark``: a session to use, else ``get_spark()``;
+    local tables only).
     """
-    if reader == "spark":
-        raise PermanentError("reader 'spark' is not available yet", table=name, hint="use --reader deltalake")
     if reader not in READERS:
         raise PermanentError(
             f"unknown reader '{reader}'", table=name, hint=f"use one of {', '.join(READERS)}"
@@ -140,7 +141,18 @@ def validate_table(
     objects = (open_location or (lambda loc: open_store(loc, storage_options)))(table.location)
     listing = _check_listing(store, table, objects, lo, hi, last, report.problems)
     reader_from = max(lo, start)  # before the base checkpoint the store keeps no file index
-    if reader_from <= hi:
+    if reader_from <= hi and reader == "spark":
+        from delta_mirror.spark.reader import spark_check  # pyspark is optional (the spark extra)
+
+        counts: dict[str, int] = {}
+
+        def report_spark(kind: str, version: int | None, message: str, hint: str) -> None:
+            n = counts[kind] = counts.get(kind, 0) + 1
+            if n <= MAX_PROBLEMS_PER_KIND:
+                report.problems.append(Problem(kind, version, message, hint))
+
+        spark_check(store, table, reader_from, hi, report_spark, spark=spark)
+    elif reader_from <= hi:
         _ReaderCheck(
             store, table, reader_from, hi, listing.complete_checkpoints, report.problems, storage_options
         ).run()

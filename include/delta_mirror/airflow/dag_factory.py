@@ -149,7 +149,12 @@ def table_dag(cfg: TableConfig) -> DAG:
                 )
             )
         tasks.append(
-            DeltaMirrorLagOperator(task_id="metrics", tables=[cfg.name], store_conn_id=cfg.store_conn_id)
+            DeltaMirrorLagOperator(
+                task_id="metrics",
+                tables=[cfg.name],
+                store_conn_id=cfg.store_conn_id,
+                lag_history_retention=cfg.lag_history_retention.total_seconds(),
+            )
         )
         for upstream, downstream in zip(tasks, tasks[1:], strict=False):
             upstream >> downstream
@@ -302,7 +307,15 @@ def monitor_dag(config: MirrorConfig) -> DAG:
         "metrics; emails a table's contacts when its lag breaches the lag SLO in the config.",
     ) as dag:
         lags = [
-            DeltaMirrorLagOperator(task_id="lag" if i == 0 else f"lag_{i + 1}", tables=names or None, **conn)
+            DeltaMirrorLagOperator(
+                task_id="lag" if i == 0 else f"lag_{i + 1}",
+                tables=names or None,
+                lag_history_retention={
+                    n: config.tables[n].lag_history_retention.total_seconds() for n in names
+                }
+                or defaults.lag_history_retention.total_seconds(),
+                **conn,
+            )
             for i, (conn, names) in enumerate(_by_connections(config, aws=False))
         ]
 

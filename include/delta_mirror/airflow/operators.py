@@ -233,11 +233,30 @@ class DeltaMirrorLagOperator(BaseOperator):
     template_fields: Sequence[str] = ("tables",)
 
     def __init__(
-        self, *, tables: Sequence[str] | None = None, store_conn_id: str | None = None, **kwargs: Any
+        self,
+        *,
+        tables: Sequence[str] | None = None,
+        store_conn_id: str | None = None,
+        lag_history_retention: dict[str, float] | float | None = None,
+        record_samples: bool = True,
+        **kwargs: Any,
     ) -> None:
+        """``lag_history_retention``: seconds (or seconds per table) of lag samples to keep (default 14 d)."""
         super().__init__(**kwargs)
         self.tables = list(tables) if tables else None
         self.store_conn_id = store_conn_id
+        self.lag_history_retention = lag_history_retention
+        self.record_samples = record_samples
+
+    def _retention(self, name: str) -> Any:
+        from datetime import timedelta
+
+        from delta_mirror.monitoring import DEFAULT_LAG_RETENTION
+
+        value = self.lag_history_retention
+        if isinstance(value, dict):
+            value = value.get(name)
+        return DEFAULT_LAG_RETENTION if value is None else timedelta(seconds=float(value))
 
     @translated
     def execute(self, context: Any) -> list[dict[str, object]]:
@@ -258,6 +277,10 @@ class DeltaMirrorLagOperator(BaseOperator):
         for table in tables:
             status = table_status(store, table)
             emit_table_metrics(status)
+            if self.record_samples:
+                from delta_mirror.monitoring import record_lag_sample
+
+                record_lag_sample(store, table, retention=self._retention(table.name), status=status)
             self.log.info(
                 "%s: %d version(s) behind, lag %.1f s",
                 status.table,

@@ -12,6 +12,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    Float,
     Index,
     Integer,
     MetaData,
@@ -118,12 +119,25 @@ dl_mirror_status = Table(
 )
 Index("ix_dl_mirror_status_state", dl_mirror_status.c.state, dl_mirror_status.c.table_id)
 
+# Lag history (migration 0002): one row per measurement; pruned by the table's lag_history_retention.
+dl_lag_samples = Table(
+    "dl_lag_samples",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("table_id", Integer, nullable=False),
+    Column("sampled_at", BigInteger, nullable=False),
+    Column("lag_seconds", Float, nullable=False),
+    Column("versions_behind", BigInteger, nullable=False),
+)
+Index("ix_dl_lag_samples_table_time", dl_lag_samples.c.table_id, dl_lag_samples.c.sampled_at)
+
 __all__ = [
     "PART_COMMIT",
     "PART_SNAPSHOT",
     "dl_actions",
     "dl_commits",
     "dl_files",
+    "dl_lag_samples",
     "dl_mirror_status",
     "dl_tables",
     "metadata",

@@ -1,0 +1,387 @@
+"""The "Delta Mirror" page of the Airflow UI: an ``AirflowPlugin`` with a FastAPI app and a nav entry.
+
+Mounted by Airflow's API server under ``/delta-mirror``:
+
+- ``/delta-mirror/`` overview (HTML): one row per table; ``/delta-mirror/tables/<name>``: lag over
+  time (inline SVG, no JavaScript, no CDN), version timeline with failures and retries, checkpoints;
+- ``/delta-mirror/api/overview``, ``/delta-mirror/api/tables/<name>``: the same data as JSON;
+- ``/delta-mirror/api/health``: 200 when every table is healthy, 503 otherwise (for probes).
+
+Airflow 3 does not authenticate plugin apps: every route here depends on Airflow's own
+``requires_access_dag("GET")`` (a JWT in ``Authorization: Bearer`` or the UI's session cookie),
+so an anonymous request gets 401 and a user without DAG read access 403.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import quote
+
+from airflow.plugins_manager import AirflowPlugin
+
+from delta_mirror.monitoring import (
+    DEFAULT_LAG_SLO,
+    health_report,
+    lag_slo_for,
+    overview_row,
+    table_detail,
+)
+from delta_mirror.store import SqlStore
+
+URL_PREFIX = "/delta-mirror"
+
+_STORES: dict[str, SqlStore] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def _config() -> Any:
+    from delta_mirror.table_config import default_config_path, load_config
+
+    path = default_config_path()
+    return load_config(path) if path.is_file() else None
+
+
+def _store_for(conn_id: str | None) -> SqlStore:
+    """One store (engine and pool) per connection for the life of the API server."""
+    key = conn_id or ""
+    with _STORES_LOCK:
+        if key not in _STORES:
+            if conn_id:
+                from delta_mirror.airflow.hooks import DeltaMirrorHook
+
+                url = DeltaMirrorHook(store_conn_id=conn_id).store_url
+            else:
+                url = os.environ.get("DELTA_MIRROR_STORE")
+            store = SqlStore(url)
+            store.ensure_initialised()
+            _STORES[key] = store
+        return _STORES[key]
+
+
+def _stores(config: Any) -> list[SqlStore]:
+    ids: list[str | None] = [config.defaults.store_conn_id] if config else [None]
+    if config:
+        ids += [t.store_conn_id for t in config.tables.values()]
+    seen: list[str | None] = []
+    for i in ids:
+        if i not in seen:
+            seen.append(i)
+    return [_store_for(i) for i in seen]
+
+
+def _find(name: str, config: Any) -> tuple[SqlStore, Any]:
+    from delta_mirror.errors import TableNotFoundError
+
+    cfg = config.tables.get(name) if config else None
+    stores = [_store_for(cfg.store_conn_id)] if cfg else _stores(config)
+    for store in stores:
+        try:
+            return store, store.get_table(name)
+        except TableNotFoundError:
+            continue
+    raise TableNotFoundError(f"no table named '{name}' in the store", table=name)
+
+
+def overview_data() -> dict[str, Any]:
+    config = _config()
+    rows: dict[str, dict[str, Any]] = {}
+    for store in _stores(config):
+        for table in store.list_tables():
+            if table.name not in rows:
+                rows[table.name] = overview_row(store, table, lag_slo_for(config, table.name))
+    tables = [rows[n] for n in sorted(rows)]
+    return {
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "healthy": all(r["healthy"] for r in tables),
+        "tables": tables,
+    }
+
+
+def table_data(name: str) -> dict[str, Any]:
+    config = _config()
+    store, table = _find(name, config)
+    return table_detail(store, table, lag_slo_for(config, name))
+
+
+def health_data() -> dict[str, Any]:
+    config = _config()
+    out: dict[str, Any] = {"healthy": True, "tables": []}
+    for store in _stores(config):
+        report = health_report(store, None, config)
+        out["healthy"] = out["healthy"] and report.healthy
+        out["tables"] += [t.to_json() for t in report.tables]
+    return out
+
+
+# -- HTML ------------------------------------------------------------------------------------------
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:16px;color:#1f2933;background:#fff}
+h1{font-size:20px;margin:0 0 12px}h2{font-size:16px;margin:20px 0 8px}
+table{border-collapse:collapse;width:100%;font-size:13px}
+th,td{border-bottom:1px solid #e4e7eb;padding:6px 8px;text-align:left;vertical-align:top}
+th{background:#f5f7fa;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
+.ok{color:#0e7c3a;font-weight:600}.bad{color:#b42318;font-weight:600}
+.pill{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px}
+.ACTIVE{background:#e3f8ec;color:#0e7c3a}.HALTED{background:#fde8e8;color:#b42318}
+.err{color:#b42318}.hint{color:#52606d;font-size:12px;max-width:520px}
+.tl{display:flex;flex-wrap:wrap;gap:2px}.v{width:14px;height:14px;border-radius:2px;background:#cbd2d9}
+.v.SUCCESS{background:#3ebd73}.v.FAILED{background:#e12d39}.v.CONFLICT{background:#8b0000}
+.v.PENDING{background:#cbd2d9}.v.IN_PROGRESS{background:#f0b429}.v.retried{outline:2px solid #f0b429}
+a{color:#2f6fde}.muted{color:#7b8794}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape("-" if value is None else str(value))
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>{body}</body></html>"
+    )
+
+
+def _ago(seconds: float) -> str:
+    return str(timedelta(seconds=int(seconds)))
+
+
+def overview_html(data: dict[str, Any]) -> str:
+    rows = []
+    for r in data["tables"]:
+        name = quote(r["table"], safe="")
+        error = ""
+        if r["halted_reason"]:
+            error += f"<div class='err'>halted: {_e(r['halted_reason'])}</div>"
+        if r["last_error"]:
+            error += f"<div class='err'>[{_e(r['last_error_class'])}] {_e(r['last_error'])}</div>"
+            if r["troubleshooting"]:
+                error += f"<div class='hint'>{_e(r['troubleshooting'])}</div>"
+        verdict = "<span class='ok'>OK</span>" if r["healthy"] else "<span class='bad'>UNHEALTHY</span>"
+        rows.append(
+            "<tr>"
+            f"<td><a href='{URL_PREFIX}/tables/{name}'>{_e(r['table'])}</a></td>"
+            f"<td><span class='pill {_e(r['state'])}'>{_e(r['state'])}</span> {verdict}</td>"
+            f"<td class='n'>{_e(r['latest_committed'])}</td><td class='n'>{_e(r['last_published'])}</td>"
+            f"<td class='n'>{r['lag_seconds']:.1f}</td><td class='n'>{r['versions_behind']}</td>"
+            f"<td class='n'>{_ago(r['lag_slo_seconds'])}</td>"
+            f"<td class='n'>{_e(r['last_checkpoint'])}</td><td>{error or '<span class=muted>none</span>'}</td>"
+            f"<td><a href='/dags/{quote(r['dag_id'], safe='')}' target='_top'>{_e(r['dag_id'])}</a></td>"
+            "</tr>"
+        )
+    table = (
+        "<table id='overview'><thead><tr><th>Table</th><th>State</th><th>Committed</th><th>Published</th>"
+        "<th>Lag (s)</th><th>Behind</th><th>Lag SLO</th><th>Checkpoint</th><th>Last error</th><th>DAG</th>"
+        "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+        if rows
+        else "<p>No tables in the store yet.</p>"
+    )
+    overall = (
+        "<span class='ok'>all healthy</span>" if data["healthy"] else "<span class='bad'>unhealthy</span>"
+    )
+    return _page(
+        "Delta Mirror",
+        f"<h1>Delta Mirror</h1><p>{len(data['tables'])} table(s), {overall}. "
+        f"<span class='muted'>as of {_e(data['generated_at'])} · "
+        f"<a href='{URL_PREFIX}/api/overview'>JSON</a></span></p>{table}",
+    )
+
+
+def lag_chart_svg(
+    samples: list[dict[str, Any]], slo_seconds: float, width: int = 900, height: int = 260
+) -> str:
+    """Lag over time as an inline SVG line chart with the SLO as a dashed line."""
+    left, right, top, bottom = 60, 10, 10, 30
+    w, h = width - left - right, height - top - bottom
+    if not samples:
+        return (
+            f"<svg id='lag-chart' xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+            f"role='img' aria-label='lag over time'><text x='{left}' y='{height // 2}' fill='#7b8794'>"
+            "no lag samples yet (the monitor DAG and each table DAG record one per run)</text></svg>"
+        )
+    t0, t1 = samples[0]["sampled_at"], samples[-1]["sampled_at"]
+    span = max(t1 - t0, 1)
+    top_value = max(max(s["lag_seconds"] for s in samples), slo_seconds) * 1.1 or 1.0
+
+    def x(t: int) -> float:
+        return left + (t - t0) / span * w if len(samples) > 1 else left + w / 2
+
+    def y(v: float) -> float:
+        return top + h - v / top_value * h
+
+    points = " ".join(f"{x(s['sampled_at']):.1f},{y(s['lag_seconds']):.1f}" for s in samples)
+    dots = "".join(
+        f"<circle cx='{x(s['sampled_at']):.1f}' cy='{y(s['lag_seconds']):.1f}' r='2.5' "
+        f"fill='{'#e12d39' if s['lag_seconds'] > slo_seconds else '#2f6fde'}'><title>"
+        f"{datetime.fromtimestamp(s['sampled_at'] / 1000, UTC):%Y-%m-%d %H:%M:%S} UTC: "
+        f"{s['lag_seconds']:.1f} s, {s['versions_behind']} behind</title></circle>"
+        for s in samples
+    )
+    ticks = "".join(
+        f"<line x1='{left}' x2='{left + w}' y1='{y(v):.1f}' y2='{y(v):.1f}' stroke='#e4e7eb'/>"
+        f"<text x='{left - 6}' y='{y(v) + 4:.1f}' text-anchor='end' font-size='11' fill='#52606d'>{v:.0f}</text>"
+        for v in (top_value * i / 4 for i in range(5))
+    )
+    fmt = "%m-%d %H:%M"
+    labels = (
+        f"<text x='{left}' y='{height - 8}' font-size='11' fill='#52606d'>"
+        f"{datetime.fromtimestamp(t0 / 1000, UTC):{fmt}}</text>"
+        f"<text x='{left + w}' y='{height - 8}' font-size='11' fill='#52606d' text-anchor='end'>"
+        f"{datetime.fromtimestamp(t1 / 1000, UTC):{fmt}} UTC</text>"
+    )
+    slo = (
+        f"<line x1='{left}' x2='{left + w}' y1='{y(slo_seconds):.1f}' y2='{y(slo_seconds):.1f}' "
+        f"stroke='#e12d39' stroke-dasharray='6 4'/><text x='{left + w - 4}' y='{y(slo_seconds) - 4:.1f}' "
+        f"text-anchor='end' font-size='11' fill='#e12d39'>SLO {slo_seconds:.0f} s</text>"
+    )
+    return (
+        f"<svg id='lag-chart' xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+        f"role='img' aria-label='lag over time'>{ticks}{slo}"
+        f"<polyline fill='none' stroke='#2f6fde' stroke-width='1.5' points='{points}'/>{dots}{labels}"
+        f"<text x='12' y='{top + h / 2:.0f}' font-size='11' fill='#52606d' "
+        f"transform='rotate(-90 12 {top + h / 2:.0f})' text-anchor='middle'>lag (s)</text></svg>"
+    )
+
+
+def _ts(ms: int | None) -> str:
+    return "-" if ms is None else f"{datetime.fromtimestamp(ms / 1000, UTC):%Y-%m-%d %H:%M:%S}"
+
+
+def table_html(d: dict[str, Any]) -> str:
+    cells = "".join(
+        f"<div class='v {_e(v['state'])}{' retried' if v['retried'] else ''}' data-version='{v['version']}' "
+        f"title='version {v['version']}: {_e(v['state'])}, {v['attempts']} attempt(s)"
+        f"{(' — [' + _e(v['error_class']) + '] ' + _e(v['last_error'])) if v['last_error'] else ''}'></div>"
+        for v in d["versions"]
+    )
+    problems = [v for v in d["versions"] if v["state"] in ("FAILED", "CONFLICT") or v["retried"]]
+    problem_rows = "".join(
+        f"<tr><td class='n'>{v['version']}</td><td>{_e(v['state'])}</td><td class='n'>{v['attempts']}</td>"
+        f"<td>{_e(v['error_class'])}</td><td class='err'>{_e(v['last_error'])}</td>"
+        f"<td>{_ts(v['finished_at'])}</td></tr>"
+        for v in problems
+    )
+    cps = "".join(
+        f"<tr><td class='n'>{c['version']}</td><td>{_e(c['state'])}</td><td class='n'>{c['attempts']}</td>"
+        f"<td>{_ts(c['finished_at'])}</td><td class='err'>{_e(c['last_error'])}</td></tr>"
+        for c in reversed(d["checkpoints"])
+    )
+    error = ""
+    if d["halted_reason"]:
+        error += f"<p class='err'>Halted: {_e(d['halted_reason'])}</p>"
+    if d["last_error"]:
+        error += f"<p class='err'>Last error [{_e(d['last_error_class'])}]: {_e(d['last_error'])}</p>"
+        if d["troubleshooting"]:
+            error += f"<p class='hint'>{_e(d['troubleshooting'])}</p>"
+    name = quote(d["table"], safe="")
+    body = (
+        f"<p><a href='{URL_PREFIX}/'>&larr; all tables</a></p><h1>{_e(d['table'])}</h1>"
+        f"<p><span class='pill {_e(d['state'])}'>{_e(d['state'])}</span> "
+        f"committed {_e(d['latest_committed'])} · published {_e(d['last_published'])} · "
+        f"lag {d['lag_seconds']:.1f} s ({d['versions_behind']} behind, SLO {d['lag_slo_seconds']:.0f} s) · "
+        f"checkpoint {_e(d['last_checkpoint'])} · <span class='muted'>{_e(d['location'])}</span> · "
+        f"<a href='/dags/{quote(d['dag_id'], safe='')}' target='_top'>DAG</a> · "
+        f"<a href='{URL_PREFIX}/api/tables/{name}'>JSON</a></p>{error}"
+        f"<h2>Lag over time</h2>{lag_chart_svg(d['lag_history'], d['lag_slo_seconds'])}"
+        f"<h2>Versions (latest {len(d['versions'])})</h2>"
+        "<p class='muted'>green published · grey pending · amber in progress · red failed · dark red "
+        "conflict · amber outline: retried</p>"
+        f"<div class='tl' id='timeline'>{cells}</div>"
+        "<h2>Failed and retried versions</h2>"
+        + (
+            "<table id='problems'><thead><tr><th>Version</th><th>State</th><th>Attempts</th><th>Class</th>"
+            f"<th>Error</th><th>Finished (UTC)</th></tr></thead><tbody>{problem_rows}</tbody></table>"
+            if problem_rows
+            else "<p class='muted'>none</p>"
+        )
+        + "<h2>Checkpoints</h2>"
+        + (
+            "<table id='checkpoints'><thead><tr><th>Version</th><th>State</th><th>Attempts</th>"
+            f"<th>Written (UTC)</th><th>Error</th></tr></thead><tbody>{cps}</tbody></table>"
+            if cps
+            else "<p class='muted'>none yet</p>"
+        )
+    )
+    return _page(f"Delta Mirror: {d['table']}", body)
+
+
+# -- the app and the plugin ------------------------------------------------------------------------
+
+
+def create_app() -> Any:
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+    from fastapi import Depends, FastAPI, HTTPException
+    from fastapi.responses import HTMLResponse, JSONResponse
+
+    from delta_mirror.errors import MirrorError, TableNotFoundError
+
+    app = FastAPI(
+        title="Delta Mirror",
+        description="Mirror status, lag history and health of the Delta Mirror tables.",
+        dependencies=[Depends(requires_access_dag("GET"))],
+    )
+
+    def call(fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except TableNotFoundError as exc:
+            raise HTTPException(status_code=404, detail=exc.message) from None
+        except MirrorError as exc:
+            raise HTTPException(status_code=503, detail=exc.message) from None
+
+    @app.get("/", response_class=HTMLResponse)
+    def overview_page() -> str:
+        return overview_html(call(overview_data))
+
+    @app.get("/tables/{name}", response_class=HTMLResponse)
+    def table_page(name: str) -> str:
+        return table_html(call(table_data, name))
+
+    @app.get("/api/overview")
+    def overview_api() -> dict[str, Any]:
+        return call(overview_data)  # type: ignore[no-any-return]
+
+    @app.get("/api/tables/{name}")
+    def table_api(name: str) -> dict[str, Any]:
+        return call(table_data, name)  # type: ignore[no-any-return]
+
+    @app.get("/api/health")
+    def health_api() -> JSONResponse:
+        data = call(health_data)
+        return JSONResponse(data, status_code=200 if data["healthy"] else 503)
+
+    return app
+
+
+class DeltaMirrorPlugin(AirflowPlugin):
+    """Registered by ``plugins/delta_mirror_plugin.py`` (Airflow's plugins folder)."""
+
+    name = "delta_mirror"
+    fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "Delta Mirror"}]
+    external_views = [
+        {
+            "name": "Delta Mirror",
+            "href": f"{URL_PREFIX}/",
+            "destination": "nav",
+            "url_route": "delta-mirror",
+        }
+    ]
+
+
+__all__ = [
+    "DEFAULT_LAG_SLO",
+    "DeltaMirrorPlugin",
+    "URL_PREFIX",
+    "create_app",
+    "health_data",
+    "lag_chart_svg",
+    "overview_data",
+    "overview_html",
+    "table_data",
+    "table_html",
+]

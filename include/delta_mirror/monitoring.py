@@ -1,0 +1,229 @@
+"""Lag history and health: the core of ``delta-mirror health``, the monitor DAG and the UI plugin.
+
+- ``record_lag_sample(store, table)`` measures a table's lag (now − commit time of the oldest
+  unpublished version, and versions behind), stores it in ``dl_lag_samples`` and prunes samples
+  older than the retention (``lag_history_retention`` in the table config, default 14 days).
+- ``table_health(...)`` / ``health_report(...)`` judge each table: unhealthy when its lag breaches
+  its lag SLO (``lag_slo``, default 15 minutes), when it is halted, or when it has failed or
+  conflicting versions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from delta_mirror.status import TableStatus, table_status
+from delta_mirror.store.sql_store import SqlStore, TableInfo, now_ms
+
+DEFAULT_LAG_SLO = timedelta(minutes=15)
+DEFAULT_LAG_RETENTION = timedelta(days=14)
+
+
+@dataclass(frozen=True)
+class LagSample:
+    table: str
+    sampled_at: int  # epoch milliseconds
+    lag_seconds: float
+    versions_behind: int
+    pruned: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "sampled_at": self.sampled_at,
+            "lag_seconds": self.lag_seconds,
+            "versions_behind": self.versions_behind,
+        }
+
+
+def record_lag_sample(
+    store: SqlStore,
+    table: TableInfo | str,
+    *,
+    retention: timedelta | None = DEFAULT_LAG_RETENTION,
+    status: TableStatus | None = None,
+) -> LagSample:
+    """Measure and store one lag sample for ``table``; prune samples older than ``retention``."""
+    info = store.get_table(table) if isinstance(table, str) else table
+    st = status or table_status(store, info)
+    at = store.add_lag_sample(info.id, st.lag_seconds, st.versions_behind)
+    pruned = 0
+    if retention is not None:
+        pruned = store.prune_lag_samples(info.id, at - int(retention.total_seconds() * 1000))
+    return LagSample(info.name, at, st.lag_seconds, st.versions_behind, pruned)
+
+
+def lag_history(
+    store: SqlStore, table: TableInfo | str, since: int | None = None, limit: int = 2000
+) -> list[dict[str, Any]]:
+    """The table's stored lag samples, oldest first (at most ``limit``, the newest ones)."""
+    info = store.get_table(table) if isinstance(table, str) else table
+    return [
+        {"sampled_at": at, "lag_seconds": lag, "versions_behind": behind}
+        for at, lag, behind in store.lag_samples(info.id, since=since, limit=limit)
+    ]
+
+
+@dataclass
+class TableHealth:
+    table: str
+    healthy: bool
+    lag_slo_seconds: float
+    problems: list[str] = field(default_factory=list)
+    status: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "healthy": self.healthy,
+            "lag_slo_seconds": self.lag_slo_seconds,
+            "problems": list(self.problems),
+            "status": dict(self.status),
+        }
+
+
+def judge(status: TableStatus, lag_slo: timedelta = DEFAULT_LAG_SLO) -> TableHealth:
+    """Healthy unless lag > SLO, halted, or failed / conflicting versions."""
+    slo = lag_slo.total_seconds()
+    problems: list[str] = []
+    if status.state == "HALTED":
+        problems.append(f"halted: {status.halted_reason or 'no reason recorded'}")
+    if status.lag_seconds > slo:
+        problems.append(
+            f"lag {status.lag_seconds:.0f} s breaches the lag SLO of {slo:.0f} s "
+            f"({status.versions_behind} version(s) behind)"
+        )
+    if status.failed or status.conflicts:
+        what = f"{status.failed} failed and {status.conflicts} conflicting version(s)"
+        if status.last_error:
+            what += f"; last error [{status.last_error_class}]: {status.last_error}"
+        problems.append(what)
+    return TableHealth(status.table, not problems, slo, problems, status.to_json())
+
+
+@dataclass
+class HealthReport:
+    tables: list[TableHealth]
+
+    @property
+    def healthy(self) -> bool:
+        return all(t.healthy for t in self.tables)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"healthy": self.healthy, "checked_at": now_ms(), "tables": [t.to_json() for t in self.tables]}
+
+
+def lag_slo_for(config: Any, name: str) -> timedelta:
+    """The table's ``lag_slo`` from a ``MirrorConfig`` (its defaults for unconfigured tables)."""
+    if config is None:
+        return DEFAULT_LAG_SLO
+    table = config.tables.get(name)
+    slo: timedelta = (table or config.defaults).lag_slo
+    return slo
+
+
+def health_report(store: SqlStore, names: list[str] | None = None, config: Any = None) -> HealthReport:
+    """Health of every table in the store (or ``names``), SLOs from ``config`` (a ``MirrorConfig``)."""
+    tables = [store.get_table(n) for n in names] if names else store.list_tables()
+    return HealthReport([judge(table_status(store, t), lag_slo_for(config, t.name)) for t in tables])
+
+
+def _troubleshooting(error_class: str | None) -> str | None:
+    from delta_mirror.errors import ErrorClass
+    from delta_mirror.troubleshooting import TROUBLESHOOTING
+
+    try:
+        return TROUBLESHOOTING[ErrorClass(error_class)] if error_class else None
+    except ValueError:
+        return None
+
+
+def overview_row(store: SqlStore, table: TableInfo, lag_slo: timedelta = DEFAULT_LAG_SLO) -> dict[str, Any]:
+    """One row of the UI overview: versions, lag, checkpoint, state, last error with what to do."""
+    st = table_status(store, table)
+    health = judge(st, lag_slo)
+    return {
+        "table": st.table,
+        "location": st.location,
+        "state": st.state,
+        "halted_reason": st.halted_reason,
+        "latest_committed": st.latest_committed,
+        "last_published": st.last_published,
+        "last_checkpoint": st.last_checkpoint,
+        "lag_seconds": st.lag_seconds,
+        "versions_behind": st.versions_behind,
+        "pending": st.pending,
+        "failed": st.failed,
+        "conflicts": st.conflicts,
+        "last_error_class": st.last_error_class,
+        "last_error": st.last_error,
+        "troubleshooting": _troubleshooting(st.last_error_class),
+        "lag_slo_seconds": health.lag_slo_seconds,
+        "healthy": health.healthy,
+        "problems": health.problems,
+        "dag_id": f"delta_mirror__{st.table}",
+    }
+
+
+def table_detail(
+    store: SqlStore,
+    table: TableInfo,
+    lag_slo: timedelta = DEFAULT_LAG_SLO,
+    versions: int = 200,
+    samples: int = 2000,
+) -> dict[str, Any]:
+    """The UI table page: overview row, lag history, recent versions (failures, retries), checkpoints."""
+    row = overview_row(store, table, lag_slo)
+    latest = row["latest_committed"]
+    since = None if latest is None else max(table.first_version, int(latest) - versions + 1)
+    json_rows = store.status_rows(table.id, artifact="json", from_version=since)
+    commit_times: dict[int, int] = {}
+    if json_rows:
+        commit_times = {
+            c.version: c.committed_at
+            for c in store.commit_rows(table.id, json_rows[0].version, json_rows[-1].version)
+        }
+
+    def status(r: Any) -> dict[str, Any]:
+        return {
+            "version": r.version,
+            "state": r.state,
+            "attempts": r.attempts,
+            "retried": r.attempts > 1,
+            "error_class": r.error_class,
+            "last_error": r.last_error,
+            "enqueued_at": r.enqueued_at,
+            "started_at": r.started_at,
+            "finished_at": r.finished_at,
+        }
+
+    timeline = []
+    for r in json_rows:
+        item = status(r)
+        item["committed_at"] = commit_times.get(r.version)
+        timeline.append(item)
+    checkpoints = [status(r) for r in store.status_rows(table.id, artifact="checkpoint")]
+    return {
+        **row,
+        "lag_history": lag_history(store, table, limit=samples),
+        "versions": timeline,
+        "checkpoints": checkpoints,
+    }
+
+
+__all__ = [
+    "DEFAULT_LAG_RETENTION",
+    "DEFAULT_LAG_SLO",
+    "HealthReport",
+    "LagSample",
+    "TableHealth",
+    "health_report",
+    "judge",
+    "lag_history",
+    "lag_slo_for",
+    "overview_row",
+    "table_detail",
+    "record_lag_sample",
+]

@@ -1,0 +1,223 @@
+"""Validation with Delta-Spark as the reader (``validate --reader spark``, design.md §7, §9).
+
+For each version of the range, delta-spark opens the published table (``versionAsOf``) and its view
+is compared with the store's:
+
+- version: ``DESCRIBE HISTORY`` lists every published commit version with the operation of its
+  ``commitInfo``; each version loads with ``versionAsOf``;
+- schema: the read schema against the store's ``schemaString`` (names, types; nullability and
+  column-mapping metadata are Spark's business);
+- active files: ``DataFrame.inputFiles()`` of the Delta scan is the snapshot's whole active file set
+  (no data is read), against the store's file index;
+- rows: ``count()`` against the store's ``numRecords`` stats minus deletion-vector cardinalities,
+  when every active file is on disk and has stats.
+
+Only local (``file://``) tables are supported for now: the session has no object-store credentials.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from delta_mirror.errors import PermanentError
+from delta_mirror.storage import local_path, normalize_location
+from delta_mirror.store.sql_store import SqlStore, TableInfo
+
+_HINT = (
+    "Delta-Spark (the reference reader) sees the published table differently from SQL: a commit or "
+    "checkpoint file was changed after publishing, or the mirror renders an action Spark reads "
+    "differently; look for hash_mismatch problems, then compare the commit file with the store's "
+    "bytes (SqlStore.commit_bytes)"
+)
+_ERROR_HINT = (
+    "Delta-Spark could not load this version of the published log: see the log problems reported "
+    "with it; if the log is intact the table may use a feature this delta-spark does not support, "
+    "or a data file is missing"
+)
+
+
+def _plain_schema(schema: Any) -> Any:
+    """A schema without nullability and field metadata (what Spark's read schema may differ in)."""
+    if isinstance(schema, dict):
+        kind = schema.get("type")
+        if kind == "struct":
+            return {
+                "type": "struct",
+                "fields": [
+                    {"name": f.get("name"), "type": _plain_schema(f.get("type"))}
+                    for f in schema.get("fields", [])
+                ],
+            }
+        if kind == "array":
+            return {"type": "array", "elementType": _plain_schema(schema.get("elementType"))}
+        if kind == "map":
+            return {
+                "type": "map",
+                "keyType": _plain_schema(schema.get("keyType")),
+                "valueType": _plain_schema(schema.get("valueType")),
+            }
+    return schema
+
+
+def spark_check(
+    store: SqlStore,
+    table: TableInfo,
+    lo: int,
+    hi: int,
+    report: Callable[[str, int | None, str, str], None],
+    spark: Any = None,
+) -> None:
+    """Compare Delta-Spark's view of versions ``lo..hi`` with the store; problems go to ``report``."""
+    from delta_mirror.validate import _schema_diffs  # the same schema comparison as deltalake's
+
+    uri = normalize_location(table.location)
+    folder = local_path(uri)
+    if folder is None:
+        raise PermanentError(
+            f"the spark reader only reads local tables for now, not {uri}",
+            table=table.name,
+            hint="use --reader deltalake for object-store tables",
+        )
+    if spark is None:
+        from delta_mirror.spark.session import get_spark
+
+        spark = get_spark()
+    root = str(folder).rstrip("/") + "/"
+
+    def rel(path: str, *, decode: bool = True) -> str:
+        """Relative to the table root and decoded: log paths are URI-encoded, Hadoop paths are not."""
+        text = unquote(path) if decode else path
+        for prefix in ("file://", "file:"):
+            if text.startswith(prefix):
+                text = text[len(prefix) :]
+                break
+        text = "/" + text.lstrip("/") if text.startswith("/") else text
+        return text[len(root) :] if text.startswith(root) else text
+
+    # versions and operations
+    lines_by_version = store.commit_lines(table.id, lo, hi)
+    with_json = {r.version for r in store.commit_rows(table.id, lo, hi) if r.has_json}
+    try:
+        history = {
+            int(r["version"]): r["operation"]
+            for r in spark.sql(f"DESCRIBE HISTORY delta.`{folder}`").select("version", "operation").collect()
+        }
+    except Exception as exc:  # noqa: BLE001 - py4j errors carry the Java exception text
+        report("reader_error", None, f"Delta-Spark cannot open the table at {uri}: {_text(exc)}", _ERROR_HINT)
+        return
+    missing = sorted(v for v in with_json if v not in history)
+    if missing:
+        report(
+            "reader_version",
+            missing[0],
+            f"DESCRIBE HISTORY lacks {len(missing)} published versions (e.g. {missing[0]}); it lists "
+            f"{sorted(history)[:10]}{'...' if len(history) > 10 else ''}",
+            _HINT,
+        )
+    for version in sorted(with_json & history.keys()):
+        expected_op = None
+        for line in lines_by_version.get(version, []):
+            if line.startswith('{"commitInfo"'):
+                expected_op = json.loads(line)["commitInfo"].get("operation")
+        if expected_op is not None and history[version] != expected_op:
+            report(
+                "reader_version",
+                version,
+                f"at version {version}: DESCRIBE HISTORY shows operation {history[version]!r}, the store "
+                f"{expected_op!r}",
+                _HINT,
+            )
+
+    for version in range(lo, hi + 1):
+        at = f"at version {version}"
+        snap = store.snapshot(table.id, version)
+        metadata = json.loads(snap.metadata)["metaData"]
+        adds = [
+            json.loads(line)["add"]
+            for batch in store.iter_active_add_lines(table.id, version)
+            for line in batch
+        ]
+        try:
+            df = spark.read.format("delta").option("versionAsOf", version).load(str(folder))
+            found_files = {rel(p, decode=False) for p in df.inputFiles()}
+            schema = json.loads(df.schema.json())
+        except Exception as exc:  # noqa: BLE001
+            report(
+                "reader_error",
+                version,
+                f"Delta-Spark cannot load version {version}: {_text(exc)}",
+                _ERROR_HINT,
+            )
+            continue
+        diffs = _schema_diffs(
+            _plain_schema(json.loads(metadata.get("schemaString") or "{}")), _plain_schema(schema), ""
+        )
+        if diffs:
+            report(
+                "reader_schema",
+                version,
+                f"{at}: schema differs (store vs spark): " + "; ".join(diffs[:5]),
+                _HINT,
+            )
+        expected_files = {rel(a["path"]) for a in adds}
+        if found_files != expected_files:
+            lost = sorted(expected_files - found_files)
+            extra = sorted(found_files - expected_files)
+            parts = [
+                f"{at}: Delta-Spark sees {len(found_files)} active files, the store {len(expected_files)}"
+            ]
+            if lost:
+                parts.append(f"{len(lost)} missing from Spark (e.g. {lost[0]})")
+            if extra:
+                parts.append(f"{len(extra)} not in the store (e.g. {extra[0]})")
+            report("reader_files", version, "; ".join(parts), _HINT)
+            continue
+        expected_rows = _expected_rows(adds, folder, rel)
+        if expected_rows is None:
+            continue
+        try:
+            rows = df.count()
+        except Exception as exc:  # noqa: BLE001
+            report(
+                "reader_error",
+                version,
+                f"Delta-Spark cannot read the data of version {version}: {_text(exc)}",
+                _ERROR_HINT,
+            )
+            continue
+        if rows != expected_rows:
+            report(
+                "reader_rows",
+                version,
+                f"{at}: Delta-Spark counts {rows} rows, the store's stats say {expected_rows}",
+                "numRecords stats or deletion vectors in the log disagree with the data files; the stats were "
+                "written by the table's writer: check the add actions of the listed version",
+            )
+
+
+def _expected_rows(adds: list[dict[str, Any]], folder: Path, rel: Callable[..., str]) -> int | None:
+    """Rows the store's adds describe, or None when a file is absent or has no numRecords stat."""
+    total = 0
+    for add in adds:
+        stats = add.get("stats")
+        try:
+            n = json.loads(stats).get("numRecords") if isinstance(stats, str) else None
+        except json.JSONDecodeError:
+            n = None
+        if not isinstance(n, int) or not (folder / rel(add["path"])).exists():
+            return None
+        dv = add.get("deletionVector")
+        total += n - (int(dv.get("cardinality") or 0) if isinstance(dv, dict) else 0)
+    return total
+
+
+def _text(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {' '.join(lines[:2])[:500]}"
+
+
+__all__ = ["spark_check"]
