@@ -95,3 +95,8 @@ def test_the_monitor_dag_sends_lag_gauges_to_statsd(dm_config, sqlite_store: str
     assert gauges(listener.lines, "failed_versions") == {"behind": 0.0, "current": 0.0}
     # plain StatsD has no tags: the tagged form arrives under the bare name as well
     assert any(re.fullmatch(r"airflow\.delta_mirror\.lag_seconds:[\d.]+\|g", x) for x in listener.lines)
+    # ... and each measurement is kept as lag history (dl_lag_samples) for the UI and `health`.
+    for name, versions in (("behind", 3), ("current", 1)):
+        samples = store.lag_samples(store.get_table(name).id)
+        assert [s[2] for s in samples] == [versions], (name, samples)
+        assert samples[0][1] == lag[name]
