@@ -100,3 +100,67 @@ def test_the_monitor_dag_sends_lag_gauges_to_statsd(dm_config, sqlite_store: str
         samples = store.lag_samples(store.get_table(name).id)
         assert [s[2] for s in samples] == [versions], (name, samples)
         assert samples[0][1] == lag[name]
+
+
+def timings(lines: list[str], name: str) -> dict[str, float]:
+    """{table: ms} for ``<prefix>.delta_mirror.<name>.<table>:<ms>|ms`` datagrams."""
+    out = {}
+    for line in lines:
+        m = re.fullmatch(rf"airflow\.delta_mirror\.{name}\.([\w.-]+):(-?[\d.]+)\|ms", line)
+        if m:
+            out[m[1]] = float(m[2])
+    return out
+
+
+@pytest.mark.usefixtures("airflow_db")
+def test_a_table_dag_sends_step_durations_and_failures_by_error_class(
+    dm_config, sqlite_store: str, tmp_path: Path
+) -> None:
+    store = SqlStore(sqlite_store)
+    (tmp_path / "sales").mkdir()
+    make_table(store, "sales", (tmp_path / "sales").as_uri(), versions=3)
+    # An external writer already put a different file at version 2: publish must fail as CONFLICT.
+    (tmp_path / "sales" / "_delta_log").mkdir(exist_ok=True)
+    (tmp_path / "sales" / "_delta_log" / "00000000000000000002.json").write_bytes(b'{"commitInfo":{}}\n')
+    dm_config({"sales": {"retries": 0, "deadline": None}})
+    listener = UdpListener()
+    try:
+        airflow_cli(
+            "dags",
+            "test",
+            "delta_mirror__sales",
+            env={
+                "AIRFLOW__METRICS__STATSD_ON": "True",
+                "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+                "AIRFLOW__METRICS__STATSD_PORT": str(listener.port),
+                "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+            },
+        )
+    finally:
+        listener.stop()
+    assert "airflow.delta_mirror.failures.sales.CONFLICT:1|c" in listener.lines, [
+        x for x in listener.lines if "delta_mirror" in x
+    ]
+    # the published part (versions 0 and 1) ran before the conflict: a successful rerun times it
+    (tmp_path / "sales" / "_delta_log" / "00000000000000000002.json").unlink()
+    store.resume_table(store.get_table("sales").id)
+    for row in store.status_rows(store.get_table("sales").id, states=("CONFLICT",)):
+        store.mark_failed(store.get_table("sales").id, row.version, row.artifact, "PENDING", "", "")
+    listener = UdpListener()
+    try:
+        proc = airflow_cli(
+            "dags",
+            "test",
+            "delta_mirror__sales",
+            env={
+                "AIRFLOW__METRICS__STATSD_ON": "True",
+                "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+                "AIRFLOW__METRICS__STATSD_PORT": str(listener.port),
+                "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+            },
+        )
+    finally:
+        listener.stop()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for step in ("publish", "checkpoint", "validate"):
+        assert "sales" in timings(listener.lines, f"{step}_seconds"), (step, listener.lines)

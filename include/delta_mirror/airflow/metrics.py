@@ -26,4 +26,17 @@ def emit_table_metrics(status: TableStatus) -> None:
     _gauge("halted", status.table, 1.0 if status.state == "HALTED" else 0.0)
 
 
-__all__ = ["PREFIX", "emit_table_metrics"]
+def emit_step_duration(step: str, table: str, seconds: float) -> None:
+    """``delta_mirror.<step>_seconds`` (publish, checkpoint, validate, maintenance): a timing in ms."""
+    ms = seconds * 1000.0
+    Stats.timing(f"{PREFIX}.{step}_seconds", ms, tags={"table": table})
+    Stats.timing(f"{PREFIX}.{step}_seconds.{table}", ms)
+
+
+def emit_step_failure(step: str, table: str, error_class: str) -> None:
+    """``delta_mirror.failures``: a counter per table, step and error class (TRANSIENT, CONFLICT...)."""
+    Stats.incr(f"{PREFIX}.failures", tags={"table": table, "step": step, "error_class": error_class})
+    Stats.incr(f"{PREFIX}.failures.{table}.{error_class}")
+
+
+__all__ = ["PREFIX", "emit_step_duration", "emit_step_failure", "emit_table_metrics"]

@@ -6,6 +6,7 @@ SQLite store) and ``aws_conn_id`` (S3 credentials and endpoint; default: the AWS
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
@@ -44,6 +45,7 @@ class _DeltaMirrorOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("table", "enabled", "store_conn_id", "aws_conn_id")
     ui_color = "#00add4"
+    metric_step = "step"  # names the metrics: delta_mirror.<step>_seconds, delta_mirror.failures
 
     def __init__(
         self,
@@ -65,7 +67,17 @@ class _DeltaMirrorOperator(BaseOperator):
             from airflow.sdk.exceptions import AirflowSkipException
 
             raise AirflowSkipException(f"step {self.task_id} not requested")
-        return self.run(context)
+        from delta_mirror.airflow.errors import DeltaMirrorFailure, DeltaMirrorTransientError
+        from delta_mirror.airflow.metrics import emit_step_duration, emit_step_failure
+
+        started = time.monotonic()
+        try:
+            result = self.run(context)
+        except (DeltaMirrorFailure, DeltaMirrorTransientError) as exc:
+            emit_step_failure(self.metric_step, str(self.table), exc.error.error_class.value)
+            raise
+        emit_step_duration(self.metric_step, str(self.table), time.monotonic() - started)
+        return result
 
     def run(self, context: Any) -> Any:
         raise NotImplementedError
@@ -83,6 +95,7 @@ class _DeltaMirrorOperator(BaseOperator):
 class DeltaMirrorPublishOperator(_DeltaMirrorOperator):
     """Publish the table's pending versions (up to ``to_version``) as ``_delta_log`` commits."""
 
+    metric_step = "publish"
     template_fields: Sequence[str] = (*_DeltaMirrorOperator.template_fields, "to_version")
 
     def __init__(self, *, to_version: int | str | None = None, **kwargs: Any) -> None:
@@ -104,6 +117,7 @@ class DeltaMirrorPublishOperator(_DeltaMirrorOperator):
 class DeltaMirrorCheckpointOperator(_DeltaMirrorOperator):
     """Write a checkpoint when the cadence policy says one is due (or at ``version``)."""
 
+    metric_step = "checkpoint"
     template_fields: Sequence[str] = (*_DeltaMirrorOperator.template_fields, "version")
 
     def __init__(self, *, version: int | str | None = None, only_if_due: bool = True, **kwargs: Any) -> None:
@@ -126,6 +140,7 @@ class DeltaMirrorCheckpointOperator(_DeltaMirrorOperator):
 class DeltaMirrorValidateOperator(_DeltaMirrorOperator):
     """Compare a reader's view of the published versions with the store; fail on any problem."""
 
+    metric_step = "validate"
     template_fields: Sequence[str] = (
         *_DeltaMirrorOperator.template_fields,
         "from_version",
@@ -294,6 +309,7 @@ class DeltaMirrorLagOperator(BaseOperator):
 class DeltaMirrorMaintenanceOperator(_DeltaMirrorOperator):
     """Clean up log files by the table's retention (dry-run unless ``cleanup_dry_run=False``)."""
 
+    metric_step = "maintenance"
     template_fields: Sequence[str] = (*_DeltaMirrorOperator.template_fields, "cleanup_dry_run")
 
     def __init__(
