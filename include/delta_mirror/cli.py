@@ -343,6 +343,10 @@ def status(ctx: Ctx, name: str | None, as_json: bool) -> None:
                     f"{r.table:<24} {r.state:<8} {_v(r.latest_committed):>9} {_v(r.last_published):>9} "
                     f"{r.versions_behind:>6} {r.lag_seconds:>8.1f} {_v(r.last_checkpoint):>10}  {r.location}"
                 )
+                if r.breaker != "CLOSED":
+                    click.echo(
+                        f"  circuit breaker {r.breaker}: publishing is paused after repeated transient failures"
+                    )
                 if r.halted_reason:
                     click.echo(f"  halted: {r.halted_reason}")
                 elif r.last_error:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from delta_mirror.actions import render_commit
+from delta_mirror.breaker import BreakerPolicy, CircuitBreakers, endpoint_key, table_key
 from delta_mirror.checkpoint import CheckpointInput, build_checkpoint
 from delta_mirror.errors import (
     DataError,
@@ -131,8 +132,10 @@ class Publisher:
         retry: RetryPolicy | None = None,
         open_location: Callable[[str], ObjectStore] | None = None,
         storage_options: Mapping[str, str] | None = None,
+        breaker_policy: BreakerPolicy | None = None,
     ) -> None:
         self.store = store
+        self.breaker_policy = breaker_policy
         self.owner = owner or default_owner()
         self.lease_ttl = lease_ttl
         self.batch_size = batch_size
@@ -152,6 +155,10 @@ class Publisher:
                 version=table.halted_version,
                 hint="fix the cause, then run `delta-mirror resume " + name + "`",
             )
+        breakers = CircuitBreakers(self.store, self.breaker_policy)
+        keys = [table_key(name), endpoint_key(table.location, self.storage_options)]
+        for key in keys:
+            breakers.check(key, table=name)
         if not self.store.acquire_lease(table.id, self.owner, self.lease_ttl):
             raise LeaseHeldError(
                 "another publisher holds this table's lease",
@@ -160,9 +167,17 @@ class Publisher:
             )
         try:
             self.store.reset_in_progress(table.id)
-            return self._publish(table, to_version, progress)
+            result = self._publish(table, to_version, progress)
+        except TransientError as exc:
+            if not isinstance(exc, LeaseHeldError):
+                for key in keys:
+                    breakers.record_failure(key, exc.message)
+            raise
         finally:
             self.store.release_lease(table.id, self.owner)
+        for key in keys:
+            breakers.record_success(key)
+        return result
 
     def _publish(
         self, table: TableInfo, to_version: int | None, progress: Callable[[int, int], None] | None

@@ -23,6 +23,7 @@ class TableStatus:
     conflicts: int
     last_error_class: str | None
     last_error: str | None
+    breaker: str = "CLOSED"  # the worse of the table's and its storage endpoint's breaker
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -61,7 +62,19 @@ def table_status(store: SqlStore, table: TableInfo) -> TableStatus:
         conflicts=sum(1 for r in failed_rows if r.state == "CONFLICT"),
         last_error_class=last_failed.error_class if last_failed else None,
         last_error=last_failed.last_error if last_failed else None,
+        breaker=_breaker(store, table),
     )
+
+
+def _breaker(store: SqlStore, table: TableInfo) -> str:
+    from delta_mirror.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreakers, endpoint_key, table_key
+
+    breakers = CircuitBreakers(store)
+    states = {breakers.get(k).state for k in (table_key(table.name), endpoint_key(table.location))}
+    for state in (OPEN, HALF_OPEN):
+        if state in states:
+            return state
+    return CLOSED
 
 
 __all__ = ["TableStatus", "table_status"]

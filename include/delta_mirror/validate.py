@@ -110,6 +110,12 @@ def validate_table(
             f"unknown reader '{reader}'", table=name, hint=f"use one of {', '.join(READERS)}"
         )
     table = store.get_table(name)
+    if reader == "spark" and local_path(normalize_location(table.location)) is None:
+        raise PermanentError(
+            f"the spark reader only reads local tables for now, not {table.location}",
+            table=name,
+            hint="use --reader deltalake for object-store tables",
+        )
     last = store.last_published_version(table.id)
     start = table.first_version if table.base_checkpoint_version is None else table.base_checkpoint_version
     floor = table.settings.get("log_floor")

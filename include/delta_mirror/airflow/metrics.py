@@ -24,6 +24,7 @@ def emit_table_metrics(status: TableStatus) -> None:
     _gauge("versions_behind", status.table, float(status.versions_behind))
     _gauge("failed_versions", status.table, float(status.failed + status.conflicts))
     _gauge("halted", status.table, 1.0 if status.state == "HALTED" else 0.0)
+    _gauge("breaker_open", status.table, 0.0 if status.breaker == "CLOSED" else 1.0)
 
 
 def emit_step_duration(step: str, table: str, seconds: float) -> None:

@@ -2,3 +2,5 @@
 
 Nothing here imports pyspark at module import time; install the ``spark`` extra to use it.
 """
+
+__all__: list[str] = []

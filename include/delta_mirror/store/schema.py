@@ -131,10 +131,22 @@ dl_lag_samples = Table(
 )
 Index("ix_dl_lag_samples_table_time", dl_lag_samples.c.table_id, dl_lag_samples.c.sampled_at)
 
+dl_breakers = Table(
+    "dl_breakers",
+    metadata,
+    Column("key", String(512), primary_key=True),
+    Column("state", String(16), nullable=False, server_default="CLOSED"),
+    Column("failures", Integer, nullable=False, server_default="0"),
+    Column("opened_at", BigInteger),
+    Column("updated_at", BigInteger, nullable=False),
+    Column("last_error", Text),
+)
+
 __all__ = [
     "PART_COMMIT",
     "PART_SNAPSHOT",
     "dl_actions",
+    "dl_breakers",
     "dl_commits",
     "dl_files",
     "dl_lag_samples",
