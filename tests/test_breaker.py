@@ -101,3 +101,13 @@ def test_a_failed_probe_while_half_open_opens_the_breaker_again(store_url: str) 
     breakers.record_failure(table_key("t"), "still failing")
     state = breakers.get(table_key("t"))
     assert state.state == OPEN and state.last_error == "still failing"
+
+
+def test_an_open_breaker_makes_health_fail(store_url: str) -> None:
+    from delta_mirror.monitoring import judge
+
+    store = _store_with_table(store_url, "s3://bucket/t")
+    CircuitBreakers(store, BreakerPolicy(threshold=1)).record_failure(table_key("t"), "503 SlowDown")
+    health = judge(table_status(store, store.get_table("t")))
+    assert not health.healthy
+    assert any("circuit breaker OPEN" in p for p in health.problems)

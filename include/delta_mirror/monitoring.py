@@ -85,11 +85,15 @@ class TableHealth:
 
 
 def judge(status: TableStatus, lag_slo: timedelta = DEFAULT_LAG_SLO) -> TableHealth:
-    """Healthy unless lag > SLO, halted, or failed / conflicting versions."""
+    """Healthy unless lag > SLO, halted, an open circuit breaker, or failed / conflicting versions."""
     slo = lag_slo.total_seconds()
     problems: list[str] = []
     if status.state == "HALTED":
         problems.append(f"halted: {status.halted_reason or 'no reason recorded'}")
+    if status.breaker != "CLOSED":
+        problems.append(
+            f"circuit breaker {status.breaker}: publishing paused after repeated transient failures"
+        )
     if status.lag_seconds > slo:
         problems.append(
             f"lag {status.lag_seconds:.0f} s breaches the lag SLO of {slo:.0f} s "
@@ -148,6 +152,7 @@ def overview_row(store: SqlStore, table: TableInfo, lag_slo: timedelta = DEFAULT
         "table": st.table,
         "location": st.location,
         "state": st.state,
+        "breaker": st.breaker,
         "halted_reason": st.halted_reason,
         "latest_committed": st.latest_committed,
         "last_published": st.last_published,

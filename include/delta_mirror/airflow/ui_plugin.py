@@ -166,7 +166,13 @@ def overview_html(data: dict[str, Any]) -> str:
         rows.append(
             "<tr>"
             f"<td><a href='{URL_PREFIX}/tables/{name}'>{_e(r['table'])}</a></td>"
-            f"<td><span class='pill {_e(r['state'])}'>{_e(r['state'])}</span> {verdict}</td>"
+            f"<td><span class='pill {_e(r['state'])}'>{_e(r['state'])}</span> {verdict}"
+            + (
+                f" <span class='pill HALTED'>breaker {_e(r['breaker'])}</span>"
+                if r.get("breaker", "CLOSED") != "CLOSED"
+                else ""
+            )
+            + "</td>"
             f"<td class='n'>{_e(r['latest_committed'])}</td><td class='n'>{_e(r['last_published'])}</td>"
             f"<td class='n'>{r['lag_seconds']:.1f}</td><td class='n'>{r['versions_behind']}</td>"
             f"<td class='n'>{_ago(r['lag_slo_seconds'])}</td>"
