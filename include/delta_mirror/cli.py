@@ -297,9 +297,11 @@ def validate(
                 table=name,
                 hint="swap them",
             )
-        report = validate_table(
-            ctx.store(), name, from_version=from_version, to_version=to_version, reader=reader
-        )
+        store = ctx.store()
+        report = validate_table(store, name, from_version=from_version, to_version=to_version, reader=reader)
+        from delta_mirror.monitoring import record_validation
+
+        record_validation(store, name, {**report.to_json(), "reader": reader})
 
         def text() -> None:
             for p in report.problems:

@@ -172,12 +172,34 @@ def overview_row(store: SqlStore, table: TableInfo, lag_slo: timedelta = DEFAULT
     }
 
 
+WINDOWS = {"24h": 24 * 3600 * 1000, "7d": 7 * 24 * 3600 * 1000}
+
+
+def record_validation(store: SqlStore, name: str, report: dict[str, Any]) -> None:
+    """Keep the table's latest validation result (shown on the UI table page)."""
+    table = store.get_table(name)
+    problems = list(report.get("problems") or [])
+    settings = dict(table.settings)
+    settings["last_validation"] = {
+        "at": now_ms(),
+        "from_version": report.get("from_version"),
+        "to_version": report.get("to_version"),
+        "versions_checked": report.get("versions_checked"),
+        "reader": report.get("reader", "deltalake"),
+        "ok": not problems,
+        "problems": problems[:20],
+        "problem_count": len(problems),
+    }
+    store.update_table(table.id, settings=settings)
+
+
 def table_detail(
     store: SqlStore,
     table: TableInfo,
     lag_slo: timedelta = DEFAULT_LAG_SLO,
     versions: int = 200,
     samples: int = 2000,
+    window: str = "24h",
 ) -> dict[str, Any]:
     """The UI table page: overview row, lag history, recent versions (failures, retries), checkpoints."""
     row = overview_row(store, table, lag_slo)
@@ -212,7 +234,11 @@ def table_detail(
     checkpoints = [status(r) for r in store.status_rows(table.id, artifact="checkpoint")]
     return {
         **row,
-        "lag_history": lag_history(store, table, limit=samples),
+        "lag_window": window if window in WINDOWS else "24h",
+        "lag_history": lag_history(
+            store, table, since=now_ms() - WINDOWS.get(window, WINDOWS["24h"]), limit=samples
+        ),
+        "last_validation": table.settings.get("last_validation"),
         "versions": timeline,
         "checkpoints": checkpoints,
     }

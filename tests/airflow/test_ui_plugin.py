@@ -116,6 +116,11 @@ def api_server(
         store.add_lag_sample(behind.id, lag, i, sampled_at=hour_ago + i * 600_000)
     for name in ("behind", "current"):
         record_lag_sample(store, name)
+    store.add_lag_sample(behind.id, 50.0, 0, sampled_at=hour_ago - 3 * 86_400_000)  # only in the 7-day view
+    from delta_mirror.monitoring import record_validation
+    from delta_mirror.validate import validate_table
+
+    record_validation(store, "current", validate_table(store, "current").to_json())
     store.close()
     dm_config({"behind": {"lag_slo": "1h"}, "current": {}, "broken": {}})
     server = ApiServer(
@@ -240,7 +245,14 @@ def test_a_headless_browser_renders_the_overview_and_the_lag_chart(api_server: A
             assert page.locator("#lag-chart circle").count() == 6
             assert page.locator("#lag-chart circle[fill='#e12d39']").count() == 1  # over the SLO
             assert page.locator("#timeline .v").count() == 3
+            assert "not validated yet" in page.locator("#validation").inner_text()
             page.screenshot(path=str(out / "table_behind.png"), full_page=True)
+            page.click("#windows a[href$='window=7d']")
+            page.wait_for_url("**/delta-mirror/tables/behind?window=7d")
+            assert page.locator("#lag-chart circle").count() == 7  # one more sample, three days old
+
+            page.goto(f"{api_server.base_url}/delta-mirror/tables/current")
+            assert "OK" in page.locator("#validation").inner_text()
 
             page.goto(f"{api_server.base_url}/delta-mirror/tables/broken")
             assert page.locator("#timeline .v.CONFLICT").count() == 1

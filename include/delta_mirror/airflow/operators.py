@@ -174,6 +174,9 @@ class DeltaMirrorValidateOperator(_DeltaMirrorOperator):
             reader=self.reader,
             storage_options=self.hook.storage_options,
         )
+        from delta_mirror.monitoring import record_validation
+
+        record_validation(self.hook.store, self.table, {**report.to_json(), "reader": self.reader})
         for p in report.problems:
             self.log.error("[%s] version %s: %s — %s", p.kind, p.version, p.message, p.hint)
         if not report.ok:

@@ -101,10 +101,10 @@ def overview_data() -> dict[str, Any]:
     }
 
 
-def table_data(name: str) -> dict[str, Any]:
+def table_data(name: str, window: str = "24h") -> dict[str, Any]:
     config = _config()
     store, table = _find(name, config)
-    return table_detail(store, table, lag_slo_for(config, name))
+    return table_detail(store, table, lag_slo_for(config, name), window=window)
 
 
 def health_data() -> dict[str, Any]:
@@ -293,8 +293,16 @@ def table_html(d: dict[str, Any]) -> str:
         f"checkpoint {_e(d['last_checkpoint'])} · <span class='muted'>{_e(d['location'])}</span> · "
         f"<a href='/dags/{quote(d['dag_id'], safe='')}' target='_top'>DAG</a> · "
         f"<a href='{URL_PREFIX}/api/tables/{name}'>JSON</a></p>{error}"
-        f"<h2>Lag over time</h2>{lag_chart_svg(d['lag_history'], d['lag_slo_seconds'])}"
-        f"<h2>Versions (latest {len(d['versions'])})</h2>"
+        f"<h2>Lag over time</h2><p id='windows'>"
+        + " · ".join(
+            f"<b>last {w}</b>"
+            if w == d["lag_window"]
+            else f"<a href='{URL_PREFIX}/tables/{name}?window={w}'>last {w}</a>"
+            for w in ("24h", "7d")
+        )
+        + f"</p>{lag_chart_svg(d['lag_history'], d['lag_slo_seconds'])}"
+        + _validation_html(d.get("last_validation"))
+        + f"<h2>Versions (latest {len(d['versions'])})</h2>"
         "<p class='muted'>green published · grey pending · amber in progress · red failed · dark red "
         "conflict · amber outline: retried</p>"
         f"<div class='tl' id='timeline'>{cells}</div>"
@@ -314,6 +322,22 @@ def table_html(d: dict[str, Any]) -> str:
         )
     )
     return _page(f"Delta Mirror: {d['table']}", body)
+
+
+def _validation_html(v: dict[str, Any] | None) -> str:
+    if not v:
+        return "<h2>Validation</h2><p class='muted' id='validation'>not validated yet</p>"
+    verdict = "OK" if v["ok"] else f"{v['problem_count']} problem(s)"
+    rows = "".join(
+        f"<li><b>[{_e(p.get('kind'))}]</b> version {_e(p.get('version'))}: {_e(p.get('message'))} "
+        f"<span class='hint'>— {_e(p.get('hint'))}</span></li>"
+        for p in v.get("problems") or []
+    )
+    return (
+        f"<h2>Validation</h2><p id='validation'>{_ts(v['at'])}: versions {_e(v['from_version'])}.."
+        f"{_e(v['to_version'])} with {_e(v['reader'])}: <b class='{'ok' if v['ok'] else 'err'}'>{verdict}</b></p>"
+        + (f"<ul class='err'>{rows}</ul>" if rows else "")
+    )
 
 
 # -- the app and the plugin ------------------------------------------------------------------------
@@ -345,16 +369,16 @@ def create_app() -> Any:
         return overview_html(call(overview_data))
 
     @app.get("/tables/{name}", response_class=HTMLResponse)
-    def table_page(name: str) -> str:
-        return table_html(call(table_data, name))
+    def table_page(name: str, window: str = "24h") -> str:
+        return table_html(call(table_data, name, window))
 
     @app.get("/api/overview")
     def overview_api() -> dict[str, Any]:
         return call(overview_data)  # type: ignore[no-any-return]
 
     @app.get("/api/tables/{name}")
-    def table_api(name: str) -> dict[str, Any]:
-        return call(table_data, name)  # type: ignore[no-any-return]
+    def table_api(name: str, window: str = "24h") -> dict[str, Any]:
+        return call(table_data, name, window)  # type: ignore[no-any-return]
 
     @app.get("/api/health")
     def health_api() -> JSONResponse:
