@@ -79,3 +79,51 @@ def test_reconcile_reports_a_conflict_halt_for_escalation_and_never_overwrites(
     again = reconcile(store).tables[0]
     assert again.action == "halted" and "different file" in (again.error or "")
     assert json.loads(json.dumps(report.to_json()))["strategy"] == "incremental"
+
+
+def test_full_reconcile_republishes_lost_commits_and_checkpoints(store_url: str, tmp_path: Path) -> None:
+    store = SqlStore(store_url)
+    store.init()
+    root = tmp_path / "t"
+    _table(store, root)
+    for i in range(11):
+        store.commit("t", [("add", write_data_file(root, pa.table({"id": [i]}, schema=SCHEMA)))])
+    result = Publisher(store).publish("t")
+    assert result.checkpoints, "a checkpoint is due after 10 versions"
+    log = root / "_delta_log"
+    (log / "00000000000000000003.json").unlink()
+    (log / f"{result.checkpoints[0]:020d}.checkpoint.parquet").unlink()
+    (log / "_last_checkpoint").write_text('{"version":1,"size":1,"parts":1}')
+
+    assert reconcile(store, strategy="incremental").tables[0].action == "up-to-date"  # it cannot see the loss
+    (entry,) = reconcile(store, strategy="full").tables
+
+    assert entry.action in ("published", "repaired"), entry
+    assert entry.audit is not None and entry.audit["missing_commits"] == [3]
+    assert (log / "00000000000000000003.json").exists()
+    assert (log / f"{result.checkpoints[0]:020d}.checkpoint.parquet").exists()
+    assert json.loads((log / "_last_checkpoint").read_text())["version"] == result.checkpoints[0]
+    again = reconcile(store, strategy="full").tables[0]
+    assert again.audit is not None and again.action == "up-to-date"
+
+
+def test_smart_reconcile_halts_on_a_foreign_commit_and_leaves_healthy_tables_alone(
+    store_url: str, tmp_path: Path
+) -> None:
+    store = SqlStore(store_url)
+    store.init()
+    healthy, hijacked = tmp_path / "healthy", tmp_path / "hijacked"
+    _table(store, healthy, "healthy")
+    _table(store, hijacked, "hijacked")
+    Publisher(store).publish("healthy")
+    Publisher(store).publish("hijacked")
+    foreign = b'{"commitInfo":{"operation":"WRITE","engineInfo":"spark-outside"}}\n'
+    (hijacked / "_delta_log" / "00000000000000000001.json").write_bytes(foreign)
+
+    report = reconcile(store, strategy="smart")
+
+    by_name = {t.table: t for t in report.tables}
+    assert by_name["healthy"].action == "up-to-date" and by_name["healthy"].audit is None  # no full listing
+    assert by_name["hijacked"].action == "halted" and "external writer" in (by_name["hijacked"].error or "")
+    assert store.get_table("hijacked").state == "HALTED"
+    assert (hijacked / "_delta_log" / "00000000000000000001.json").read_bytes() == foreign

@@ -361,10 +361,10 @@ def status(ctx: Ctx, name: str | None, as_json: bool) -> None:
 @click.argument("name", required=False)
 @click.option(
     "--strategy",
-    type=click.Choice(["incremental"]),
+    type=click.Choice(["incremental", "full", "smart"]),
     default="incremental",
     show_default=True,
-    help="incremental: re-drive PENDING / FAILED / stuck versions.",
+    help="incremental: re-drive PENDING / FAILED / stuck versions; full: also list _delta_log/ against the store and repair what is safe; smart: full only where there are signs of trouble.",
 )
 @click.option("--json", "as_json", is_flag=True)
 @store_option

@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from delta_mirror.actions import render_commit
 from delta_mirror.breaker import BreakerPolicy, CircuitBreakers, endpoint_key, table_key
-from delta_mirror.checkpoint import CheckpointInput, build_checkpoint
+from delta_mirror.checkpoint import CheckpointInput, CheckpointResult, build_checkpoint
 from delta_mirror.errors import (
     DataError,
     LeaseHeldError,
@@ -370,28 +370,7 @@ class Publisher:
     def _checkpoint(
         self, table: TableInfo, objects: ObjectStore, version: int, result: PublishResult
     ) -> None:
-        snap = self.store.snapshot(table.id, version)
-        config = json.loads(snap.metadata)["metaData"].get("configuration") or {}
-        retention = parse_interval_ms(
-            config.get("delta.deletedFileRetentionDuration"), DEFAULT_TOMBSTONE_RETENTION_MS
-        )
-        adds = [line for batch in self.store.iter_active_add_lines(table.id, version) for line in batch]
-        removes = self.store.tombstone_lines(table.id, version, now_ms() - retention)
-        built = build_checkpoint(
-            CheckpointInput(
-                version=version,
-                protocol=snap.protocol,
-                metadata=snap.metadata,
-                txns=snap.txns,
-                domain_metadata=snap.domain_metadata,
-                adds=adds,
-                removes=removes,
-            ),
-            kind=checkpoint_kind(table, snap.protocol),
-            part_size=table.checkpoint_part_size,
-            checkpoint_id=f"{table.table_uuid}/{version}",
-            modification_time_ms=self._committed_at(table, version),
-        )
+        built = self._build_checkpoint(table, version)
         self.store.ensure_status(table.id, version, "checkpoint")
         self.store.mark_started(table.id, [version], "checkpoint", self.owner)
         try:
@@ -422,6 +401,37 @@ class Publisher:
         meta = objects.head(path)
         if meta is None or meta.size != len(data):
             raise TransientError(f"{path} is not durable after the write", hint="retried automatically")
+
+    def _build_checkpoint(self, table: TableInfo, version: int) -> CheckpointResult:
+        """The checkpoint files of ``version`` from the store (O(active files), not history)."""
+        snap = self.store.snapshot(table.id, version)
+        config = json.loads(snap.metadata)["metaData"].get("configuration") or {}
+        retention = parse_interval_ms(
+            config.get("delta.deletedFileRetentionDuration"), DEFAULT_TOMBSTONE_RETENTION_MS
+        )
+        return build_checkpoint(
+            CheckpointInput(
+                version=version,
+                protocol=snap.protocol,
+                metadata=snap.metadata,
+                txns=snap.txns,
+                domain_metadata=snap.domain_metadata,
+                adds=[
+                    line for batch in self.store.iter_active_add_lines(table.id, version) for line in batch
+                ],
+                removes=self.store.tombstone_lines(table.id, version, now_ms() - retention),
+            ),
+            kind=checkpoint_kind(table, snap.protocol),
+            part_size=table.checkpoint_part_size,
+            checkpoint_id=f"{table.table_uuid}/{version}",
+            modification_time_ms=self._committed_at(table, version),
+        )
+
+    def rewrite_last_checkpoint(self, name: str, version: int) -> None:
+        """Write ``_last_checkpoint`` for the checkpoint at ``version`` again (it was lost or wrong)."""
+        table = self.store.get_table(name)
+        built = self._build_checkpoint(table, version)
+        self.open_location(table.location).put(f"{LOG_DIR}/{LAST_CHECKPOINT}", built.last_checkpoint)
 
     @staticmethod
     def _put_last_checkpoint(objects: ObjectStore, version: int, data: bytes) -> None:

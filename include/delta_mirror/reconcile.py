@@ -1,8 +1,12 @@
 """The reconciler: re-drives what is failed, stuck or lagging, table by table.
 
 Strategy ``incremental`` re-publishes PENDING/FAILED versions and those a crashed publisher left
-IN_PROGRESS (its lease expired). It never deletes or overwrites: publishing is put-if-absent, so a
-re-drive of a version that did reach storage is an idempotent success.
+IN_PROGRESS (its lease expired). ``full`` also lists ``_delta_log/`` against the store for every
+version and repairs what is safe (missing commits and checkpoints, a bad ``_last_checkpoint``);
+a different or foreign commit halts the table. ``smart`` runs ``full`` only for tables with signs of
+trouble (failures, an unpublished backlog, or a cheap probe of the log's tip that disagrees).
+It never deletes or overwrites: publishing is put-if-absent, so a re-drive of a version that did
+reach storage is an idempotent success.
 """
 
 from __future__ import annotations
@@ -11,21 +15,24 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from delta_mirror.errors import LeaseHeldError, MirrorError
+from delta_mirror.log_audit import audit_log
+from delta_mirror.log_path import LOG_DIR, commit_name
 from delta_mirror.publisher import Publisher
 from delta_mirror.store.sql_store import SqlStore, TableInfo, now_ms
 
-STRATEGIES = ("incremental",)
+STRATEGIES = ("incremental", "full", "smart")
 
 
 @dataclass
 class TableReconcile:
     table: str
-    action: str  # "up-to-date" | "published" | "halted" | "failed" | "busy"
+    action: str  # "up-to-date" | "published" | "repaired" | "halted" | "failed" | "busy"
     published: int = 0
     checkpoints: list[int] = field(default_factory=list)
     error_class: str | None = None
     error: str | None = None
     persistent_failures: list[dict[str, object]] = field(default_factory=list)
+    audit: dict[str, object] | None = None  # what the full listing found (full / smart)
 
 
 @dataclass
@@ -66,12 +73,71 @@ def _persistent_failures(store: SqlStore, table: TableInfo, after_attempts: int)
     ]
 
 
-def _reconcile_table(store: SqlStore, publisher: Publisher, table: TableInfo) -> TableReconcile:
+def _troubled(store: SqlStore, publisher: Publisher, table: TableInfo) -> bool:
+    """Signs of trouble worth a full listing: failures, a backlog, or a log tip that disagrees."""
+    if _needs_work(store, table) or store.status_rows(table.id, states=("FAILED", "CONFLICT")):
+        return True
+    published = store.last_published_version(table.id)
+    if published is None:
+        return False
+    objects = publisher.open_location(table.location)
+    tip = objects.head(f"{LOG_DIR}/{commit_name(published)}")
+    beyond = objects.head(f"{LOG_DIR}/{commit_name(published + 1)}")
+    rows = store.commit_rows(table.id, published, published)
+    return beyond is not None or (bool(rows) and rows[0].has_json and tip is None)
+
+
+def _repair(store: SqlStore, publisher: Publisher, table: TableInfo, entry: TableReconcile) -> bool:
+    """Full listing; returns False when the table had to be halted (never overwrite)."""
+    audit = audit_log(store, table, publisher.open_location(table.location))
+    entry.audit = asdict(audit)
+    if audit.different_commits or audit.foreign_commits:
+        what = (
+            f"different commit file(s) at versions {audit.different_commits}"
+            if audit.different_commits
+            else f"commit file(s) beyond the store's latest version: {audit.foreign_commits}"
+        )
+        version = (audit.different_commits or audit.foreign_commits)[0]
+        store.halt_table(
+            table.id,
+            f"external writer: {what}; import the foreign commit or restore the log, then resume",
+            version,
+        )
+        entry.action, entry.error_class = "halted", "CONFLICT"
+        entry.error = f"external writer: {what}"
+        return False
+    if audit.missing_commits:  # republished first: checkpoints follow their commits
+        store.mark_pending(table.id, "json", audit.missing_commits)
+        result = publisher.publish(table.name)
+        entry.published = len(result.published) + len(result.already_present)
+    for version in audit.missing_checkpoints:
+        publisher.checkpoint(table.name, version)
+        entry.checkpoints.append(version)
+    if audit.bad_last_checkpoint and not audit.missing_checkpoints:
+        newest = store.last_checkpoint_version(table.id)
+        if newest is not None:
+            publisher.rewrite_last_checkpoint(table.name, newest)
+    if not audit.clean:
+        entry.action = "repaired"
+    return True
+
+
+def _reconcile_table(
+    store: SqlStore, publisher: Publisher, table: TableInfo, strategy: str = "incremental"
+) -> TableReconcile:
     entry = TableReconcile(table.name, "up-to-date")
     if table.state == "HALTED":
         entry.action = "halted"
         entry.error = table.halted_reason
         return entry
+    try:
+        if strategy == "full" or (strategy == "smart" and _troubled(store, publisher, table)):
+            if not _repair(store, publisher, table, entry):
+                return entry
+    except MirrorError as exc:
+        # The listing itself failed (the location is unreachable or broken): the re-drive below
+        # still runs, so the failure is counted on the versions and escalated like any other.
+        entry.audit = {"error": exc.message}
     if not _needs_work(store, table):
         return entry
     try:
@@ -104,7 +170,7 @@ def reconcile(
     tables = [store.get_table(n) for n in names] if names else store.list_tables()
     report = ReconcileReport(strategy)
     for table in tables:
-        entry = _reconcile_table(store, publisher, table)
+        entry = _reconcile_table(store, publisher, table, strategy)
         entry.persistent_failures = _persistent_failures(store, table, escalate_after_attempts)
         report.tables.append(entry)
     return report

@@ -119,6 +119,7 @@ class MirrorConfig:
     reconcile_schedule: str | timedelta | None = "*/10 * * * *"
     monitor_schedule: str | timedelta | None = "*/5 * * * *"
     escalate_after_attempts: int = 3
+    reconcile_strategy: str = "smart"
     source: str = ""
 
     def table(self, name: str) -> TableConfig:
@@ -302,7 +303,7 @@ def parse_config(text: str, source: str = "<string>") -> MirrorConfig:
     reconcile = raw.get("reconcile") or {}
     monitor = raw.get("monitor") or {}
     for section_name, section, allowed in (
-        ("reconcile", reconcile, {"schedule", "escalate_after_attempts"}),
+        ("reconcile", reconcile, {"schedule", "escalate_after_attempts", "strategy"}),
         ("monitor", monitor, {"schedule"}),
     ):
         if not isinstance(section, dict):
@@ -318,6 +319,12 @@ def parse_config(text: str, source: str = "<string>") -> MirrorConfig:
             f"{source}: reconcile.escalate_after_attempts must be a positive integer, got {escalate!r}"
         )
 
+    strategy = reconcile.get("strategy", "smart")
+    if strategy not in ("incremental", "full", "smart"):
+        raise ConfigError(
+            f"{source}: reconcile.strategy must be incremental, full or smart, got {strategy!r}"
+        )
+
     def sched(section_name: str, section: dict[str, Any], default: str) -> str | timedelta | None:
         return _schedule(
             section.get("schedule", default), f"{source}: {section_name}.schedule", allow_event=False
@@ -329,6 +336,7 @@ def parse_config(text: str, source: str = "<string>") -> MirrorConfig:
         reconcile_schedule=sched("reconcile", reconcile, "*/10 * * * *"),
         monitor_schedule=sched("monitor", monitor, "*/5 * * * *"),
         escalate_after_attempts=escalate,
+        reconcile_strategy=strategy,
         source=source,
     )
 

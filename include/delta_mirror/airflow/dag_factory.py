@@ -180,6 +180,7 @@ def reconcile_dag(config: MirrorConfig) -> DAG:
                 task_id="reconcile" if i == 0 else f"reconcile_{i + 1}",
                 tables=names or None,
                 escalate_after_attempts=config.escalate_after_attempts,
+                strategy=config.reconcile_strategy,
                 **conn,
             )
             for i, (conn, names) in enumerate(_by_connections(config))

@@ -1214,6 +1214,21 @@ class SqlStore:
                 )
             )
 
+    def mark_pending(self, table_id: int, artifact: str, versions: Sequence[int]) -> None:
+        """Queue versions again (the reconciler found their files missing at the location)."""
+        if not versions:
+            return
+        with db.translated(self.url, "updating mirror status"), self.engine.begin() as conn:
+            conn.execute(
+                update(dl_mirror_status)
+                .where(
+                    dl_mirror_status.c.table_id == table_id,
+                    dl_mirror_status.c.artifact == artifact,
+                    dl_mirror_status.c.version.in_(list(versions)),
+                )
+                .values(state="PENDING", finished_at=None)
+            )
+
     def reset_in_progress(self, table_id: int) -> None:
         """A new lease holder re-drives what a crashed one left IN_PROGRESS (put-if-absent makes it safe)."""
         with db.translated(self.url, "updating mirror status"), self.engine.begin() as conn:
