@@ -14,7 +14,7 @@ $(VENV)/pyvenv.cfg:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): $(VENV)/pyvenv.cfg pyproject.toml requirements.txt
-	$(PY) -m pip install -q -e '.[test,airflow]' -r requirements.txt
+	$(PY) -m pip install -q -e '.[test,airflow,spark]' -r requirements.txt
 	touch $@
 
 test: venv

@@ -453,9 +453,12 @@ def test_a_table_deltalake_cannot_open_is_one_reader_error(table: tuple[SqlStore
 # -- arguments -------------------------------------------------------------------------------------
 
 
-def test_the_spark_reader_is_not_available_yet(table: tuple[SqlStore, ObjectStore]) -> None:
-    store, _ = table
-    with pytest.raises(PermanentError, match="reader 'spark' is not available yet"):
+def test_the_spark_reader_reads_local_tables_only(sqlite_url: str) -> None:
+    """(The Spark reader itself is tested in tests/spark, with one shared SparkSession.)"""
+    store = SqlStore(sqlite_url)
+    store.init()
+    store.create_table(NAME, "s3://no-such-bucket/table")
+    with pytest.raises(PermanentError, match="only reads local tables"):
         validate_table(store, NAME, reader="spark")
 
 

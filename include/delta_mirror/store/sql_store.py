@@ -640,19 +640,7 @@ class SqlStore:
         """Insert action rows and maintain the file index (adds, removes, superseded re-adds)."""
         if lines is None:
             lines = [canonical_line(k, b) for k, b in actions]
-        rows = [
-            {
-                "table_id": table_id,
-                "version": version,
-                "part": part,
-                "seq": seq,
-                "action_type": kind,
-                "payload": line,
-            }
-            for seq, ((kind, _), line) in enumerate(zip(actions, lines, strict=True))
-        ]
-        if rows:
-            conn.execute(insert(dl_actions), rows)
+        _insert_action_rows(conn, table_id, version, part, actions, lines)
         adds, removes = _file_rows(table_id, version, part, actions)
         # A re-added (path, dv) supersedes the active entry (e.g. recomputed stats); no tombstone.
         if adds and version > 0:
@@ -823,19 +811,7 @@ class SqlStore:
                 lines=lines,
             )
         else:
-            rows = [
-                {
-                    "table_id": table.id,
-                    "version": version,
-                    "part": part,
-                    "seq": seq,
-                    "action_type": k,
-                    "payload": line,
-                }
-                for seq, ((k, _), line) in enumerate(zip(actions, lines, strict=True))
-            ]
-            if rows:
-                conn.execute(insert(dl_actions), rows)
+            _insert_action_rows(conn, table.id, version, part, actions, lines)
 
     # -- reading ------------------------------------------------------------------------------
     def commit_rows(self, table_id: int, from_version: int, to_version: int) -> list[CommitRow]:
@@ -1285,6 +1261,24 @@ class SqlStore:
     def begin(self) -> Any:
         """A transaction for multi-step writers (the importer)."""
         return self.engine.begin()
+
+
+def _insert_action_rows(
+    conn: Connection, table_id: int, version: int, part: int, actions: Sequence[Action], lines: Sequence[str]
+) -> None:
+    rows = [
+        {
+            "table_id": table_id,
+            "version": version,
+            "part": part,
+            "seq": seq,
+            "action_type": kind,
+            "payload": line,
+        }
+        for seq, ((kind, _), line) in enumerate(zip(actions, lines, strict=True))
+    ]
+    if rows:
+        conn.execute(insert(dl_actions), rows)
 
 
 def _copy_lines(conn: Connection, query: Any, params: dict[str, Any], batch: int) -> Iterator[list[str]]:
