@@ -48,6 +48,16 @@ class UdpListener:
         self.sock.close()
 
 
+def statsd_env(listener: UdpListener) -> dict[str, str]:
+    """Airflow's StatsD settings as a user sets them, pointed at the listener."""
+    return {
+        "AIRFLOW__METRICS__STATSD_ON": "True",
+        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+        "AIRFLOW__METRICS__STATSD_PORT": str(listener.port),
+        "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+    }
+
+
 def gauges(lines: list[str], name: str) -> dict[str, float]:
     """{table: value} for ``<prefix>.delta_mirror.<name>.<table>:<value>|g`` datagrams."""
     out = {}
@@ -74,12 +84,7 @@ def test_the_monitor_dag_sends_lag_gauges_to_statsd(dm_config, sqlite_store: str
             "dags",
             "test",
             "delta_mirror_monitor",
-            env={
-                "AIRFLOW__METRICS__STATSD_ON": "True",
-                "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-                "AIRFLOW__METRICS__STATSD_PORT": str(listener.port),
-                "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
-            },
+            env=statsd_env(listener),
         )
     finally:
         listener.stop()
@@ -129,12 +134,7 @@ def test_a_table_dag_sends_step_durations_and_failures_by_error_class(
             "dags",
             "test",
             "delta_mirror__sales",
-            env={
-                "AIRFLOW__METRICS__STATSD_ON": "True",
-                "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-                "AIRFLOW__METRICS__STATSD_PORT": str(listener.port),
-                "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
-            },
+            env=statsd_env(listener),
         )
     finally:
         listener.stop()
@@ -152,12 +152,7 @@ def test_a_table_dag_sends_step_durations_and_failures_by_error_class(
             "dags",
             "test",
             "delta_mirror__sales",
-            env={
-                "AIRFLOW__METRICS__STATSD_ON": "True",
-                "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-                "AIRFLOW__METRICS__STATSD_PORT": str(listener.port),
-                "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
-            },
+            env=statsd_env(listener),
         )
     finally:
         listener.stop()
