@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,7 +17,7 @@ from delta_mirror.breaker import (
     CircuitOpenError,
     table_key,
 )
-from delta_mirror.datafiles import delta_schema_string
+from delta_mirror.datafiles import create_table_actions
 from delta_mirror.errors import TransientError
 from delta_mirror.publisher import Publisher, RetryPolicy
 from delta_mirror.status import table_status
@@ -39,17 +38,7 @@ def _store_with_table(store_url: str, location: str) -> SqlStore:
     store.commit(
         "t",
         [
-            ("protocol", {"minReaderVersion": 1, "minWriterVersion": 2}),
-            (
-                "metaData",
-                {
-                    "id": str(uuid.uuid4()),
-                    "format": {"provider": "parquet", "options": {}},
-                    "schemaString": delta_schema_string(SCHEMA),
-                    "partitionColumns": [],
-                    "configuration": {},
-                },
-            ),
+            *create_table_actions(SCHEMA),
         ],
     )
     return store

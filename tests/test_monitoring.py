@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from click.testing import CliRunner
 from sqlalchemy import update
 
 from delta_mirror.cli import cli
-from delta_mirror.datafiles import delta_schema_string, write_data_file
+from delta_mirror.datafiles import create_table_actions, write_data_file
 from delta_mirror.monitoring import health_report, lag_history, record_lag_sample
 from delta_mirror.publisher import Publisher
 from delta_mirror.store import SqlStore
@@ -27,17 +26,7 @@ def _table(store: SqlStore, root: Path, name: str = "t") -> None:
     store.commit(
         name,
         [
-            ("protocol", {"minReaderVersion": 1, "minWriterVersion": 2}),
-            (
-                "metaData",
-                {
-                    "id": str(uuid.uuid4()),
-                    "format": {"provider": "parquet", "options": {}},
-                    "schemaString": delta_schema_string(SCHEMA),
-                    "partitionColumns": [],
-                    "configuration": {},
-                },
-            ),
+            *create_table_actions(SCHEMA),
             ("add", write_data_file(root, pa.table({"id": [1]}, schema=SCHEMA))),
         ],
     )

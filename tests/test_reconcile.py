@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 
 import pyarrow as pa
 
-from delta_mirror.datafiles import delta_schema_string, write_data_file
+from delta_mirror.datafiles import create_table_actions, write_data_file
 from delta_mirror.publisher import Publisher
 from delta_mirror.reconcile import reconcile
 from delta_mirror.store import SqlStore
@@ -21,17 +20,7 @@ def _table(store: SqlStore, root: Path, name: str = "t") -> None:
     store.commit(
         name,
         [
-            ("protocol", {"minReaderVersion": 1, "minWriterVersion": 2}),
-            (
-                "metaData",
-                {
-                    "id": str(uuid.uuid4()),
-                    "format": {"provider": "parquet", "options": {}},
-                    "schemaString": delta_schema_string(SCHEMA),
-                    "partitionColumns": [],
-                    "configuration": {},
-                },
-            ),
+            *create_table_actions(SCHEMA),
             ("add", write_data_file(root, pa.table({"id": [1]}, schema=SCHEMA))),
         ],
     )

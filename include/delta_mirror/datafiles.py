@@ -42,6 +42,29 @@ def delta_schema_string(schema: pa.Schema) -> str:
     return json.dumps({"type": "struct", "fields": fields}, separators=(",", ":"))
 
 
+def create_table_actions(
+    schema: pa.Schema,
+    *,
+    partition_columns: list[str] | None = None,
+    configuration: dict[str, str] | None = None,
+) -> list[tuple[str, dict[str, Any]]]:
+    """The ``protocol`` and ``metaData`` actions that create a plain table (reader 1, writer 2)."""
+    return [
+        ("protocol", {"minReaderVersion": 1, "minWriterVersion": 2}),
+        (
+            "metaData",
+            {
+                "id": str(uuid.uuid4()),
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": delta_schema_string(schema),
+                "partitionColumns": list(partition_columns or []),
+                "configuration": dict(configuration or {}),
+                "createdTime": int(time.time() * 1000),
+            },
+        ),
+    ]
+
+
 def _stat(value: Any) -> Any:
     if hasattr(value, "isoformat"):
         return value.isoformat()
@@ -80,4 +103,4 @@ def write_data_file(
     }
 
 
-__all__ = ["delta_schema_string", "write_data_file"]
+__all__ = ["create_table_actions", "delta_schema_string", "write_data_file"]

@@ -10,15 +10,13 @@ import os
 import shutil
 import subprocess
 import sys
-import uuid
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 
 from delta_mirror.config import home
-from delta_mirror.datafiles import delta_schema_string, write_data_file
+from delta_mirror.datafiles import create_table_actions, write_data_file
 from delta_mirror.errors import TableNotFoundError
 from delta_mirror.publisher import Publisher
 from delta_mirror.storage import local_path
@@ -56,20 +54,7 @@ def prepare() -> Path:
         pa.table({"id": [4, 5], "city": ["Quito", "Accra"], "amount": [11.0, 7.75]}, schema=schema),
         pa.table({"id": [6], "city": ["Hanoi"], "amount": [42.0]}, schema=schema),
     ]
-    first: list[tuple[str, dict[str, Any]]] = [
-        ("protocol", {"minReaderVersion": 1, "minWriterVersion": 2}),
-        (
-            "metaData",
-            {
-                "id": str(uuid.uuid4()),
-                "format": {"provider": "parquet", "options": {}},
-                "schemaString": delta_schema_string(schema),
-                "partitionColumns": [],
-                "configuration": {"delta.checkpointInterval": "3"},
-                "createdTime": 0,
-            },
-        ),
-    ]
+    first = create_table_actions(schema, configuration={"delta.checkpointInterval": "3"})
     version = store.commit(TABLE, [*first, ("add", write_data_file(location, batches[0]))])
     print(f"committed version {version}: create + 3 rows")
     adds = []

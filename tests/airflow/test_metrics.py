@@ -58,11 +58,11 @@ def statsd_env(listener: UdpListener) -> dict[str, str]:
     }
 
 
-def gauges(lines: list[str], name: str) -> dict[str, float]:
-    """{table: value} for ``<prefix>.delta_mirror.<name>.<table>:<value>|g`` datagrams."""
+def stat_values(lines: list[str], name: str, kind: str = "g") -> dict[str, float]:
+    """{table: value} for ``<prefix>.delta_mirror.<name>.<table>:<value>|<kind>`` datagrams (g, ms, c)."""
     out = {}
     for line in lines:
-        m = re.fullmatch(rf"airflow\.delta_mirror\.{name}\.([\w.-]+):(-?[\d.]+)\|g", line)
+        m = re.fullmatch(rf"airflow\.delta_mirror\.{name}\.([\w.-]+):(-?[\d.]+)\|{kind}", line)
         if m:
             out[m[1]] = float(m[2])
     return out
@@ -91,13 +91,13 @@ def test_the_monitor_dag_sends_lag_gauges_to_statsd(dm_config, sqlite_store: str
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "new_state=success" in proc.stdout + proc.stderr
 
-    lag = gauges(listener.lines, "lag_seconds")
-    behind = gauges(listener.lines, "versions_behind")
+    lag = stat_values(listener.lines, "lag_seconds")
+    behind = stat_values(listener.lines, "versions_behind")
     assert set(lag) == {"behind", "current"}, [x for x in listener.lines if "delta_mirror" in x]
     assert lag["behind"] >= 1.0 and lag["current"] < lag["behind"]
     assert behind == {"behind": 3.0, "current": 1.0}
-    assert gauges(listener.lines, "halted") == {"behind": 0.0, "current": 0.0}
-    assert gauges(listener.lines, "failed_versions") == {"behind": 0.0, "current": 0.0}
+    assert stat_values(listener.lines, "halted") == {"behind": 0.0, "current": 0.0}
+    assert stat_values(listener.lines, "failed_versions") == {"behind": 0.0, "current": 0.0}
     # plain StatsD has no tags: the tagged form arrives under the bare name as well
     assert any(re.fullmatch(r"airflow\.delta_mirror\.lag_seconds:[\d.]+\|g", x) for x in listener.lines)
     # ... and each measurement is kept as lag history (dl_lag_samples) for the UI and `health`.
@@ -105,16 +105,6 @@ def test_the_monitor_dag_sends_lag_gauges_to_statsd(dm_config, sqlite_store: str
         samples = store.lag_samples(store.get_table(name).id)
         assert [s[2] for s in samples] == [versions], (name, samples)
         assert samples[0][1] == lag[name]
-
-
-def timings(lines: list[str], name: str) -> dict[str, float]:
-    """{table: ms} for ``<prefix>.delta_mirror.<name>.<table>:<ms>|ms`` datagrams."""
-    out = {}
-    for line in lines:
-        m = re.fullmatch(rf"airflow\.delta_mirror\.{name}\.([\w.-]+):(-?[\d.]+)\|ms", line)
-        if m:
-            out[m[1]] = float(m[2])
-    return out
 
 
 @pytest.mark.usefixtures("airflow_db")
@@ -158,4 +148,4 @@ def test_a_table_dag_sends_step_durations_and_failures_by_error_class(
         listener.stop()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for step in ("publish", "checkpoint", "validate"):
-        assert "sales" in timings(listener.lines, f"{step}_seconds"), (step, listener.lines)
+        assert "sales" in stat_values(listener.lines, f"{step}_seconds", "ms"), (step, listener.lines)
