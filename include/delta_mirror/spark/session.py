@@ -25,6 +25,11 @@ IVY_ENV = "DELTA_MIRROR_SPARK_IVY"
 PACKAGES_ENV = "DELTA_MIRROR_SPARK_PACKAGES"  # e.g. io.delta:delta-spark_4.2_2.13:4.4.0,<more>
 _lock = threading.Lock()
 
+# Maven coordinates resolved with the Delta jars (Spark's Ivy, cached like them). One entry per
+# capability, so each feature adds its own line: e.g. the PostgreSQL JDBC driver for the Spark
+# checkpoint engine, hadoop-aws for s3a:// tables.
+EXTRA_PACKAGES: tuple[str, ...] = ()
+
 
 class SparkUnavailable(PermanentError):
     """pyspark/delta-spark are not installed, or there is no Java runtime."""
@@ -101,7 +106,7 @@ def get_spark(master: str | None = None, *, app_name: str = "delta-mirror", **co
             builder = builder.config("spark.jars.packages", packages)
         else:
             # delta-spark 4.4.1 on PyPI has no jars on Maven Central (404): pin 4.4.0 (requirements.txt)
-            builder = configure_spark_with_delta_pip(builder)
+            builder = configure_spark_with_delta_pip(builder, extra_packages=list(EXTRA_PACKAGES))
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         return spark
