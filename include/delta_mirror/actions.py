@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 from delta_mirror.errors import InvalidActionError
+from delta_mirror.log_path import LOG_DIR
 
 KNOWN_ACTIONS = (
     "commitInfo",
@@ -138,6 +140,10 @@ def dv_id(dv: Mapping[str, Any] | None) -> str:
     return text
 
 
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9_=+\-.][A-Za-z0-9_=+\-./]*")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
 def _reject_constant(name: str) -> Any:
     # NaN / Infinity are not JSON: other readers would reject the commit file.
     raise json.JSONDecodeError(f"{name} is not valid JSON", name, 0)
@@ -169,6 +175,23 @@ def parse_actions(data: bytes, *, table: str, version: int | None = None) -> lis
                 version=version,
                 hint='each line must be one JSON object such as {"add": {...}}',
             ) from None
+        except RecursionError:
+            raise InvalidActionError(
+                f"line {number}: JSON nested too deeply",
+                table=table,
+                version=version,
+                hint="actions are shallow objects; check the writer",
+            ) from None
+        if _SURROGATE_ESCAPE.search(line):
+            try:  # an escaped lone surrogate ("\ud800") is valid JSON but not encodable as UTF-8
+                json.dumps(obj, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidActionError(
+                    f"line {number}: a string holds a lone UTF-16 surrogate escape (not valid Unicode)",
+                    table=table,
+                    version=version,
+                    hint="write strings as valid UTF-8 (surrogate escapes only in pairs)",
+                ) from None
         if not isinstance(obj, dict) or len(obj) != 1:
             raise InvalidActionError(
                 f"line {number}: an action must be a JSON object with exactly one key (the action type)",
@@ -224,6 +247,8 @@ def _require(
 
 def check_data_path(path: str, *, table: str, version: int | None, where: str, location: str | None) -> None:
     """A data file path must stay inside the table root: no ``..``, no other bucket or folder."""
+    if _PLAIN_PATH.fullmatch(path) and ".." not in path and not path.startswith(LOG_DIR):
+        return  # the common case, decided without parsing: relative, nothing encoded, no dot-dot
     if not path:
         raise InvalidActionError(f"{where}: empty path", table=table, version=version)
     parsed = urlparse(path)
@@ -261,6 +286,37 @@ def check_data_path(path: str, *, table: str, version: int | None, where: str, l
             table=table,
             version=version,
             hint="data files live outside _delta_log/",
+        )
+
+
+def _check_protocol_features(body: Mapping[str, Any], where: str, table: str, version: int | None) -> None:
+    """Versions that exist, reader features we know (as import does), reader ⊆ writer features."""
+    from delta_mirror.source_log import CATALOG_FEATURES, KNOWN_READER_FEATURES
+
+    reader, writer = body["minReaderVersion"], body["minWriterVersion"]
+    if reader > 3 or writer > 7:
+        raise InvalidActionError(
+            f"{where}: protocol {reader}/{writer} does not exist (at most minReaderVersion 3, minWriterVersion 7)",
+            table=table,
+            version=version,
+            hint="use table features (3/7) for newer capabilities",
+        )
+    readers = body.get("readerFeatures") or []
+    unknown = [f for f in readers if f not in KNOWN_READER_FEATURES and f not in CATALOG_FEATURES]
+    if unknown:
+        raise InvalidActionError(
+            f"{where}: unknown reader feature(s) {', '.join(repr(f) for f in unknown)}",
+            table=table,
+            version=version,
+            hint="delta-mirror cannot vouch that readers handle it; drop the feature or upgrade delta-mirror",
+        )
+    missing = [f for f in readers if f not in (body.get("writerFeatures") or [])]
+    if missing:
+        raise InvalidActionError(
+            f"{where}: reader feature(s) {', '.join(repr(f) for f in missing)} missing from writerFeatures",
+            table=table,
+            version=version,
+            hint="the protocol requires every reader feature in writerFeatures too",
         )
 
 
@@ -401,6 +457,7 @@ def _validate_action(
                 raise InvalidActionError(
                     f"{where}: {field} must be a list of strings", table=table, version=version
                 )
+        _check_protocol_features(body, where, table, version)
     elif action_type == "txn":
         req(body, "appId", str, where, table, version)
         req(body, "version", int, where, table, version)
@@ -421,12 +478,82 @@ def _validate_action(
         )
 
 
+def _plain_add(body: Mapping[str, Any]) -> bool:
+    """The common add, checked in one expression (publishing re-checks every stored line)."""
+    path, size, pv, stats = body.get("path"), body.get("size"), body.get("partitionValues"), body.get("stats")
+    return (
+        type(path) is str
+        and _PLAIN_PATH.fullmatch(path) is not None
+        and ".." not in path
+        and not path.startswith(LOG_DIR)
+        and type(size) is int
+        and size >= 0
+        and type(body.get("modificationTime")) is int
+        and type(body.get("dataChange")) is bool
+        and type(pv) is dict
+        and all(type(k) is str and (v is None or type(v) is str) for k, v in pv.items())
+        and (stats is None or type(stats) is str)
+        and body.get("deletionVector") is None
+    )
+
+
+def check_stored_commit(
+    lines: Sequence[str], *, table: str, version: int, location: str | None, native: bool
+) -> None:
+    """Stored action lines are safe to publish as ``version``'s commit file, or ``InvalidActionError``.
+
+    Every line is one JSON object holding one action, with no raw newline; a native commit's
+    actions also pass ``validate_action`` (paths stay inside the table root). This catches a
+    writer that bypassed ``SqlStore.commit`` and wrote the store directly: the publisher halts the
+    table at that version instead of publishing a file readers would choke on.
+    """
+    if not lines:
+        raise InvalidActionError("the stored commit holds no actions", table=table, version=version)
+    hint = "the store was written outside delta-mirror; repair or restore this version, then resume"
+    for number, line in enumerate(lines, start=1):
+        try:
+            line.encode("utf-8")
+            obj = json.loads(line, parse_constant=_reject_constant)
+        except (json.JSONDecodeError, RecursionError, UnicodeEncodeError) as exc:
+            raise InvalidActionError(
+                f"stored action {number} is not valid UTF-8 JSON ({type(exc).__name__})",
+                table=table,
+                version=version,
+                hint=hint,
+            ) from None
+        if "\n" in line or not isinstance(obj, dict) or len(obj) != 1:
+            raise InvalidActionError(
+                f"stored action {number} is not one JSON object with one key",
+                table=table,
+                version=version,
+                hint=hint,
+            )
+        ((action_type, body),) = obj.items()
+        if not isinstance(body, dict):
+            raise InvalidActionError(
+                f"stored action {number} ({action_type}) has no object body",
+                table=table,
+                version=version,
+                hint=hint,
+            )
+        if native and not (action_type == "add" and _plain_add(body)):
+            try:
+                _validate_action(
+                    action_type, body, number=number, table=table, version=version, location=location
+                )
+            except InvalidActionError as exc:
+                exc.what = f"stored {exc.what}"
+                exc.hint = hint
+                raise
+
+
 __all__ = [
     "KNOWN_ACTIONS",
     "SPARK_KEY_ORDER",
     "Action",
     "canonical_line",
     "check_data_path",
+    "check_stored_commit",
     "dv_id",
     "parse_actions",
     "render_commit",

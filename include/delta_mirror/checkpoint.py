@@ -57,8 +57,14 @@ __all__ = [
     "CheckpointFile",
     "CheckpointInput",
     "CheckpointResult",
+    "CheckpointHeader",
     "build_checkpoint",
+    "checkpoint_header",
+    "checkpoint_result",
+    "non_file_parquet",
+    "num_checkpoint_parts",
     "spark_hash_partition",
+    "v2_checkpoint_files",
 ]
 
 
@@ -272,11 +278,10 @@ def _build_multipart(
 ) -> CheckpointResult:
     chunks = list(_file_chunks(inp, ctx))
     num_file_actions = sum(len(a) for _, a in chunks)
-    num_parts = max(1, -(-num_file_actions // part_size))
+    num_parts, non_file_part = num_checkpoint_parts(num_file_actions, part_size)
     if num_parts == 1:  # never "parts":1 (Trino rejects it): one part is a classic checkpoint
         return _build_classic(inp.version, non_file, chunks)
     part_ids = [spark_hash_partition(a.field("path"), num_parts) for _, a in chunks]
-    non_file_part = _SPARK_HASH_SEED % num_parts  # a null key hashes to the seed
     files: list[CheckpointFile] = []
     total_rows = 0
     num_adds = sum(len(a) for c, a in chunks if c == "add")
@@ -311,8 +316,7 @@ def _build_v2(
 
     def finish(current: _ParquetSink) -> None:
         data = current.close()
-        digest = hashlib.sha256(data).hexdigest()
-        name = f"{uuid.uuid5(_UUID_NAMESPACE, f'{checkpoint_id}/sidecar/{len(sidecars)}/{digest}')}.parquet"
+        name = _sidecar_name(checkpoint_id, len(sidecars), data)
         sidecars.append(CheckpointFile(f"{LOG_DIR}/{SIDECAR_DIR}/{name}", data))
         sidecar_rows.append(
             {"path": name, "sizeInBytes": len(data), "modificationTime": modification_time_ms, "tags": None}
@@ -334,7 +338,27 @@ def _build_v2(
     if sink is not None:
         finish(sink)
 
-    rows: dict[str, list[Any]] = {"checkpointMetadata": [{"version": inp.version, "tags": None}]}
+    top, top_rows, v2 = _v2_top_level(
+        inp.version, non_file, sidecar_rows, checkpoint_id, modification_time_ms
+    )
+    return _result(inp.version, [*sidecars, top], num_adds, file_rows + top_rows, parts=None, v2=v2)
+
+
+def _sidecar_name(checkpoint_id: str, index: int, data: bytes) -> str:
+    """Deterministic: the same bytes at the same position get the same name on a re-run."""
+    digest = hashlib.sha256(data).hexdigest()
+    return f"{uuid.uuid5(_UUID_NAMESPACE, f'{checkpoint_id}/sidecar/{index}/{digest}')}.parquet"
+
+
+def _v2_top_level(
+    version: int,
+    non_file: dict[str, list[Any]],
+    sidecar_rows: list[dict[str, Any]],
+    checkpoint_id: str,
+    modification_time_ms: int,
+) -> tuple[CheckpointFile, int, dict[str, Any]]:
+    """The UUID-named top-level file (checkpointMetadata, non-file actions, sidecar actions)."""
+    rows: dict[str, list[Any]] = {"checkpointMetadata": [{"version": version, "tags": None}]}
     rows.update(non_file)
     rows["sidecar"] = sidecar_rows
     top = _ParquetSink(V2_CHECKPOINT_SCHEMA)
@@ -342,10 +366,96 @@ def _build_v2(
     data = top.close()
     digest = hashlib.sha256(data).hexdigest()
     top_uuid = str(uuid.uuid5(_UUID_NAMESPACE, f"{checkpoint_id}/v2/{digest}"))
-    name = uuid_checkpoint_name(inp.version, top_uuid)
-    files = [*sidecars, CheckpointFile(f"{LOG_DIR}/{name}", data)]
+    name = uuid_checkpoint_name(version, top_uuid)
     v2 = {"path": name, "sizeInBytes": len(data), "modificationTime": modification_time_ms}
-    return _result(inp.version, files, num_adds, file_rows + top.rows, parts=None, v2=v2)
+    return CheckpointFile(f"{LOG_DIR}/{name}", data), top.rows, v2
+
+
+# --------------------------------------------------------------------------------------------
+# Building blocks for other engines (the Spark engine writes the file actions itself)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckpointHeader:
+    """What a checkpoint of ``version`` holds besides its file actions, validated as the local
+    engine validates it: the non-file rows (protocol, metaData, txn, domainMetadata: dicts in
+    checkpoint-schema shape), the keys ``partitionValues`` must carry, and the V2 checkpoint id."""
+
+    version: int
+    kind: str
+    non_file: dict[str, list[Any]]
+    partition_keys: tuple[str, ...]
+    checkpoint_id: str
+
+
+def checkpoint_header(inp: CheckpointInput, kind: str, checkpoint_id: str | None = None) -> CheckpointHeader:
+    """Validate the non-file state of ``inp`` for ``kind`` (``adds``/``removes`` are not read)."""
+    if kind not in ("classic", "multipart", "v2"):
+        raise ValueError(f"unknown checkpoint kind {kind!r} (classic, multipart or v2)")
+    protocol = _protocol(_action(inp.protocol, "protocol", inp.version))
+    metadata = _action(inp.metadata, "metaData", inp.version)
+    _check_kind_allowed(kind, protocol, inp.version)
+    return CheckpointHeader(
+        version=inp.version,
+        kind=kind,
+        non_file=_non_file_rows(inp, protocol, metadata),
+        partition_keys=_partition_keys(metadata, inp.version),
+        checkpoint_id=checkpoint_id or f"{metadata.get('id')}/{inp.version}",
+    )
+
+
+def non_file_parquet(header: CheckpointHeader) -> bytes:
+    """The header's non-file rows as a Parquet file in ``CHECKPOINT_SCHEMA``."""
+    sink = _ParquetSink(CHECKPOINT_SCHEMA)
+    sink.write(_rows_table(header.non_file, CHECKPOINT_SCHEMA))
+    return sink.close()
+
+
+def num_checkpoint_parts(num_file_actions: int, part_size: int) -> tuple[int, int]:
+    """``(parts, part holding the non-file rows)`` as the local engine splits a multi-part checkpoint;
+    one part means a classic checkpoint. The non-file rows have a null key, which hashes to the seed."""
+    parts = max(1, -(-num_file_actions // part_size))
+    return parts, _SPARK_HASH_SEED % parts
+
+
+def v2_checkpoint_files(
+    header: CheckpointHeader, sidecars: Sequence[bytes], modification_time_ms: int
+) -> tuple[list[CheckpointFile], int]:
+    """Sidecar files named as the local engine names them, then the top-level file, from sidecar
+    bytes written elsewhere (in order). Returns the files and the top-level file's row count."""
+    files: list[CheckpointFile] = []
+    rows: list[dict[str, Any]] = []
+    for i, data in enumerate(sidecars):
+        name = _sidecar_name(header.checkpoint_id, i, data)
+        files.append(CheckpointFile(f"{LOG_DIR}/{SIDECAR_DIR}/{name}", data))
+        rows.append(
+            {"path": name, "sizeInBytes": len(data), "modificationTime": modification_time_ms, "tags": None}
+        )
+    top, top_rows, v2 = _v2_top_level(
+        header.version, header.non_file, rows, header.checkpoint_id, modification_time_ms
+    )
+    files.append(top)
+    return files, top_rows
+
+
+def checkpoint_result(
+    version: int,
+    files: list[CheckpointFile],
+    num_adds: int,
+    num_actions: int,
+    *,
+    parts: int | None = None,
+    v2_top: CheckpointFile | None = None,
+    modification_time_ms: int = 0,
+) -> CheckpointResult:
+    """The result (with ``_last_checkpoint``) for files built elsewhere, exactly as the local engine
+    describes its own."""
+    v2 = None
+    if v2_top is not None:
+        name = v2_top.path.rsplit("/", 1)[-1]
+        v2 = {"path": name, "sizeInBytes": len(v2_top.data), "modificationTime": modification_time_ms}
+    return _result(version, files, num_adds, num_actions, parts=parts, v2=v2)
 
 
 def _result(

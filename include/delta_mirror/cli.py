@@ -201,11 +201,20 @@ def commit(
 ) -> None:
     """Commit actions as the table's next version; prints the version."""
     from delta_mirror.actions import parse_actions
+    from delta_mirror.config import max_commit_bytes
     from delta_mirror.storage import normalize_location
 
     with _errors(ctx, name):
         store = ctx.store()
-        actions = parse_actions(actions_file.read(), table=name)
+        limit = max_commit_bytes()
+        data = actions_file.read(limit + 1)  # never more than the limit in memory
+        if len(data) > limit:
+            raise DataError(
+                f"the actions input is larger than the limit of {limit:,} bytes",
+                table=name,
+                hint="split it into several commits, or raise DELTA_MIRROR_MAX_COMMIT_BYTES",
+            )
+        actions = parse_actions(data, table=name)
         target = normalize_location(location) if location else None
         if target is not None:
             try:
@@ -224,8 +233,11 @@ def _check_new_location(name: str, location: str) -> None:
     """A new table's location must be reachable and hold no Delta log (that one is imported instead)."""
     from delta_mirror.errors import TableExistsError
     from delta_mirror.log_path import LOG_DIR, parse_log_file
-    from delta_mirror.storage import open_store
+    from delta_mirror.storage import local_path, open_store
 
+    folder = local_path(location)
+    if folder is not None and not (folder / LOG_DIR).is_dir():
+        return  # nothing there: do not create folders for a commit that may yet be refused
     existing = [m for m in open_store(location).list(LOG_DIR) if parse_log_file(m.path.rsplit("/", 1)[-1])]
     if existing:
         raise TableExistsError(
@@ -265,15 +277,42 @@ def mirror(ctx: Ctx, name: str, to_version: int | None, as_json: bool) -> None:
 @cli.command()
 @click.argument("name")
 @click.option("--version", "version", type=click.IntRange(min=0), default=None)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "spark", "auto"]),
+    default=None,
+    help="Who builds it: in-process (local), Spark (reads the store over JDBC), or auto by file count "
+    "(default: the table's `checkpoint.engine` in the table config when it exists, else local).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Table config (default: $DELTA_MIRROR_CONFIG or config/delta_mirror.yaml when it exists).",
+)
 @store_option
 @click.pass_obj
-def checkpoint(ctx: Ctx, name: str, version: int | None) -> None:
+def checkpoint(ctx: Ctx, name: str, version: int | None, engine: str | None, config_path: str | None) -> None:
     """Write a checkpoint (default: at the last published version)."""
+    from pathlib import Path
+
     from delta_mirror.publisher import Publisher
+    from delta_mirror.spark.checkpoint_engine import builder_for
+    from delta_mirror.table_config import default_config_path, load_config
 
     with _errors(ctx, name):
-        v = Publisher(ctx.store()).checkpoint(name, version)
-        click.echo(f"checkpoint written for '{name}' at version {v}")
+        store = ctx.store()
+        settings = None
+        path = Path(config_path) if config_path else default_config_path()
+        if config_path or path.is_file():
+            config = load_config(path)
+            settings = config.tables.get(name, config.defaults).checkpoint
+        chosen, builder = builder_for(store, name, engine, settings)
+        v = Publisher(store, checkpoint_builder=builder, lease_ttl=3600.0 if builder else None).checkpoint(
+            name, version
+        )
+        click.echo(f"checkpoint written for '{name}' at version {v} ({chosen} engine)")
 
 
 @cli.command()

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from delta_mirror.actions import render_commit
+from delta_mirror.actions import check_stored_commit, render_commit
 from delta_mirror.breaker import BreakerPolicy, CircuitBreakers, endpoint_key, table_key
 from delta_mirror.checkpoint import CheckpointInput, CheckpointResult, build_checkpoint
 from delta_mirror.errors import (
@@ -36,9 +36,16 @@ from delta_mirror.errors import (
     PublishConflictError,
     TransientError,
 )
-from delta_mirror.log_path import LAST_CHECKPOINT, LOG_DIR, commit_name
+from delta_mirror.failpoints import failpoint
+from delta_mirror.log_path import (
+    LAST_CHECKPOINT,
+    LOG_DIR,
+    checkpoint_name,
+    commit_name,
+    multipart_checkpoint_name,
+)
 from delta_mirror.storage import ObjectExistsError, ObjectStore, open_store
-from delta_mirror.store.sql_store import SqlStore, TableInfo, now_ms
+from delta_mirror.store.sql_store import Snapshot, SqlStore, TableInfo, now_ms
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -46,6 +53,8 @@ T = TypeVar("T")
 DEFAULT_CHECKPOINT_INTERVAL = 10
 DEFAULT_CHECKPOINT_MAX_BYTES = 32 * 1024 * 1024
 DEFAULT_TOMBSTONE_RETENTION_MS = 7 * 24 * 3600 * 1000
+DEFAULT_LEASE_TTL = 120.0
+LEASE_TTL_ENV = "DELTA_MIRROR_LEASE_TTL"
 _INTERVAL = re.compile(r"^\s*(?:interval\s+)?(\d+)\s+(\w+?)s?\s*$", re.IGNORECASE)
 _UNIT_MS = {
     "millisecond": 1,
@@ -73,6 +82,32 @@ def checkpoint_kind(table: TableInfo, protocol_line: str) -> str:
     if "v2Checkpoint" in (protocol.get("readerFeatures") or []):
         return "v2"
     return "classic" if table.checkpoint_kind == "v2" else table.checkpoint_kind
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """Everything an engine needs to build the checkpoint of ``version`` (files come from the store)."""
+
+    table: TableInfo
+    version: int
+    snapshot: Snapshot
+    kind: str
+    part_size: int | None
+    checkpoint_id: str
+    modification_time_ms: int
+    min_deletion_timestamp: int  # tombstones older than this are past the retention
+
+    def header_input(self) -> CheckpointInput:
+        """The non-file state as a ``CheckpointInput`` (its ``adds``/``removes`` left empty)."""
+        snap = self.snapshot
+        return CheckpointInput(
+            self.version, snap.protocol, snap.metadata, snap.txns, snap.domain_metadata, [], []
+        )
+
+
+#: Builds a checkpoint's files for a plan (the local engine when the publisher has none); the
+#: publisher then writes them with put-if-absent and moves ``_last_checkpoint``.
+CheckpointBuilder = Callable[[SqlStore, CheckpointPlan], CheckpointResult]
 
 
 @dataclass
@@ -119,6 +154,14 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+def default_lease_ttl() -> float:
+    """``DELTA_MIRROR_LEASE_TTL`` seconds, else 120: how long a crashed publisher blocks its tables."""
+    try:
+        return max(1.0, float(os.environ.get(LEASE_TTL_ENV, DEFAULT_LEASE_TTL)))
+    except ValueError:
+        return DEFAULT_LEASE_TTL
+
+
 class Publisher:
     """Publishes a table's pending versions and checkpoints from the store to its location."""
 
@@ -127,17 +170,23 @@ class Publisher:
         store: SqlStore,
         *,
         owner: str | None = None,
-        lease_ttl: float = 120.0,
+        lease_ttl: float | None = None,
         batch_size: int = 500,
         retry: RetryPolicy | None = None,
         open_location: Callable[[str], ObjectStore] | None = None,
         storage_options: Mapping[str, str] | None = None,
         breaker_policy: BreakerPolicy | None = None,
+        checkpoint_builder: CheckpointBuilder | None = None,
+        cadence_checkpoints: bool = True,
     ) -> None:
         self.store = store
+        self.checkpoint_builder = checkpoint_builder
+        # False: publish() leaves the cadence's checkpoints to a separate step (e.g. a Spark job)
+        self.cadence_checkpoints = cadence_checkpoints
         self.breaker_policy = breaker_policy
         self.owner = owner or default_owner()
-        self.lease_ttl = lease_ttl
+        self.lease_ttl = default_lease_ttl() if lease_ttl is None else lease_ttl
+        self._lease_taken_at = 0.0
         self.batch_size = batch_size
         self.retry = retry or RetryPolicy()
         self.storage_options = dict(storage_options or {})
@@ -159,12 +208,7 @@ class Publisher:
         keys = [table_key(name), endpoint_key(table.location, self.storage_options)]
         for key in keys:
             breakers.check(key, table=name)
-        if not self.store.acquire_lease(table.id, self.owner, self.lease_ttl):
-            raise LeaseHeldError(
-                "another publisher holds this table's lease",
-                table=name,
-                hint="it will be retried; a crashed publisher's lease expires by itself",
-            )
+        self._take_lease(table)
         try:
             self.store.reset_in_progress(table.id)
             result = self._publish(table, to_version, progress)
@@ -178,6 +222,31 @@ class Publisher:
         for key in keys:
             breakers.record_success(key)
         return result
+
+    def _take_lease(self, table: TableInfo) -> None:
+        if not self.store.acquire_lease(table.id, self.owner, self.lease_ttl):
+            raise LeaseHeldError(
+                "another publisher holds this table's lease",
+                table=table.name,
+                hint="it will be retried; a crashed publisher's lease expires by itself",
+            )
+        self._lease_taken_at = time.monotonic()
+
+    def _keep_lease(self, table: TableInfo) -> None:
+        """Renew the lease once a third of its TTL has passed; stop at once if another owner took it.
+
+        Without renewal a run longer than the TTL (a backlog on slow storage) would be joined by a
+        second publisher, and ``_last_checkpoint`` (read, compare, replace) could move backwards.
+        """
+        if time.monotonic() - self._lease_taken_at < self.lease_ttl / 3:
+            return
+        if not self.store.acquire_lease(table.id, self.owner, self.lease_ttl):
+            raise LeaseHeldError(
+                "the publisher lease expired and another publisher took it",
+                table=table.name,
+                hint="the other publisher carries on; raise DELTA_MIRROR_LEASE_TTL if runs are slow",
+            )
+        self._lease_taken_at = time.monotonic()
 
     def _publish(
         self, table: TableInfo, to_version: int | None, progress: Callable[[int, int], None] | None
@@ -210,6 +279,7 @@ class Publisher:
             v = result.last_published
             if (
                 v is not None
+                and self.cadence_checkpoints
                 and (result.published or result.already_present)
                 and self._checkpoint_due(table, v)
             ):
@@ -217,7 +287,22 @@ class Publisher:
             if progress:
                 progress(end - start + 1, total)
             version = end + 1
+        self._redrive_checkpoints(table, objects, result)
         return result
+
+    def _redrive_checkpoints(self, table: TableInfo, objects: ObjectStore, result: PublishResult) -> None:
+        """Finish checkpoints a crashed or failed run left unfinished (parts or pointer missing).
+
+        Their commits are already SUCCESS, so no new publish would ever reach them again.
+        """
+        last = self.store.last_published_version(table.id)
+        if last is None or not self.cadence_checkpoints:  # else the separate checkpoint step owns them
+            return
+        for row in self.store.status_rows(
+            table.id, artifact="checkpoint", states=("PENDING", "FAILED"), to_version=last
+        ):
+            if row.version not in result.checkpoints:
+                self._checkpoint(table, objects, row.version, result)
 
     def _publish_batch(
         self, table: TableInfo, objects: ObjectStore, start: int, end: int, result: PublishResult
@@ -239,6 +324,13 @@ class Publisher:
         try:
             for row in rows:
                 if row.has_json:
+                    check_stored_commit(
+                        lines.get(row.version, []),
+                        table=table.name,
+                        version=row.version,
+                        location=table.location,
+                        native=row.source == "native",
+                    )
                     data = render_commit(lines.get(row.version, []))
                     digest = hashlib.sha256(data).hexdigest()
                     if digest != row.sha256:
@@ -248,7 +340,9 @@ class Publisher:
                             version=row.version,
                             hint="the store was modified outside delta-mirror; restore it from backup",
                         )
+                    self._keep_lease(table)
                     present = self._put_with_retry(table, objects, row.version, data, digest)
+                    failpoint("publish.after_put")
                     done.append((row.version, digest, len(data)))
                     (result.already_present if present else result.published).append(row.version)
                     result.last_published = row.version
@@ -260,6 +354,8 @@ class Publisher:
                     result.last_published = row.version
         except MirrorError as exc:
             self.store.mark_succeeded(table.id, "json", done)
+            if isinstance(exc, LeaseHeldError):
+                raise  # the new lease holder owns the status rows now
             failed = done[-1][0] + 1 if done else start
             state = "CONFLICT" if isinstance(exc, PublishConflictError) else "FAILED"
             self.store.mark_failed(table.id, failed, "json", state, exc.error_class.value, exc.message)
@@ -359,8 +455,7 @@ class Publisher:
                 version=version,
                 hint="checkpoints follow published commits; mirror first",
             )
-        if not self.store.acquire_lease(table.id, self.owner, self.lease_ttl):
-            raise LeaseHeldError("another publisher holds this table's lease", table=name, hint="retry later")
+        self._take_lease(table)
         try:
             self._checkpoint(table, self.open_location(table.location), version, PublishResult(name))
         finally:
@@ -375,8 +470,15 @@ class Publisher:
         self.store.mark_started(table.id, [version], "checkpoint", self.owner)
         try:
             for f in built.files:
+                self._keep_lease(table)
                 self.retry.run(lambda f=f: self._put_checkpoint_file(objects, f.path, f.data))  # type: ignore[misc]
+                failpoint("checkpoint.after_part")
+            self._keep_lease(table)
+            failpoint("checkpoint.before_last_checkpoint")
             self.retry.run(lambda: self._put_last_checkpoint(objects, version, built.last_checkpoint))
+            failpoint("checkpoint.after_last_checkpoint")
+        except LeaseHeldError:
+            raise
         except MirrorError as exc:
             self.store.mark_failed(
                 table.id, version, "checkpoint", "FAILED", exc.error_class.value, exc.message
@@ -402,13 +504,29 @@ class Publisher:
         if meta is None or meta.size != len(data):
             raise TransientError(f"{path} is not durable after the write", hint="retried automatically")
 
-    def _build_checkpoint(self, table: TableInfo, version: int) -> CheckpointResult:
-        """The checkpoint files of ``version`` from the store (O(active files), not history)."""
+    def checkpoint_plan(self, table: TableInfo, version: int) -> CheckpointPlan:
         snap = self.store.snapshot(table.id, version)
         config = json.loads(snap.metadata)["metaData"].get("configuration") or {}
         retention = parse_interval_ms(
             config.get("delta.deletedFileRetentionDuration"), DEFAULT_TOMBSTONE_RETENTION_MS
         )
+        return CheckpointPlan(
+            table=table,
+            version=version,
+            snapshot=snap,
+            kind=checkpoint_kind(table, snap.protocol),
+            part_size=table.checkpoint_part_size,
+            checkpoint_id=f"{table.table_uuid}/{version}",
+            modification_time_ms=self._committed_at(table, version),
+            min_deletion_timestamp=now_ms() - retention,
+        )
+
+    def _build_checkpoint(self, table: TableInfo, version: int) -> CheckpointResult:
+        """The checkpoint files of ``version`` from the store (O(active files), not history)."""
+        plan = self.checkpoint_plan(table, version)
+        if self.checkpoint_builder is not None:
+            return self.checkpoint_builder(self.store, plan)
+        snap = plan.snapshot
         return build_checkpoint(
             CheckpointInput(
                 version=version,
@@ -419,19 +537,51 @@ class Publisher:
                 adds=[
                     line for batch in self.store.iter_active_add_lines(table.id, version) for line in batch
                 ],
-                removes=self.store.tombstone_lines(table.id, version, now_ms() - retention),
+                removes=self.store.tombstone_lines(table.id, version, plan.min_deletion_timestamp),
             ),
-            kind=checkpoint_kind(table, snap.protocol),
-            part_size=table.checkpoint_part_size,
-            checkpoint_id=f"{table.table_uuid}/{version}",
-            modification_time_ms=self._committed_at(table, version),
+            kind=plan.kind,
+            part_size=plan.part_size,
+            checkpoint_id=plan.checkpoint_id,
+            modification_time_ms=plan.modification_time_ms,
         )
 
     def rewrite_last_checkpoint(self, name: str, version: int) -> None:
-        """Write ``_last_checkpoint`` for the checkpoint at ``version`` again (it was lost or wrong)."""
+        """Write ``_last_checkpoint`` for the checkpoint at ``version`` again (it was lost or wrong).
+
+        Under the lease, and only if the pointer is still bad when read again: the audit that asked
+        for this listed the log earlier, and a publisher may since have moved the pointer forward to
+        a newer complete checkpoint (replacing it then would move it backwards).
+        """
         table = self.store.get_table(name)
-        built = self._build_checkpoint(table, version)
-        self.open_location(table.location).put(f"{LOG_DIR}/{LAST_CHECKPOINT}", built.last_checkpoint)
+        self._take_lease(table)
+        try:
+            objects = self.open_location(table.location)
+            if self._points_at_complete_checkpoint(objects, at_least=version):
+                return
+            built = self._build_checkpoint(table, version)
+            objects.put(f"{LOG_DIR}/{LAST_CHECKPOINT}", built.last_checkpoint)
+        finally:
+            self.store.release_lease(table.id, self.owner)
+
+    @staticmethod
+    def _points_at_complete_checkpoint(objects: ObjectStore, at_least: int) -> bool:
+        raw = objects.get(f"{LOG_DIR}/{LAST_CHECKPOINT}")
+        try:
+            pointer = json.loads(raw) if raw else None
+            version = int(pointer["version"]) if isinstance(pointer, dict) else -1
+            parts = pointer.get("parts") if isinstance(pointer, dict) else None
+            v2 = pointer.get("v2Checkpoint") if isinstance(pointer, dict) else None
+            if version < at_least or parts == 1:
+                return False
+            if isinstance(v2, dict):
+                names = [str(v2["path"])]
+            elif parts is not None:
+                names = [multipart_checkpoint_name(version, i, int(parts)) for i in range(1, int(parts) + 1)]
+            else:
+                names = [checkpoint_name(version)]
+        except (ValueError, KeyError, TypeError):
+            return False
+        return all(objects.head(f"{LOG_DIR}/{n}") is not None for n in names)
 
     @staticmethod
     def _put_last_checkpoint(objects: ObjectStore, version: int, data: bytes) -> None:
@@ -446,4 +596,11 @@ class Publisher:
         objects.put(path, data)
 
 
-__all__ = ["PublishResult", "Publisher", "RetryPolicy", "parse_interval_ms"]
+__all__ = [
+    "CheckpointBuilder",
+    "CheckpointPlan",
+    "PublishResult",
+    "Publisher",
+    "RetryPolicy",
+    "parse_interval_ms",
+]

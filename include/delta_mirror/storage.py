@@ -21,6 +21,8 @@ from obstore.store import LocalStore, S3Store, from_url
 from delta_mirror.errors import PermanentError, TransientError
 from delta_mirror.log_path import LOG_DIR
 
+TIMEOUT_ENV = "DELTA_MIRROR_STORAGE_TIMEOUT"
+
 
 class ObjectExistsError(Exception):
     """``put_if_absent`` found an object already at that path (nothing was written)."""
@@ -59,7 +61,13 @@ class ObjectStore(Protocol):
 
 def _check_log_path(path: str) -> None:
     parts = path.split("/")
-    if parts[0] != LOG_DIR or len(parts) < 2 or any(p in ("", ".", "..") for p in parts):
+    if (
+        parts[0] != LOG_DIR
+        or len(parts) < 2
+        or any(p in ("", ".", "..") or unquote(p) in (".", "..") for p in parts)
+        or "\\" in path
+        or "\x00" in path
+    ):
         raise PermanentError(
             f"refusing to write '{path}': the mirror only writes below {LOG_DIR}/",
             hint="this is a bug or a hostile input; report it",
@@ -115,16 +123,33 @@ class ObstoreStore:
     def __init__(self, uri: str, store: Any) -> None:
         self.uri = uri.rstrip("/")
         self._store = store
+        self._local_root = local_path(self.uri)
+
+    def _check_write(self, path: str) -> None:
+        """``path`` is below ``_delta_log/``, and on a local disk no symlinked folder leads elsewhere."""
+        _check_log_path(path)
+        if self._local_root is None:
+            return
+        root = self._local_root.resolve()
+        folder = (self._local_root / path).parent  # the nearest folder that exists (or is a link)
+        while folder != self._local_root and not os.path.lexists(folder):
+            folder = folder.parent
+        if folder != self._local_root and not folder.resolve().is_relative_to(root / LOG_DIR):
+            raise PermanentError(
+                f"refusing to write '{path}' in {self.uri}: {folder} resolves to {folder.resolve()}, "
+                f"outside the table's {LOG_DIR}/ (a symlink)",
+                hint=f"make {LOG_DIR}/ a real folder inside the table root (symlinks there are refused)",
+            )
 
     def put_if_absent(self, path: str, data: bytes) -> None:
-        _check_log_path(path)
+        self._check_write(path)
         try:
             obstore.put(self._store, path, data, mode="create", use_multipart=False)
         except Exception as exc:  # noqa: BLE001 - translated below
             raise _translate(exc, self.uri, path) from exc
 
     def put(self, path: str, data: bytes) -> None:
-        _check_log_path(path)
+        self._check_write(path)
         try:
             obstore.put(self._store, path, data, use_multipart=False)
         except Exception as exc:  # noqa: BLE001
@@ -163,7 +188,7 @@ class ObstoreStore:
         return out
 
     def delete(self, path: str) -> None:
-        _check_log_path(path)
+        self._check_write(path)
         try:
             obstore.delete(self._store, path)
         except (FileNotFoundError, obe.NotFoundError):
@@ -202,6 +227,12 @@ def normalize_location(location: str) -> str:
     if parsed.scheme in ("s3", "s3a", "gs", "az", "abfs", "abfss"):
         if not parsed.netloc:
             raise PermanentError(f"location '{location}' has no bucket", hint="use s3://bucket/prefix")
+        segments = [unquote(p) for p in parsed.path.split("/")]
+        if any(p in (".", "..") for p in segments) or "\\" in parsed.path or parsed.query or parsed.fragment:
+            raise PermanentError(
+                f"location '{location}' is not a plain table root ('.', '..', '\\', '?' or '#' in it)",
+                hint="use s3://bucket/path/to/table",
+            )
         return location.rstrip("/")
     raise PermanentError(
         f"unsupported location scheme '{parsed.scheme}' in '{location}'",
@@ -243,11 +274,14 @@ def open_store(location: str, options: Mapping[str, str] | None = None) -> Obsto
             allow_http = str(config.pop("allow_http", "false")).lower() == "true"
             if "endpoint_url" in config:
                 config["endpoint"] = config.pop("endpoint_url")
+            # A request timeout (30 s) is what turns a hung endpoint into a retry; tunable per
+            # location (`timeout` option) or process (DELTA_MIRROR_STORAGE_TIMEOUT, e.g. "2s").
+            timeout = config.pop("timeout", None) or os.environ.get(TIMEOUT_ENV) or "30s"
             store = S3Store(
                 parsed.netloc,
                 prefix=parsed.path.strip("/") or None,
                 config={**config, "conditional_put": "etag"},  # type: ignore[arg-type]
-                client_options={"allow_http": allow_http, "timeout": "30s", "connect_timeout": "5s"},
+                client_options={"allow_http": allow_http, "timeout": timeout, "connect_timeout": "5s"},
                 retry_config={"max_retries": 3, "retry_timeout": timedelta(seconds=60)},
             )
             return ObstoreStore(uri, store)

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
 from delta_mirror.config import redact_url
 from delta_mirror.errors import MirrorError, PermanentError, TransientError
@@ -74,7 +74,13 @@ def make_engine(url: str) -> Engine:
 
         return engine
     if parsed.get_backend_name() == "postgresql":
-        return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+        try:
+            return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+        except (ArgumentError, ValueError) as exc:  # e.g. a non-numeric port
+            raise PermanentError(
+                f"store URL {redact_url(url)} is not valid: {exc}",
+                hint="use postgresql+psycopg://user@host:port/db",
+            ) from None
     raise PermanentError(
         f"unsupported store backend '{parsed.get_backend_name()}'",
         hint="use sqlite:///path or postgresql+psycopg://user@host/db",

@@ -23,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 
 from delta_mirror import ENGINE_INFO
 from delta_mirror.actions import Action, canonical_line, dv_id, render_commit, spark_ordered, validate_action
-from delta_mirror.config import redact_url
+from delta_mirror.config import max_commit_actions, max_commit_bytes, redact_url
 from delta_mirror.config import store_url as resolve_store_url
 from delta_mirror.errors import (
     CommitConflictError,
@@ -124,6 +124,7 @@ class CommitRow:
     size_bytes: int
     has_json: bool
     committed_at: int
+    source: str = "native"  # "native" (SqlStore.commit) or "import"
 
 
 def _table_info(row: Any) -> TableInfo:
@@ -219,6 +220,12 @@ class SqlStore:
         conn: Connection | None = None,
     ) -> TableInfo:
         check_table_name(name)
+        with db.translated(self.url, f"creating table '{name}'"):
+            if conn is not None:
+                self._check_location(conn, name, location)
+            else:
+                with self.reader.connect() as c:
+                    self._check_location(c, name, location)
         values = {
             "name": name,
             "location": location,
@@ -245,6 +252,30 @@ class SqlStore:
                     table=name,
                     hint="choose another --table name, or drop the existing one",
                 ) from None
+
+    @staticmethod
+    def _check_location(conn: Connection, name: str, location: str) -> None:
+        """A table root is no ``_delta_log/`` folder, and neither holds nor sits inside another table."""
+        from urllib.parse import unquote, urlparse
+
+        parsed = urlparse(location)
+        segments = [unquote(p) for p in parsed.path.split("/") if p]
+        if "_delta_log" in segments or ".." in segments:
+            raise PermanentError(
+                f"location {location} is inside a _delta_log/ folder or has '..' in it",
+                table=name,
+                hint="use the table's root folder (the one that holds _delta_log/)",
+            )
+        mine = location.rstrip("/") + "/"
+        rows = conn.execute(select(dl_tables.c.name, dl_tables.c.location).where(dl_tables.c.name != name))
+        for other, where in rows:
+            theirs = str(where).rstrip("/") + "/"
+            if mine.startswith(theirs) or theirs.startswith(mine):
+                raise PermanentError(
+                    f"location {location} overlaps table '{other}' at {where}",
+                    table=name,
+                    hint="every table needs its own root folder, outside every other table's",
+                )
 
     def _get_table(self, conn: Connection, name: str) -> TableInfo:
         row = conn.execute(select(dl_tables).where(dl_tables.c.name == name)).first()
@@ -339,6 +370,14 @@ class SqlStore:
         ``location`` creates the table there when it does not exist, in the same transaction.
         """
         check_table_name(name)
+        limit = max_commit_actions()
+        if len(actions) > limit:
+            raise InvalidActionError(
+                f"the commit holds {len(actions):,} actions, more than the limit of {limit:,}",
+                table=name,
+                version=expected_version,
+                hint="split it into several commits, or raise DELTA_MIRROR_MAX_COMMIT_ACTIONS",
+            )
         attempts = 1 if expected_version is not None else _NEXT_VERSION_ATTEMPTS
         for attempt in range(1, attempts + 1):
             try:
@@ -460,6 +499,13 @@ class SqlStore:
         )
         lines = [canonical_line(k, b) for k, b in ordered]
         data = render_commit(lines)
+        if len(data) > (max_bytes := max_commit_bytes()):
+            raise InvalidActionError(
+                f"the commit file would be {len(data):,} bytes, more than the limit of {max_bytes:,}",
+                table=name,
+                version=version,
+                hint="split it into several commits, or raise DELTA_MIRROR_MAX_COMMIT_BYTES",
+            )
         ict = ordered[0][1].get("inCommitTimestamp") if ordered[0][0] == "commitInfo" else None
         conn.execute(
             update(dl_commits)
@@ -522,6 +568,8 @@ class SqlStore:
                         hint="add protocol and metaData to version 0",
                     )
         for kind, body in ordered:
+            if kind == "protocol" and version > table.first_version:
+                self._check_no_downgrade(conn, table, version, body, ordered)
             if kind == "protocol":
                 features = set(body.get("readerFeatures") or []) | set(body.get("writerFeatures") or [])
                 for refused in REFUSED_FEATURES:
@@ -555,6 +603,31 @@ class SqlStore:
                         hint="remove only files that are in the table (same path text and deletion vector)",
                     )
         return ordered
+
+    def _check_no_downgrade(
+        self,
+        conn: Connection,
+        table: TableInfo,
+        version: int,
+        protocol: dict[str, Any],
+        actions: Sequence[Action],
+    ) -> None:
+        """Protocol versions only go down through DROP FEATURE (as Delta-Spark allows), never by accident."""
+        info = next((b for k, b in actions if k == "commitInfo"), {})
+        if info.get("operation") == "DROP FEATURE":
+            return
+        prev = self._latest_action(conn, table.id, "protocol", version - 1)
+        if prev is None:
+            return
+        old = json.loads(prev)["protocol"]
+        for key in ("minReaderVersion", "minWriterVersion"):
+            if isinstance(old.get(key), int) and protocol[key] < old[key]:
+                raise InvalidActionError(
+                    f"protocol downgrade: {key} {old[key]} -> {protocol[key]}",
+                    table=table.name,
+                    version=version,
+                    hint="protocols only go up; a feature is removed with a commitInfo operation 'DROP FEATURE'",
+                )
 
     def _active_keys(self, conn: Connection, table_id: int, paths: Sequence[str]) -> set[tuple[str, str]]:
         out: set[tuple[str, str]] = set()
@@ -823,6 +896,7 @@ class SqlStore:
                     dl_commits.c.size_bytes,
                     dl_commits.c.has_json,
                     dl_commits.c.committed_at,
+                    dl_commits.c.source,
                 )
                 .where(
                     dl_commits.c.table_id == table_id,
@@ -832,7 +906,8 @@ class SqlStore:
                 .order_by(dl_commits.c.version)
             )
             return [
-                CommitRow(r.version, r.sha256, r.size_bytes, bool(r.has_json), r.committed_at) for r in rows
+                CommitRow(r.version, r.sha256, r.size_bytes, bool(r.has_json), r.committed_at, r.source)
+                for r in rows
             ]
 
     def commit_lines(self, table_id: int, from_version: int, to_version: int) -> dict[int, list[str]]:
@@ -1287,6 +1362,10 @@ def _copy_lines(conn: Connection, query: Any, params: dict[str, Any], batch: int
     CSV with \\x02 as delimiter and \\x01 as quote: canonical JSON never contains either byte
     (control characters are escaped), nor a raw newline, so every output line is one payload as is.
     """
+    # COPY takes no bind parameters, so they are rendered into the text: integers only (ids,
+    # versions, timestamps), never a name or any other string.
+    if not all(type(v) is int for v in params.values()):
+        raise TypeError(f"COPY parameters must be integers, got {sorted(params)}")
     sql = str(query.bindparams(**params).compile(conn.engine, compile_kwargs={"literal_binds": True}))
     raw = conn.connection.driver_connection
     assert raw is not None

@@ -1,0 +1,756 @@
+"""Bad input at scale: a generated set of invalid commits and hostile inputs, on SQLite and PostgreSQL.
+
+Every case goes through the public API (``parse_actions`` + ``SqlStore.commit``) and the CLI
+(``delta-mirror commit``) against a store holding two published tables, and must be refused with
+one clear message (the table, the version when known, what to do; CLI: one ``error:`` line, a
+non-zero exit code, no traceback). After each case every row of every store table and every file
+under the table roots is exactly as before: nothing partial is committed or published.
+
+Table names are refused by one documented rule (``[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}``) before any
+SQL runs; that the rule is not what keeps SQL safe is shown in ``test_security.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import resource
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import MetaData, select, text
+from test_cli import _executable, assert_one_error_line, clean_env
+
+from delta_mirror.actions import parse_actions
+from delta_mirror.cli import cli
+from delta_mirror.errors import ErrorClass, MirrorError
+from delta_mirror.log_path import LOG_DIR, commit_name
+from delta_mirror.publisher import Publisher
+from delta_mirror.store import SqlStore
+
+SCHEMA = json.dumps(
+    {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]}
+)
+PROTOCOL: dict[str, Any] = {"minReaderVersion": 1, "minWriterVersion": 2}
+METADATA: dict[str, Any] = {
+    "id": "0e0c5a4e-1111-4222-8333-444455556666",
+    "format": {"provider": "parquet", "options": {}},
+    "schemaString": SCHEMA,
+    "partitionColumns": [],
+    "configuration": {},
+    "createdTime": 1,
+}
+EXIT = {ErrorClass.DATA: 4, ErrorClass.CONFLICT: 3, ErrorClass.PERMANENT: 1}
+
+
+def add(path: str = "n.parquet", **extra: Any) -> dict[str, Any]:
+    return {
+        "path": path,
+        "partitionValues": {},
+        "size": 1,
+        "modificationTime": 1,
+        "dataChange": True,
+        **extra,
+    }
+
+
+def cdc(path: str = "c.parquet") -> dict[str, Any]:
+    return {"path": path, "partitionValues": {}, "size": 1, "dataChange": False}
+
+
+def remove(path: str = "a.parquet") -> dict[str, Any]:
+    return {"path": path, "deletionTimestamp": 2, "dataChange": True}
+
+
+def jl(*actions: tuple[str, Any]) -> bytes:
+    return "".join(json.dumps({k: v}) + "\n" for k, v in actions).encode()
+
+
+def without(body: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k != key}
+
+
+# -- the generator ---------------------------------------------------------------------------------
+
+Case = tuple[str, bytes, list[str], ErrorClass, tuple[str, ...]]
+
+
+def _paths(table_root: str, other_root: str) -> list[tuple[str, str]]:
+    """(hostile data-file path, what the refusal says)."""
+    return [
+        ("../x.parquet", "escapes the table root"),
+        ("a/../../x.parquet", "escapes the table root"),
+        ("./../x.parquet", "escapes the table root"),
+        ("..", "escapes the table root"),
+        ("%2e%2e/x.parquet", "escapes the table root"),
+        ("%2E%2E/x.parquet", "escapes the table root"),
+        ("a/%2e%2e/%2e%2e/x.parquet", "escapes the table root"),
+        ("..%2fx.parquet", "escapes the table root"),
+        ("/etc/passwd", "relative to the table root"),
+        ("%2Fetc%2Fpasswd", "relative to the table root"),
+        ("a\\..\\..\\x.parquet", "relative to the table root"),
+        ("x\x00.parquet", "relative to the table root"),
+        ("x%00.parquet", "relative to the table root"),
+        ("s3://other-bucket/x.parquet", "outside the table root"),
+        ("file:///etc/passwd", "outside the table root"),
+        (f"{other_root}/x.parquet", "outside the table root"),
+        (f"{table_root}/../x.parquet", "escapes the table root"),
+        ("_delta_log/00000000000000000009.json", "points into _delta_log/"),
+        ("_delta_log%2F00000000000000000009.json", "points into _delta_log/"),
+        ("", "empty path"),
+    ]
+
+
+def generate(table_root: str, other_root: str) -> list[Case]:
+    """Each validation rule × its variants; version 2 is the next version of table 't'."""
+    cases: list[Case] = []
+    data = ErrorClass.DATA
+
+    def case(cid: str, body: bytes, needles: tuple[str, ...], extra: list[str] | None = None) -> None:
+        cases.append((cid, body, extra or [], data, needles))
+
+    # 1. paths that leave the table root, in every action that names a data file
+    for i, (path, says) in enumerate(_paths(table_root, other_root)):
+        case(f"path{i}-add", jl(("add", add(path))), ("version 2", says))
+        case(f"path{i}-remove", jl(("remove", remove(path))), ("version 2", says))
+        case(f"path{i}-cdc", jl(("cdc", cdc(path))), ("version 2", says))
+        case(f"path{i}-after-valid", jl(("add", add("ok.parquet")), ("add", add(path))), ("action 2", says))
+    # 2. required fields, one missing at a time
+    required = {
+        "add": (add(), ("path", "size", "partitionValues", "modificationTime", "dataChange")),
+        "remove": (remove(), ("path", "dataChange")),
+        "cdc": (cdc(), ("path", "size", "partitionValues", "dataChange")),
+        "metaData": (METADATA, ("id", "format", "schemaString", "partitionColumns")),
+        "protocol": (PROTOCOL, ("minReaderVersion", "minWriterVersion")),
+        "txn": ({"appId": "app", "version": 1}, ("appId", "version")),
+        "domainMetadata": (
+            {"domain": "d", "configuration": "{}", "removed": False},
+            ("domain", "configuration", "removed"),
+        ),
+    }
+    for kind, (body, fields) in required.items():
+        for f in fields:
+            case(
+                f"missing-{kind}-{f}",
+                jl((kind, without(body, f))),
+                ("version 2", f"missing required field '{f}'"),
+            )
+            case(f"null-{kind}-{f}", jl((kind, {**body, f: None})), ("version 2", f"'{f}'"))
+    # 3. wrong types and values
+    wrong: list[tuple[str, str, dict[str, Any], str]] = [
+        ("add-size-string", "add", add(size="1"), "'size' must be int"),
+        ("add-size-float", "add", add(size=1.5), "'size' must be int"),
+        ("add-size-bool", "add", add(size=True), "must be an integer"),
+        ("add-size-negative", "add", add(size=-1), "must not be negative"),
+        ("add-size-huge-negative", "add", add(size=-(2**63)), "must not be negative"),
+        ("add-mtime-string", "add", add(modificationTime="now"), "'modificationTime' must be int"),
+        ("add-datachange-string", "add", add(dataChange="true"), "'dataChange' must be bool"),
+        ("add-stats-object", "add", add(stats={"numRecords": 1}), "'stats' must be str"),
+        ("add-pv-list", "add", add(partitionValues=["a"]), "'partitionValues' must be dict"),
+        ("add-pv-int", "add", add(partitionValues={"p": 1}), "must map strings to strings"),
+        ("add-path-int", "add", add(path=7), "'path' must be str"),
+        ("add-dv-string", "add", add(deletionVector="dv"), "deletionVector must be an object"),
+        ("add-dv-incomplete", "add", add(deletionVector={"storageType": "u"}), "missing required field"),
+        ("remove-size-negative", "remove", {**remove(), "size": -5}, "must not be negative"),
+        ("cdc-size-negative", "cdc", {**cdc(), "size": -5}, "must not be negative"),
+        ("txn-version-string", "txn", {"appId": "a", "version": "1"}, "'version' must be int"),
+        (
+            "dm-config-object",
+            "domainMetadata",
+            {"domain": "d", "configuration": {}, "removed": False},
+            "must be str",
+        ),
+        ("commitinfo-ts-string", "commitInfo", {"timestamp": "yesterday"}, "'timestamp' must be int"),
+        ("commitinfo-ict-float", "commitInfo", {"inCommitTimestamp": 1.5}, "'inCommitTimestamp' must be int"),
+        ("unknown-action", "fooBar", {"a": 1}, "unknown action type 'fooBar'"),
+        ("checkpoint-only-action", "sidecar", {"path": "x"}, "unknown action type 'sidecar'"),
+    ]
+    for cid, kind, body, says in wrong:
+        case(cid, jl((kind, body)), ("version 2", says))
+    # 4. metaData
+    bad_schemas = ["not json", "[1,2]", '{"type":"array"}', '{"fields":[]}', "42", "null", '"struct"']
+    for i, schema in enumerate(bad_schemas):
+        case(
+            f"schema{i}",
+            jl(("metaData", {**METADATA, "schemaString": schema})),
+            ("version 2", "schemaString"),
+        )
+    for cid, body, says in [
+        (
+            "partition-columns-string",
+            {**METADATA, "partitionColumns": "id"},
+            "'partitionColumns' must be list",
+        ),
+        ("partition-columns-ints", {**METADATA, "partitionColumns": [1]}, "partitionColumns must be strings"),
+        ("configuration-int", {**METADATA, "configuration": {"a": 1}}, "must map strings to strings"),
+        ("format-no-provider", {**METADATA, "format": {}}, "missing required field 'provider'"),
+        (
+            "coordinated-commits",
+            {**METADATA, "configuration": {"delta.coordinatedCommits.commitCoordinator-preview": "x"}},
+            "is not allowed",
+        ),
+    ]:
+        case(cid, jl(("metaData", body)), ("version 2", says))
+
+    # 5. protocol: features, versions, downgrades
+    def proto(r: int, w: int, rf: list[str] | None = None, wf: list[str] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"minReaderVersion": r, "minWriterVersion": w}
+        if rf is not None:
+            body["readerFeatures"] = rf
+        if wf is not None:
+            body["writerFeatures"] = wf
+        return body
+
+    for cid, body, says in [
+        (
+            "unknown-reader-feature",
+            proto(3, 7, ["blahabl"], ["blahabl"]),
+            "unknown reader feature(s) 'blahabl'",
+        ),
+        (
+            "reader-feature-wrong-case",
+            proto(3, 7, ["DeletionVectors"], ["DeletionVectors"]),
+            "unknown reader",
+        ),
+        ("reader-feature-empty-name", proto(3, 7, [""], [""]), "unknown reader"),
+        ("reader-feature-not-in-writer", proto(3, 7, ["deletionVectors"], []), "missing from writerFeatures"),
+        (
+            "catalog-managed",
+            proto(3, 7, ["catalogManaged"], ["catalogManaged"]),
+            "'catalogManaged' is not allowed",
+        ),
+        ("catalog-owned", proto(3, 7, [], ["catalogOwned-preview"]), "'catalogOwned-preview' is not allowed"),
+        ("reader-version-4", proto(4, 7, None, []), "does not exist"),
+        ("writer-version-8", proto(1, 8), "does not exist"),
+        ("reader-version-0", proto(0, 2), "must be positive"),
+        ("writer-version-negative", proto(1, -1), "must be positive"),
+        (
+            "reader-features-on-2",
+            proto(2, 7, [], []),
+            "readerFeatures is only allowed with minReaderVersion 3",
+        ),
+        ("writer-features-on-5", proto(1, 5, None, ["appendOnly"]), "writerFeatures is only allowed"),
+        ("reader-3-writer-5", proto(3, 5, []), "minReaderVersion 3 needs minWriterVersion 7"),
+        ("features-not-list", proto(3, 7, "deletionVectors", []), "must be a list of strings"),  # type: ignore[arg-type]
+        ("writer-downgrade", proto(1, 1), "protocol downgrade: minWriterVersion 2 -> 1"),
+    ]:
+        case(cid, jl(("protocol", body)), ("version 2", says))
+    # 6. commit-level rules
+    case("duplicate-add", jl(("add", add()), ("add", add())), ("version 2", "duplicate add"))
+    case(
+        "duplicate-remove", jl(("remove", remove()), ("remove", remove())), ("version 2", "duplicate remove")
+    )
+    case("two-metadata", jl(("metaData", METADATA), ("metaData", METADATA)), ("2 'metaData' actions",))
+    case("two-protocol", jl(("protocol", PROTOCOL), ("protocol", PROTOCOL)), ("2 'protocol' actions",))
+    case("two-commitinfo", jl(("commitInfo", {}), ("commitInfo", {})), ("2 'commitInfo' actions",))
+    case("remove-unknown-file", jl(("remove", remove("ghost.parquet"))), ("not an active file",))
+    case(
+        "remove-twice-removed",
+        jl(("remove", remove("a.parquet")), ("remove", remove("gone.parquet"))),
+        ("gone",),
+    )
+    for v in (3, 100, 2**62):
+        case(
+            f"version-gap-{v}",
+            jl(("add", add())),
+            (f"version {v}", "version gap"),
+            ["--expected-version", str(v)],
+        )
+    for v in (0, 1):
+        cases.append(
+            (f"version-taken-{v}", jl(("add", add())), ["--expected-version", str(v)], ErrorClass.CONFLICT,
+             (f"version {v}", "already committed"))
+        )  # fmt: skip
+    # 7. bytes that are not JSON lines of actions
+    for cid, raw, says in [
+        ("non-utf8-latin1", b'{"add": {"path": "caf\xe9.parquet"}}\n', "not valid UTF-8"),
+        ("non-utf8-ff", b"\xff\xfe{}\n", "not valid UTF-8"),
+        ("non-utf8-truncated", b'{"add": {"path": "\xe2\x82"}}\n', "not valid UTF-8"),
+        ("non-utf8-overlong-slash", b'{"add": {"path": "a\xc0\xafb"}}\n', "not valid UTF-8"),
+        ("utf16", '{"add": {}}\n'.encode("utf-16"), "not valid UTF-8"),
+        ("lone-surrogate", b'{"add": {"path": "x\\ud800.parquet"}}\n', "lone UTF-16 surrogate"),
+        ("raw-nul", b'{"add": {"path": "x\x00.parquet"}}\n', "malformed JSON"),
+        ("deep-nesting", b'{"add": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n", "nested too deeply"),
+        ("trailing-comma", b'{"add": {"path": "x",}}\n', "malformed JSON"),
+        ("single-quotes", b"{'add': {}}\n", "malformed JSON"),
+        ("unterminated", b'{"add": {"path": "x\n', "malformed JSON"),
+        ("nan", b'{"add": {"size": NaN}}\n', "malformed JSON"),
+        ("infinity", b'{"add": {"size": Infinity}}\n', "malformed JSON"),
+        ("neg-infinity", b'{"add": {"size": -Infinity}}\n', "malformed JSON"),
+        ("bare-number", b"42\n", "exactly one key"),
+        ("bare-string", b'"add"\n', "exactly one key"),
+        ("array", b"[{}]\n", "exactly one key"),
+        ("empty-object", b"{}\n", "exactly one key"),
+        ("two-keys", b'{"add": {}, "remove": {}}\n', "exactly one key"),
+        ("body-list", b'{"add": []}\n', "must be a JSON object"),
+        ("body-null", b'{"add": null}\n', "must be a JSON object"),
+        ("body-string", b'{"add": "x"}\n', "must be a JSON object"),
+        ("empty-input", b"", "no actions"),
+        ("blank-lines", b"\n\n  \n", "no actions"),
+        ("crlf-garbage", b"\r\n\x1a\r\n", "malformed JSON"),
+        ("second-line-bad", jl(("add", add())) + b"{nope}\n", "line 2: malformed JSON"),
+    ]:
+        case(cid, raw, (says,))
+    return cases
+
+
+HOSTILE_NAMES = [
+    "x'; DROP TABLE dl_tables;--",
+    "t; DELETE FROM dl_commits",
+    "t' OR '1'='1",
+    't" OR "1"="1',
+    "Robert'); DROP TABLE dl_actions;--",
+    "t;--",
+    "t/*",
+    "*",
+    "%",
+    "t%_",
+    "a b",
+    'a"b',
+    "t\\",
+    "t\n",
+    "t\r\nDROP",
+    "t\x00",
+    "t\u200b",
+    "ｔ",
+    "таблица",
+    "表",
+    "../t",
+    "t/../other",
+    "t/x",
+    ".hidden",
+    "-dash",
+    "",
+    " ",
+    "a" * 129,
+    "a" * 10_000,
+    "t;",
+]
+
+
+# -- the world: two published tables, both stores ----------------------------------------------------
+
+
+def dump(store: SqlStore) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table of the store, sorted: equal before and after means unchanged."""
+    meta = MetaData()
+    meta.reflect(store.engine)
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    with store.engine.connect() as conn:
+        for name, table in sorted(meta.tables.items()):
+            out[name] = sorted((tuple(r) for r in conn.execute(select(table))), key=repr)
+    return out
+
+
+def files(root: Path) -> dict[str, str]:
+    """Every file under the table roots with its SHA-256 (symlinks by target)."""
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def world(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp(f"bad-input-{request.param}")
+    pg = None
+    if request.param == "sqlite":
+        (tmp / "db").mkdir()
+        url = f"sqlite:///{tmp / 'db' / 'store.db'}"
+    else:
+        pg = request.getfixturevalue("pg_server")
+        url = pg.create_database()
+    roots = tmp / "tables"
+    store = SqlStore(url)
+    store.init()
+    for name in ("t", "other"):
+        store.commit(
+            name,
+            [("protocol", PROTOCOL), ("metaData", METADATA), ("add", add("a.parquet"))],
+            location=(roots / name).as_uri(),
+        )
+    store.commit("t", [("add", add("b.parquet"))])
+    for name in ("t", "other"):
+        Publisher(store).publish(name)
+    yield {"url": url, "store": store, "roots": roots, "tmp": tmp}
+    store.close()
+    if pg is not None:
+        pg.drop_database(url)
+
+
+def _cases() -> list[Case]:
+    return generate("file:///ROOT/tables/t", "file:///ROOT/tables/other")
+
+
+CASES = _cases()
+
+
+def _materialise(case_body: bytes, roots: Path) -> bytes:
+    return case_body.replace(b"file:///ROOT/tables", roots.as_uri().encode())
+
+
+def test_the_generator_covers_every_rule_with_a_few_hundred_cases() -> None:
+    ids = [c[0] for c in CASES]
+    assert len(ids) == len(set(ids))
+    assert len(CASES) >= 200, len(CASES)
+    assert len(HOSTILE_NAMES) >= 30
+
+
+def test_every_invalid_commit_is_refused_by_the_api_and_the_cli_leaving_store_and_storage_unchanged(
+    world: dict[str, Any],
+) -> None:
+    store: SqlStore = world["store"]
+    roots: Path = world["roots"]
+    url = world["url"]
+    before, before_files = dump(store), files(roots)
+    assert before_files[f"t/{LOG_DIR}/{commit_name(1)}"]  # the world is published
+    runner = CliRunner()
+    failures: list[str] = []
+    for cid, raw, extra, error_class, needles in CASES:
+        body = _materialise(raw, roots)
+        expected = int(extra[1]) if extra else None
+        # the public API
+        try:
+            store.commit("t", parse_actions(body, table="t"), expected_version=expected)
+            failures.append(f"{cid}: API accepted it")
+        except MirrorError as exc:
+            if exc.error_class != error_class:
+                failures.append(f"{cid}: API {exc.error_class} {exc.message}")
+            text_ = exc.message
+            missing = [n for n in ("table 't'", " — ", *needles) if n not in text_]
+            if missing:
+                failures.append(f"{cid}: API message lacks {missing}: {text_}")
+        # the CLI
+        result = runner.invoke(
+            cli,
+            ["--store", url, "commit", "t", "--actions", "-", *extra],
+            input=body,
+            env={"DELTA_MIRROR_STORE": None, "DELTA_MIRROR_HOME": None},
+        )
+        if result.exit_code != EXIT[error_class] or result.stdout:
+            failures.append(
+                f"{cid}: CLI exit {result.exit_code}, stdout {result.stdout!r}, {result.stderr!r}"
+            )
+        else:
+            try:
+                assert_one_error_line(result.stderr, "table 't'", *needles)
+            except AssertionError as exc:
+                failures.append(f"{cid}: CLI {exc}")
+    assert failures == []
+    assert dump(store) == before
+    assert files(roots) == before_files
+    # nothing was left pending by a refused commit
+    assert Publisher(store).publish("t").published == []
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES, ids=[f"name{i}" for i in range(len(HOSTILE_NAMES))])
+def test_hostile_table_names_are_refused_everywhere_and_nothing_is_injected(
+    world: dict[str, Any], name: str
+) -> None:
+    store: SqlStore = world["store"]
+    roots: Path = world["roots"]
+    before, before_files = dump(store), files(roots)
+    create = jl(("protocol", PROTOCOL), ("metaData", METADATA), ("add", add()))
+    with pytest.raises(MirrorError, match="invalid table name") as info:
+        store.commit(name, parse_actions(create, table="x"), location=(roots / "new").as_uri())
+    assert "use 1-128 letters" in info.value.message
+    for call in (
+        lambda: store.get_table(name),
+        lambda: store.create_table(name, (roots / "new").as_uri()),
+        lambda: Publisher(store).publish(name),
+    ):
+        with pytest.raises(MirrorError, match="invalid table name"):
+            call()
+    if "\x00" not in name:  # argv cannot carry NUL; the API above covers it
+        for args in (
+            ["commit", "--actions", "-", "--location", str(roots / "new"), "--", name],
+            ["mirror", "--", name],
+            ["status", "--", name],
+            ["resume", "--", name],
+            ["validate", "--", name],
+            ["import", str(roots / "t"), f"--table={name}"],
+        ):
+            if not name and args[0] == "status":
+                continue  # `status ""` is `status`: every table
+            result = CliRunner().invoke(
+                cli, ["--store", world["url"], *args], input=create, env={"DELTA_MIRROR_STORE": None}
+            )
+            assert result.exit_code == 1, (args, result.stderr, result.exception)
+            assert_one_error_line(result.stderr, "invalid table name")
+    after = dump(store)
+    assert after == before
+    assert sorted(row[1] for row in after["dl_tables"]) == ["other", "t"]  # nothing dropped or added
+    assert files(roots) == before_files
+
+
+def test_a_few_refusals_through_the_real_executable_print_one_line_and_no_traceback(
+    world: dict[str, Any],
+) -> None:
+    roots: Path = world["roots"]
+    before = dump(world["store"])
+    picked = {
+        c[0]: c for c in CASES if c[0] in ("path0-add", "deep-nesting", "non-utf8-latin1", "lone-surrogate")
+    }
+    assert len(picked) == 4
+    for cid, raw, extra, error_class, needles in picked.values():
+        proc = subprocess.run(
+            [*_executable(), "--store", world["url"], "commit", "t", "--actions", "-", *extra],
+            input=_materialise(raw, roots),
+            capture_output=True,
+            env=clean_env(),
+            timeout=60,
+        )
+        assert proc.returncode == EXIT[error_class], (cid, proc.stderr)
+        assert_one_error_line(proc.stderr.decode(), "table 't'", *needles)
+    assert dump(world["store"]) == before
+
+
+# -- hostile table locations -------------------------------------------------------------------------
+
+
+def test_hostile_table_locations_are_refused_and_nothing_is_created(world: dict[str, Any]) -> None:
+    store: SqlStore = world["store"]
+    roots: Path = world["roots"]
+    before, before_files = dump(store), files(roots)
+    create = [("protocol", PROTOCOL), ("metaData", METADATA), ("add", add())]
+    # (location, what the API says or None when only the CLI checks it, what the CLI says)
+    hostile = [
+        ((roots / "other").as_uri(), "overlaps table 'other'", "already holds a Delta log"),
+        ((roots / "t" / "..").as_uri(), "has '..'", "overlaps table"),  # the CLI resolves it to roots/
+        (str(roots / "t" / ".." / "other"), "has '..'", "already holds a Delta log"),
+        ((roots / "other" / LOG_DIR).as_uri(), "inside a _delta_log/ folder", "inside a _delta_log/ folder"),
+        ((roots / "other" / LOG_DIR / "x").as_uri(), "inside a _delta_log/", "inside a _delta_log/"),
+        ((roots / "t" / "nested").as_uri(), "overlaps table 't'", "overlaps table 't'"),
+        (roots.as_uri(), "overlaps table", "overlaps table"),  # a root holding other tables
+        ("s3://bucket/a/../b", "has '..'", "not a plain table root"),
+        ("s3://bucket/a/%2e%2e/b", "has '..'", "not a plain table root"),
+        ("s3://bucket/t?versionId=1", None, "not a plain table root"),
+        ("ftp://host/t", None, "unsupported location scheme"),
+        ("s3:///no-bucket", None, "has no bucket"),
+    ]
+    for location, api_says, cli_says in hostile:
+        if api_says is not None:
+            with pytest.raises(MirrorError) as info:
+                store.commit("newt", create, location=location)
+            assert api_says in info.value.message and "table 'newt'" in info.value.message, info.value.message
+        result = CliRunner().invoke(
+            cli,
+            ["--store", world["url"], "commit", "newt", "--actions", "-", "--location", location],
+            input=jl(*create),
+            env={"DELTA_MIRROR_STORE": None},
+        )
+        assert result.exit_code == 1, (location, result.stderr, result.exception)
+        assert_one_error_line(result.stderr, "table 'newt'", cli_says)
+    assert dump(store) == before
+    assert files(roots) == before_files
+
+
+# -- a bad writer that bypassed commit(): halted at publish, nothing partial -------------------------
+
+
+def _insert_raw_version(store: SqlStore, table: str, version: int, payloads: list[str]) -> None:
+    """What a buggy writer might do: rows written straight into SQL, with a consistent hash."""
+    data = "".join(p + "\n" for p in payloads).encode()
+    t = store.get_table(table)
+    with store.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO dl_commits (table_id, version, committed_at, action_count, size_bytes, sha256, "
+                "has_json, source) VALUES (:t, :v, 1, :n, :s, :h, :j, 'native')"
+            ),
+            {
+                "t": t.id,
+                "v": version,
+                "n": len(payloads),
+                "s": len(data),
+                "h": hashlib.sha256(data).hexdigest(),
+                "j": True,
+            },
+        )
+        for seq, p in enumerate(payloads):
+            conn.execute(
+                text(
+                    "INSERT INTO dl_actions (table_id, version, part, seq, action_type, payload) "
+                    "VALUES (:t, :v, 0, :q, 'add', :p)"
+                ),
+                {"t": t.id, "v": version, "q": seq, "p": p},
+            )
+        conn.execute(
+            text(
+                "INSERT INTO dl_mirror_status (table_id, version, artifact, state, attempts, enqueued_at) "
+                "VALUES (:t, :v, 'json', 'PENDING', 0, 1)"
+            ),
+            {"t": t.id, "v": version},
+        )
+
+
+RAW_BAD = {
+    "escaping-path": ['{"add":{"path":"../../escape.parquet","partitionValues":{},"size":1,"modificationTime":1,"dataChange":true}}'],
+    "into-delta-log": ['{"add":{"path":"_delta_log/00000000000000000099.json","partitionValues":{},"size":1,"modificationTime":1,"dataChange":true}}'],
+    "not-json": ['{"add":{"path":"x.parquet"'],
+    "two-keys": ['{"add":{},"remove":{}}'],
+    "missing-size": ['{"add":{"path":"x.parquet","partitionValues":{},"modificationTime":1,"dataChange":true}}'],
+    "unknown-reader-feature": ['{"protocol":{"minReaderVersion":3,"minWriterVersion":7,"readerFeatures":["blahabl"],"writerFeatures":["blahabl"]}}'],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(RAW_BAD))
+def test_an_invalid_commit_found_in_the_store_halts_the_table_at_that_version(
+    store_url: str, tmp_path: Path, case: str
+) -> None:
+    store = SqlStore(store_url)
+    store.init()
+    root = tmp_path / "t"
+    store.commit(
+        "t",
+        [("protocol", PROTOCOL), ("metaData", METADATA), ("add", add("a.parquet"))],
+        location=root.as_uri(),
+    )
+    store.commit("t", [("add", add("b.parquet"))])
+    Publisher(store).publish("t")
+    published = {p.name: p.read_bytes() for p in (root / LOG_DIR).iterdir()}
+    store.commit("t", [("add", add("c.parquet"))])  # version 2: valid, still pending
+    _insert_raw_version(store, "t", 3, RAW_BAD[case])
+    store.commit("t", [("add", add("d.parquet"))])  # version 4: valid, behind the bad one
+
+    result = CliRunner().invoke(cli, ["--store", store_url, "mirror", "t"], env={"DELTA_MIRROR_STORE": None})
+    assert result.exit_code == 4, (result.stderr, result.exception)
+    line = assert_one_error_line(result.stderr, "table 't'", "version 3", "stored ")
+    assert "restore" in line
+    table = store.get_table("t")
+    assert (table.state, table.halted_version) == ("HALTED", 3)
+    log = root / LOG_DIR
+    assert (log / commit_name(2)).is_file()  # the valid version before it went out
+    assert not (log / commit_name(3)).exists() and not (log / commit_name(4)).exists()
+    assert {p: (log / p).read_bytes() for p in published} == published  # earlier versions intact
+    assert not (tmp_path / "escape.parquet").exists()
+    status = {(r.version, r.artifact): (r.state, r.error_class) for r in store.status_rows(table.id)}
+    assert status[(3, "json")] == ("FAILED", "DATA")
+    assert status[(4, "json")][0] != "SUCCESS"
+    again = CliRunner().invoke(cli, ["--store", store_url, "mirror", "t"], env={"DELTA_MIRROR_STORE": None})
+    assert again.exit_code == 1
+    assert_one_error_line(again.stderr, "halted", "delta-mirror resume t")
+    store.close()
+
+
+def test_a_protocol_goes_down_only_through_drop_feature(store_url: str, tmp_path: Path) -> None:
+    store = SqlStore(store_url)
+    store.init()
+    dv = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"],
+          "writerFeatures": ["deletionVectors"]}  # fmt: skip
+    store.commit("t", [("protocol", dv), ("metaData", METADATA)], location=(tmp_path / "t").as_uri())
+    with pytest.raises(MirrorError, match="protocol downgrade: minReaderVersion 3 -> 1"):
+        store.commit(
+            "t", [("protocol", {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": []})]
+        )
+    assert (
+        store.commit(
+            "t",
+            [
+                ("commitInfo", {"operation": "DROP FEATURE"}),
+                ("protocol", {"minReaderVersion": 1, "minWriterVersion": 2}),
+            ],
+        )
+        == 1
+    )
+    assert (
+        store.commit("t", [("protocol", {"minReaderVersion": 1, "minWriterVersion": 4})]) == 2
+    )  # up is fine
+    store.close()
+
+
+# -- oversized commits ---------------------------------------------------------------------------------
+
+
+def _big_commit(path: Path, n: int) -> None:
+    with path.open("w") as f:
+        f.write(json.dumps({"protocol": PROTOCOL}) + "\n" + json.dumps({"metaData": METADATA}) + "\n")
+        for i in range(n - 2):
+            stats = '"stats":"{\\"numRecords\\":1}"'
+            f.write(
+                f'{{"add":{{"path":"part-{i:07d}.parquet","partitionValues":{{}},"size":{100 + i},'
+                f'"modificationTime":1,"dataChange":true,{stats}}}}}\n'
+            )
+
+
+def test_a_commit_over_the_configured_limits_is_refused_and_changes_nothing(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SqlStore(store_url)
+    store.init()
+    big = tmp_path / "big.jsonl"
+    _big_commit(big, 100_000)
+    before = dump(store)
+    location = (tmp_path / "big").as_uri()
+    monkeypatch.setenv("DELTA_MIRROR_MAX_COMMIT_ACTIONS", "50000")
+    actions = parse_actions(big.read_bytes(), table="big")
+    with pytest.raises(MirrorError, match=r"holds 100,000 actions, more than the limit of 50,000") as info:
+        store.commit("big", actions, location=location)
+    assert (
+        info.value.error_class == ErrorClass.DATA and "DELTA_MIRROR_MAX_COMMIT_ACTIONS" in info.value.message
+    )
+    env = {"DELTA_MIRROR_STORE": None, "DELTA_MIRROR_MAX_COMMIT_ACTIONS": "50000"}
+    result = CliRunner().invoke(
+        cli, ["--store", store_url, "commit", "big", "--actions", str(big), "--location", location], env=env
+    )
+    assert result.exit_code == 4, result.stderr
+    assert_one_error_line(result.stderr, "table 'big'", "more than the limit of 50,000")
+    # the byte limit: refused before the input is even parsed
+    env = {"DELTA_MIRROR_STORE": None, "DELTA_MIRROR_MAX_COMMIT_BYTES": "1000000"}
+    result = CliRunner().invoke(
+        cli, ["--store", store_url, "commit", "big", "--actions", str(big), "--location", location], env=env
+    )
+    assert result.exit_code == 4, result.stderr
+    assert_one_error_line(result.stderr, "table 'big'", "larger than the limit of 1,000,000 bytes")
+    # the canonical commit file is measured too (a small limit and a small commit: the same rule)
+    monkeypatch.delenv("DELTA_MIRROR_MAX_COMMIT_ACTIONS")
+    monkeypatch.setenv("DELTA_MIRROR_MAX_COMMIT_BYTES", "1000")
+    small = actions[:2] + actions[2:12]
+    with pytest.raises(
+        MirrorError, match=r"the commit file would be [\d,]+ bytes, more than the limit of 1,000"
+    ):
+        store.commit("big", small, location=location)
+    actions = small
+    monkeypatch.setenv("DELTA_MIRROR_MAX_COMMIT_BYTES", "lots")
+    with pytest.raises(MirrorError, match="DELTA_MIRROR_MAX_COMMIT_BYTES='lots' is not a positive integer"):
+        store.commit("big", actions, location=location)
+    assert dump(store) == before
+    assert not (tmp_path / "big").exists()
+    store.close()
+
+
+def test_a_100k_action_commit_within_the_default_limit_is_committed_published_and_read_back(
+    store_url: str, tmp_path: Path
+) -> None:
+    from deltalake import DeltaTable
+
+    SqlStore(store_url).init()
+    big = tmp_path / "big.jsonl"
+    _big_commit(big, 100_000)
+    root = tmp_path / "big"
+    env = clean_env()
+    peak = 0
+    for args in (
+        ["commit", "big", "--actions", str(big), "--location", str(root)],
+        ["mirror", "big"],
+    ):
+        proc = subprocess.run(
+            [*_executable(), "--store", store_url, *args], capture_output=True, env=env, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr.decode()
+        peak = max(peak, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)  # KiB on Linux
+    print(f"100,000-action commit + publish: peak RSS {peak / 1024:.0f} MiB")
+    assert peak < 800_000, f"peak RSS {peak / 1024:.0f} MiB for a 100,000-action commit"
+    log = root / LOG_DIR
+    assert sum(1 for _ in (log / commit_name(0)).open()) == 100_000 + 1  # + commitInfo
+    dt = DeltaTable(str(root))
+    assert dt.version() == 0
+    uris = dt.file_uris()
+    assert len(uris) == 99_998
+    assert uris[0].endswith(".parquet") and any(u.endswith("part-0099997.parquet") for u in uris)
