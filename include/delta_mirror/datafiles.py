@@ -43,12 +43,15 @@ def delta_schema_string(schema: pa.Schema) -> str:
 
 
 def create_table_actions(
-    schema: pa.Schema,
+    schema: pa.Schema | str,
     *,
     partition_columns: list[str] | None = None,
     configuration: dict[str, str] | None = None,
 ) -> list[tuple[str, dict[str, Any]]]:
-    """The ``protocol`` and ``metaData`` actions that create a plain table (reader 1, writer 2)."""
+    """The ``protocol`` and ``metaData`` actions that create a plain table (reader 1, writer 2).
+
+    ``schema`` is a flat Arrow schema, or a ready ``schemaString`` (e.g. a Spark schema's JSON).
+    """
     return [
         ("protocol", {"minReaderVersion": 1, "minWriterVersion": 2}),
         (
@@ -56,7 +59,7 @@ def create_table_actions(
             {
                 "id": str(uuid.uuid4()),
                 "format": {"provider": "parquet", "options": {}},
-                "schemaString": delta_schema_string(schema),
+                "schemaString": schema if isinstance(schema, str) else delta_schema_string(schema),
                 "partitionColumns": list(partition_columns or []),
                 "configuration": dict(configuration or {}),
                 "createdTime": int(time.time() * 1000),
