@@ -4,8 +4,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# The apache-spark provider (SparkSubmitOperator) goes in with --no-deps: it requires pyspark-client,
+# which installs a client-only `pyspark` package over the full pyspark 4.2.0 we need (README, Spark).
+SPARK_PROVIDER := apache-airflow-providers-apache-spark==6.3.4
 
-.PHONY: venv test lint demo airflow bench clean distclean
+.PHONY: venv test lint demo airflow bench chaos clean distclean
 
 # Re-installs only when pyproject.toml or requirements.txt changed (or the venv is new).
 venv: $(STAMP)
@@ -15,6 +18,7 @@ $(VENV)/pyvenv.cfg:
 
 $(STAMP): $(VENV)/pyvenv.cfg pyproject.toml requirements.txt
 	$(PY) -m pip install -q -e '.[test,airflow,spark]' -r requirements.txt
+	$(PY) -m pip install -q --no-deps $(SPARK_PROVIDER)
 	touch $@
 
 test: venv
@@ -39,6 +43,11 @@ airflow: venv
 
 bench: venv
 	$(PY) benchmarks/run.py
+
+# Fault injection at scale (S3 proxy faults, SIGKILLs, PostgreSQL restarts, races, external writers,
+# read-only / full targets); one JSON object, also in bench-results/chaos.json. Needs root for tmpfs.
+chaos: venv
+	$(PY) tests/chaos/run.py
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist include/*.egg-info test-artifacts bench-results .airflow .delta-mirror

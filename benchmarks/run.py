@@ -28,6 +28,10 @@ Figures:
 3. ``long_history``: 5,000 commits of 20 adds + 10 removes generated through ``SqlStore.commit``
    (setup time reported), published (not timed), then the store checkpoint at the latest version
    against deltalake's load + ``create_checkpoint`` on a copy of the published folder.
+4. ``spark_checkpoint`` (``benchmarks/spark_checkpoint.py``): the local engine, the Spark engine
+   and Delta-Spark's ``DeltaLog.checkpoint()`` on one table at 10k / 100k / 300k / 1M active files
+   (``--skip-1m`` or ``DELTA_MIRROR_BENCH_SKIP_1M=1`` stops at 300k), process-tree peak RSS (JVM
+   included), and the file count where Spark overtakes the local engine.
 
 The PostgreSQL server is the tests' throwaway server (``tests/services.py``: fsync off, so the
 numbers measure CPU and round trips, not a disk). The corpus is read in place and never written.
@@ -477,6 +481,13 @@ def _pyarrow_max_memory() -> float | None:
     return round(pa.default_memory_pool().max_memory() / 2**20, 1)
 
 
+# The Spark checkpoint figure's pieces live beside this file (benchmarks/ is on sys.path as the
+# script's folder, in the parent and in every child).
+import spark_checkpoint  # noqa: E402
+
+PIECES.update(spark_checkpoint.PIECES)
+
+
 # ================================================================================================
 # Parent: orchestration
 # ================================================================================================
@@ -884,7 +895,14 @@ def main() -> int:
     )
     parser.add_argument("--repeat", type=int, default=0, help="runs per checkpoint figure (median reported)")
     parser.add_argument(
-        "--only", default="publish,checkpoint,history", help="figures to run (comma separated)"
+        "--only",
+        default="publish,checkpoint,history,spark_checkpoint",
+        help="figures to run (comma separated); a partial run updates only its figures in latest.json",
+    )
+    parser.add_argument(
+        "--skip-1m",
+        action="store_true",
+        help="spark_checkpoint without the 1,000,000-file size (also DELTA_MIRROR_BENCH_SKIP_1M=1)",
     )
     parser.add_argument("--child", nargs=2, metavar=("PIECE", "ARGS_JSON"), help=argparse.SUPPRESS)
     opts = parser.parse_args()
@@ -934,7 +952,15 @@ def main() -> int:
         def run_history() -> None:
             out["long_history"] = bench.fig_history()  # type: ignore[union-attr]
 
-        for key, fn in (("publish", run_publish), ("checkpoint", run_checkpoint), ("history", run_history)):
+        def run_spark_checkpoint() -> None:
+            out["spark_checkpoint"] = spark_checkpoint.figure(bench, child, log, sys.modules[__name__])
+
+        for key, fn in (
+            ("publish", run_publish),
+            ("checkpoint", run_checkpoint),
+            ("history", run_history),
+            ("spark_checkpoint", run_spark_checkpoint),
+        ):
             if key in only:
                 figures.append((key, fn))
         for key, fn in figures:
@@ -970,8 +996,26 @@ def main() -> int:
     out["total_seconds"] = round(time.perf_counter() - started, 1)
     if "machine" in out:  # other work on the machine skews every figure: say how busy it was
         out["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    result_file = RESULTS_DIR / ("quick.json" if opts.quick else "latest.json")
+    partial = set(opts.only.split(",")) != {"publish", "checkpoint", "history", "spark_checkpoint"}
+    if partial and result_file.exists():
+        # keep the figures this run did not measure (each says when it was measured)
+        previous = json.loads(result_file.read_text())
+        merged = {k: v for k, v in previous.items() if k not in out}
+        merged.update(out)
+        if "machine" in previous:  # the figures kept were measured on the machine as it was then
+            merged["machine_for_other_figures"] = previous.get(
+                "machine_for_other_figures", previous["machine"]
+            )
+        merged["targets"] = {**previous.get("targets", {}), **out["targets"]}
+        merged["all_targets_met"] = bool(merged["targets"]) and all(merged["targets"].values()) and not errors
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        merged.setdefault("measured_at", {})
+        for key in opts.only.split(","):
+            merged["measured_at"][key] = stamp
+        out = merged
     text = json.dumps(out, indent=2)
-    (RESULTS_DIR / ("quick.json" if opts.quick else "latest.json")).write_text(text + "\n")
+    result_file.write_text(text + "\n")
     print(text)
     return 1 if errors else 0
 

@@ -21,6 +21,10 @@ defaults:
     smtp_conn_id: smtp_default
     notifier: null                 # or an Airflow notifier class path, e.g. ...SlackNotifier
     notifier_kwargs: {}
+  checkpoint:
+    engine: local                  # local, spark, or auto (Spark from spark_threshold_files on)
+    spark_threshold_files: 2000000
+    spark: {conn_id: spark_default, master: "local[2]", partitions: 8, conf: {spark.driver.memory: 4g}}
 tables:
   sales:
     schedule: event
@@ -83,6 +87,19 @@ class Maintenance:
 
 
 @dataclass(frozen=True)
+class CheckpointSettings:
+    """Which engine builds the table's checkpoints (``local`` in-process, ``spark``, or ``auto``:
+    Spark from ``spark_threshold_files`` active files on) and how Spark runs."""
+
+    engine: str = "local"
+    spark_threshold_files: int = 2_000_000
+    spark_conn_id: str = "spark_default"  # Airflow's SparkSubmitOperator connection
+    spark_master: str | None = None  # in-process runs (CLI, auto): else DELTA_MIRROR_SPARK_MASTER
+    spark_partitions: int | None = None  # parallel JDBC reads of the store
+    spark_conf: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class TableConfig:
     name: str
     schedule: str | timedelta | None = "*/5 * * * *"
@@ -102,6 +119,7 @@ class TableConfig:
     aws_conn_id: str | None = None
     notify: Notify = field(default_factory=Notify)
     maintenance: Maintenance = field(default_factory=Maintenance)
+    checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
 
     @property
     def event_driven(self) -> bool:
@@ -208,6 +226,49 @@ def _maintenance(raw: Any, base: Maintenance, where: str) -> Maintenance:
     return replace(base, **values)
 
 
+def _checkpoint(raw: Any, base: CheckpointSettings, where: str) -> CheckpointSettings:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: checkpoint must be a mapping")
+    values: dict[str, Any] = {}
+    for key, val in raw.items():
+        if key == "engine":
+            if val not in ("local", "spark", "auto"):
+                raise ConfigError(f"{where}.engine: expected local, spark or auto, got {val!r}")
+            values[key] = val
+        elif key == "spark_threshold_files":
+            if not isinstance(val, int) or isinstance(val, bool) or val < 1:
+                raise ConfigError(f"{where}.spark_threshold_files: expected a positive integer, got {val!r}")
+            values[key] = val
+        elif key == "spark":
+            if not isinstance(val, dict):
+                raise ConfigError(f"{where}.spark: expected a mapping (conn_id, master, partitions, conf)")
+            for skey, sval in val.items():
+                at = f"{where}.spark.{skey}"
+                if skey in ("conn_id", "master"):
+                    if not isinstance(sval, str) or not sval.strip():
+                        raise ConfigError(f"{at}: expected a non-empty string, got {sval!r}")
+                    values[f"spark_{skey}"] = sval
+                elif skey == "partitions":
+                    if not isinstance(sval, int) or isinstance(sval, bool) or sval < 1:
+                        raise ConfigError(f"{at}: expected a positive integer, got {sval!r}")
+                    values["spark_partitions"] = sval
+                elif skey == "conf":
+                    if not isinstance(sval, dict) or not all(isinstance(k, str) for k in sval):
+                        raise ConfigError(f"{at}: expected a mapping of Spark settings")
+                    values["spark_conf"] = {k: str(v) for k, v in sval.items()}
+                else:
+                    raise ConfigError(
+                        f"{where}.spark: unknown key '{skey}'",
+                        hint="allowed: conf, conn_id, master, partitions",
+                    )
+        else:
+            raise ConfigError(
+                f"{where}: unknown checkpoint key '{key}'",
+                hint="allowed: engine, spark, spark_threshold_files",
+            )
+    return replace(base, **values)
+
+
 def _apply(base: TableConfig, raw: Any, where: str) -> TableConfig:
     if raw is None:
         return base
@@ -261,6 +322,8 @@ def _apply(base: TableConfig, raw: Any, where: str) -> TableConfig:
             values[key] = _notify(val, base.notify, at)
         elif key == "maintenance":
             values[key] = _maintenance(val, base.maintenance, at)
+        elif key == "checkpoint":
+            values[key] = _checkpoint(val, base.checkpoint, at)
         else:  # owner, store_conn_id, aws_conn_id
             if val is not None and not isinstance(val, str):
                 raise ConfigError(f"{at}: expected a string, got {val!r}")
@@ -354,6 +417,7 @@ def load_config(path: Path | None = None) -> MirrorConfig:
 
 
 __all__ = [
+    "CheckpointSettings",
     "ConfigError",
     "MirrorConfig",
     "Notify",

@@ -111,6 +111,26 @@ def _schedule(cfg: TableConfig) -> Any:
     return cfg.schedule
 
 
+def _checkpoint_task(cfg: TableConfig) -> Any:
+    """``spark``: spark-submit the checkpoint job (apache-spark provider, ``checkpoint.spark.conn_id``);
+    ``local`` / ``auto``: in the worker (``auto`` starts Spark there above the file threshold)."""
+    settings = cfg.checkpoint
+    if settings.engine == "spark":
+        from delta_mirror.airflow.spark_operators import DeltaMirrorSparkCheckpointOperator
+
+        return DeltaMirrorSparkCheckpointOperator(
+            task_id="checkpoint",
+            table=cfg.name,
+            conn_id=settings.spark_conn_id,
+            conf=dict(settings.spark_conf),
+            partitions=settings.spark_partitions,
+            **_conn(cfg),
+        )
+    return DeltaMirrorCheckpointOperator(
+        task_id="checkpoint", table=cfg.name, engine=settings.engine, **_conn(cfg)
+    )
+
+
 def table_dag(cfg: TableConfig) -> DAG:
     deadline = None
     if cfg.deadline is not None:
@@ -134,8 +154,12 @@ def table_dag(cfg: TableConfig) -> DAG:
         f"→ validate the versions just published ({cfg.reader}) → lag metrics. "
         f"Schedule: `{cfg.schedule}`; lag SLO {cfg.lag_slo}; deadline {cfg.deadline}.",
     ) as dag:
-        publish = DeltaMirrorPublishOperator(task_id="publish", table=cfg.name, **_conn(cfg))
-        checkpoint = DeltaMirrorCheckpointOperator(task_id="checkpoint", table=cfg.name, **_conn(cfg))
+        engine = cfg.checkpoint.engine
+        # with another engine the publish step leaves the cadence's checkpoints to the next step
+        publish = DeltaMirrorPublishOperator(
+            task_id="publish", table=cfg.name, cadence_checkpoints=engine == "local", **_conn(cfg)
+        )
+        checkpoint = _checkpoint_task(cfg)
         tasks: list[Any] = [publish, checkpoint]
         if cfg.validate:
             tasks.append(
@@ -378,6 +402,9 @@ def build_dags(config: MirrorConfig | None = None) -> dict[str, DAG]:
     config = config or load_config()
     dags = [table_dag(cfg) for _, cfg in sorted(config.tables.items())]
     dags += [reconcile_dag(config), backfill_dag(config), monitor_dag(config), maintenance_dag(config)]
+    from delta_mirror.airflow.examples import example_dags  # imports this module: late
+
+    dags += example_dags(config)
     return {dag.dag_id: dag for dag in dags}
 
 

@@ -86,10 +86,10 @@ class _DeltaMirrorOperator(BaseOperator):
     def hook(self) -> DeltaMirrorHook:
         return DeltaMirrorHook(store_conn_id=self.store_conn_id, aws_conn_id=self.aws_conn_id)
 
-    def publisher(self) -> Any:
+    def publisher(self, **kwargs: Any) -> Any:
         from delta_mirror.publisher import Publisher
 
-        return Publisher(self.hook.store, storage_options=self.hook.storage_options)
+        return Publisher(self.hook.store, storage_options=self.hook.storage_options, **kwargs)
 
 
 class DeltaMirrorPublishOperator(_DeltaMirrorOperator):
@@ -98,13 +98,17 @@ class DeltaMirrorPublishOperator(_DeltaMirrorOperator):
     metric_step = "publish"
     template_fields: Sequence[str] = (*_DeltaMirrorOperator.template_fields, "to_version")
 
-    def __init__(self, *, to_version: int | str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *, to_version: int | str | None = None, cadence_checkpoints: bool = True, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.to_version = to_version
+        self.cadence_checkpoints = cadence_checkpoints  # False: a separate (Spark) step checkpoints
 
     @translated
     def run(self, context: Any) -> dict[str, object]:
-        result = self.publisher().publish(self.table, _optional_int(self.to_version, "to_version"))
+        publisher = self.publisher(cadence_checkpoints=self.cadence_checkpoints)
+        result = publisher.publish(self.table, _optional_int(self.to_version, "to_version"))
         self.log.info(
             "published %d version(s) of %s through %s",
             len(result.published),
@@ -120,15 +124,32 @@ class DeltaMirrorCheckpointOperator(_DeltaMirrorOperator):
     metric_step = "checkpoint"
     template_fields: Sequence[str] = (*_DeltaMirrorOperator.template_fields, "version")
 
-    def __init__(self, *, version: int | str | None = None, only_if_due: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        version: int | str | None = None,
+        only_if_due: bool = True,
+        engine: str = "local",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.version = version
         self.only_if_due = only_if_due
+        self.engine = engine  # local, or auto: Spark in this worker above the table's file threshold
 
     @translated
     def run(self, context: Any) -> int | None:
         version = _optional_int(self.version, "version")
-        publisher = self.publisher()
+        builder = None
+        if self.engine != "local":
+            from delta_mirror.spark.checkpoint_engine import builder_for
+            from delta_mirror.table_config import load_config
+
+            config = load_config()
+            settings = config.tables.get(self.table, config.defaults).checkpoint
+            chosen, builder = builder_for(self.hook.store, self.table, self.engine, settings)
+            self.log.info("checkpoint engine for %s: %s", self.table, chosen)
+        publisher = self.publisher(checkpoint_builder=builder)
         if version is None and self.only_if_due:
             written = publisher.checkpoint_if_due(self.table)
         else:
@@ -346,11 +367,128 @@ class DeltaMirrorMaintenanceOperator(_DeltaMirrorOperator):
         return report.to_json()
 
 
+def _as_list(value: Any) -> list[str] | None:
+    """A templated list: a list, JSON / Python list text, or comma-separated text ('' → None)."""
+    if value is None or isinstance(value, list | tuple):
+        return None if value is None else [str(v) for v in value]
+    text = str(value).strip()
+    if text in ("", "None", "[]"):
+        return None
+    if text.startswith("["):
+        import ast
+
+        return [str(v) for v in ast.literal_eval(text)]
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _optional_text(value: Any) -> str | None:
+    """A templated optional string ('' and 'None' mean unset)."""
+    return None if value is None or str(value).strip() in ("", "None") else str(value)
+
+
+def _as_dict(value: Any) -> dict[str, str]:
+    """A templated mapping: a dict, or its JSON / Python text."""
+    if isinstance(value, dict):
+        return {str(k): str(v) for k, v in value.items()}
+    text = str(value or "").strip()
+    if text in ("", "None", "{}"):
+        return {}
+    import ast
+
+    return {str(k): str(v) for k, v in ast.literal_eval(text).items()}
+
+
+class DeltaMirrorSparkIngestOperator(_DeltaMirrorOperator):
+    """Ingest source files into the table with Spark as one commit (``delta_mirror.spark.ingest``).
+
+    Runs Spark in the task's process (``local[2]`` unless ``spark_master``); the same job runs under
+    ``spark-submit`` as ``python -m delta_mirror.spark.ingest``. With ``idempotent`` the commit
+    carries a ``txn`` (app id ``airflow:<dag>.<task>``, version = the run's ``run_after`` in ms): a
+    retry after a successful commit is skipped instead of ingesting twice.
+    """
+
+    metric_step = "ingest"
+    template_fields: Sequence[str] = (
+        *_DeltaMirrorOperator.template_fields,
+        "source",
+        "source_format",
+        "location",
+        "partition_by",
+        "mode",
+        "schema",
+        "options",
+    )
+
+    def __init__(
+        self,
+        *,
+        source: str | list[str],
+        source_format: str = "csv",
+        location: str | None = None,
+        partition_by: str | list[str] | None = None,
+        mode: str = "append",
+        schema: str | None = None,
+        options: dict[str, str] | str | None = None,
+        spark_master: str | None = None,
+        spark_conf: dict[str, str] | None = None,
+        idempotent: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.source = source
+        self.source_format = source_format
+        self.location = location
+        self.partition_by = partition_by
+        self.mode = mode
+        self.schema = schema
+        self.options = options
+        self.spark_master = spark_master
+        self.spark_conf = spark_conf
+        self.idempotent = idempotent
+
+    @translated
+    def run(self, context: Any) -> dict[str, Any]:
+        from delta_mirror.spark.ingest import ingest
+        from delta_mirror.spark.session import get_spark
+
+        app_id = app_version = None
+        run_after = getattr(context.get("dag_run"), "run_after", None) or context.get("logical_date")
+        if self.idempotent and run_after is not None:
+            app_id = f"airflow:{self.dag_id}.{self.task_id}"
+            app_version = int(run_after.timestamp() * 1000)
+        conf = self.spark_conf or {}
+        spark = get_spark(self.spark_master, app_name=f"delta-mirror-ingest-{self.table}", **conf)
+        result = ingest(
+            spark,
+            self.hook.store,
+            self.table,
+            self.source,
+            format=self.source_format,
+            location=_optional_text(self.location),
+            partition_by=_as_list(self.partition_by),
+            mode=self.mode,
+            schema=_optional_text(self.schema),
+            options=_as_dict(self.options),
+            app_id=app_id,
+            app_version=app_version,
+        )
+        self.log.info(
+            "ingested %d row(s) in %d file(s) into %s: version %s%s",
+            result.rows,
+            result.files,
+            self.table,
+            result.version,
+            " (skipped: this run already committed)" if result.skipped else "",
+        )
+        return result.to_json()
+
+
 __all__ = [
     "DeltaMirrorCheckpointOperator",
     "DeltaMirrorLagOperator",
     "DeltaMirrorMaintenanceOperator",
     "DeltaMirrorPublishOperator",
     "DeltaMirrorReconcileOperator",
+    "DeltaMirrorSparkIngestOperator",
     "DeltaMirrorValidateOperator",
 ]
