@@ -453,12 +453,12 @@ def test_a_table_deltalake_cannot_open_is_one_reader_error(table: tuple[SqlStore
 # -- arguments -------------------------------------------------------------------------------------
 
 
-def test_the_spark_reader_reads_local_tables_only(sqlite_url: str) -> None:
+def test_the_spark_reader_reads_local_and_s3_tables_only(sqlite_url: str) -> None:
     """(The Spark reader itself is tested in tests/spark, with one shared SparkSession.)"""
     store = SqlStore(sqlite_url)
     store.init()
-    store.create_table(NAME, "s3://no-such-bucket/table")
-    with pytest.raises(PermanentError, match="only reads local tables"):
+    store.create_table(NAME, "gs://no-such-bucket/table")
+    with pytest.raises(PermanentError, match="reads local and S3 tables"):
         validate_table(store, NAME, reader="spark")
 
 

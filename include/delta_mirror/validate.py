@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeGuard
-from urllib.parse import unquote
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -103,18 +103,18 @@ def validate_table(
     table that starts at one). Raises ``PermanentError`` for an unknown reader or a range outside
     the published versions; everything found at the location is reported, not raised.
     ``reader="spark"`` reads with Delta-Spark (``spark``: a session to use, else ``get_spark()``;
-    local tables only).
+    local and S3 tables).
     """
     if reader not in READERS:
         raise PermanentError(
             f"unknown reader '{reader}'", table=name, hint=f"use one of {', '.join(READERS)}"
         )
     table = store.get_table(name)
-    if reader == "spark" and local_path(normalize_location(table.location)) is None:
+    if reader == "spark" and urlparse(normalize_location(table.location)).scheme not in ("file", "s3", "s3a"):
         raise PermanentError(
-            f"the spark reader only reads local tables for now, not {table.location}",
+            f"the spark reader reads local and S3 tables, not {table.location}",
             table=name,
-            hint="use --reader deltalake for object-store tables",
+            hint="use --reader deltalake for this table",
         )
     last = store.last_published_version(table.id)
     start = table.first_version if table.base_checkpoint_version is None else table.base_checkpoint_version
@@ -157,7 +157,7 @@ def validate_table(
             if n <= MAX_PROBLEMS_PER_KIND:
                 report.problems.append(Problem(kind, version, message, hint))
 
-        spark_check(store, table, reader_from, hi, report_spark, spark=spark)
+        spark_check(store, table, reader_from, hi, report_spark, spark=spark, storage_options=storage_options)
     elif reader_from <= hi:
         _ReaderCheck(
             store, table, reader_from, hi, listing.complete_checkpoints, report.problems, storage_options

@@ -10,21 +10,22 @@ is compared with the store's:
 - active files: ``DataFrame.inputFiles()`` of the Delta scan is the snapshot's whole active file set
   (no data is read), against the store's file index;
 - rows: ``count()`` against the store's ``numRecords`` stats minus deletion-vector cardinalities,
-  when every active file is on disk and has stats.
+  when every active file exists and has stats.
 
-Only local (``file://``) tables are supported for now: the session has no object-store credentials.
+Local (``file://``) and S3 (``s3://``, read as ``s3a://`` with the table's storage options set on
+the session for its bucket, ``s3a.py``) tables.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlparse
 
 from delta_mirror.errors import PermanentError
-from delta_mirror.storage import local_path, normalize_location
+from delta_mirror.storage import local_path, normalize_location, open_store, storage_options_for
 from delta_mirror.store.sql_store import SqlStore, TableInfo
 
 _HINT = (
@@ -70,33 +71,54 @@ def spark_check(
     hi: int,
     report: Callable[[str, int | None, str, str], None],
     spark: Any = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> None:
-    """Compare Delta-Spark's view of versions ``lo..hi`` with the store; problems go to ``report``."""
+    """Compare Delta-Spark's view of versions ``lo..hi`` with the store; problems go to ``report``.
+
+    ``storage_options``: credentials and endpoint of an S3 location (as for deltalake; the
+    ``AWS_*`` environment fills in what is missing).
+    """
     from delta_mirror.validate import _schema_diffs  # the same schema comparison as deltalake's
 
     uri = normalize_location(table.location)
-    folder = local_path(uri)
-    if folder is None:
-        raise PermanentError(
-            f"the spark reader only reads local tables for now, not {uri}",
-            table=table.name,
-            hint="use --reader deltalake for object-store tables",
-        )
+    options = storage_options_for(uri, storage_options)
     if spark is None:
         from delta_mirror.spark.session import get_spark
 
         spark = get_spark()
-    root = str(folder).rstrip("/") + "/"
+    folder = local_path(uri)
+    if folder is not None:
+        path = str(folder)
+        root = path.rstrip("/") + "/"
+    elif urlparse(uri).scheme in ("s3", "s3a"):
+        from delta_mirror.spark.s3a import configure_s3a
+
+        path = configure_s3a(spark, uri, options)
+        root = path + "/"
+    else:
+        raise PermanentError(
+            f"the spark reader reads local and S3 tables, not {uri}",
+            table=table.name,
+            hint="use --reader deltalake for this table",
+        )
+
+    def text_of(exc: BaseException) -> str:
+        from delta_mirror.spark.s3a import redact
+
+        return redact(_text(exc), options)
 
     def rel(path: str, *, decode: bool = True) -> str:
         """Relative to the table root and decoded: log paths are URI-encoded, Hadoop paths are not."""
         text = unquote(path) if decode else path
-        for prefix in ("file://", "file:"):
+        for prefix, replacement in (("file://", ""), ("file:", ""), ("s3://", "s3a://")):
             if text.startswith(prefix):
-                text = text[len(prefix) :]
+                text = replacement + text[len(prefix) :]
                 break
-        text = "/" + text.lstrip("/") if text.startswith("/") else text
+        if folder is not None and text.startswith("/"):
+            text = "/" + text.lstrip("/")
         return text[len(root) :] if text.startswith(root) else text
+
+    exists = _exists_check(uri, options) if folder is None else _local_exists(folder)
 
     # versions and operations
     lines_by_version = store.commit_lines(table.id, lo, hi)
@@ -104,10 +126,12 @@ def spark_check(
     try:
         history = {
             int(r["version"]): r["operation"]
-            for r in spark.sql(f"DESCRIBE HISTORY delta.`{folder}`").select("version", "operation").collect()
+            for r in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").select("version", "operation").collect()
         }
     except Exception as exc:  # noqa: BLE001 - py4j errors carry the Java exception text
-        report("reader_error", None, f"Delta-Spark cannot open the table at {uri}: {_text(exc)}", _ERROR_HINT)
+        report(
+            "reader_error", None, f"Delta-Spark cannot open the table at {uri}: {text_of(exc)}", _ERROR_HINT
+        )
         return
     missing = sorted(v for v in with_json if v not in history)
     if missing:
@@ -142,14 +166,14 @@ def spark_check(
             for line in batch
         ]
         try:
-            df = spark.read.format("delta").option("versionAsOf", version).load(str(folder))
+            df = spark.read.format("delta").option("versionAsOf", version).load(path)
             found_files = {rel(p, decode=False) for p in df.inputFiles()}
             schema = json.loads(df.schema.json())
         except Exception as exc:  # noqa: BLE001
             report(
                 "reader_error",
                 version,
-                f"Delta-Spark cannot load version {version}: {_text(exc)}",
+                f"Delta-Spark cannot load version {version}: {text_of(exc)}",
                 _ERROR_HINT,
             )
             continue
@@ -176,7 +200,7 @@ def spark_check(
                 parts.append(f"{len(extra)} not in the store (e.g. {extra[0]})")
             report("reader_files", version, "; ".join(parts), _HINT)
             continue
-        expected_rows = _expected_rows(adds, folder, rel)
+        expected_rows = _expected_rows(adds, exists, rel)
         if expected_rows is None:
             continue
         try:
@@ -185,7 +209,7 @@ def spark_check(
             report(
                 "reader_error",
                 version,
-                f"Delta-Spark cannot read the data of version {version}: {_text(exc)}",
+                f"Delta-Spark cannot read the data of version {version}: {text_of(exc)}",
                 _ERROR_HINT,
             )
             continue
@@ -199,7 +223,26 @@ def spark_check(
             )
 
 
-def _expected_rows(adds: list[dict[str, Any]], folder: Path, rel: Callable[..., str]) -> int | None:
+def _local_exists(folder: Path) -> Callable[[str], bool]:
+    return lambda name: (folder / name).exists()
+
+
+def _exists_check(uri: str, options: Mapping[str, str]) -> Callable[[str], bool]:
+    """Whether a data file (relative to the table root, decoded) exists; one HEAD per file."""
+    objects = open_store(uri, options)
+    known: dict[str, bool] = {}
+
+    def exists(name: str) -> bool:
+        if name not in known:
+            known[name] = objects.head(name) is not None
+        return known[name]
+
+    return exists
+
+
+def _expected_rows(
+    adds: list[dict[str, Any]], exists: Callable[[str], bool], rel: Callable[..., str]
+) -> int | None:
     """Rows the store's adds describe, or None when a file is absent or has no numRecords stat."""
     total = 0
     for add in adds:
@@ -208,7 +251,7 @@ def _expected_rows(adds: list[dict[str, Any]], folder: Path, rel: Callable[..., 
             n = json.loads(stats).get("numRecords") if isinstance(stats, str) else None
         except json.JSONDecodeError:
             n = None
-        if not isinstance(n, int) or not (folder / rel(add["path"])).exists():
+        if not isinstance(n, int) or not exists(rel(add["path"])):
             return None
         dv = add.get("deletionVector")
         total += n - (int(dv.get("cardinality") or 0) if isinstance(dv, dict) else 0)

@@ -28,7 +28,17 @@ _lock = threading.Lock()
 # Maven coordinates resolved with the Delta jars (Spark's Ivy, cached like them). One entry per
 # capability, so each feature adds its own line: e.g. the PostgreSQL JDBC driver for the Spark
 # checkpoint engine, hadoop-aws for s3a:// tables.
-EXTRA_PACKAGES: tuple[str, ...] = ()
+EXTRA_PACKAGES: tuple[str, ...] = (
+    "org.postgresql:postgresql:42.7.14",  # JDBC reads of the store (spark/checkpoint_engine.py)
+    # s3a:// for the spark reader on S3 (spark/s3a.py): hadoop-aws matching pyspark's hadoop-client
+    # 3.5.0, with the AWS SDK v2 modules it needs instead of its 686 MB `bundle` (excluded below)
+    "org.apache.hadoop:hadoop-aws:3.5.0",
+    "software.amazon.awssdk:s3:2.35.4",
+    "software.amazon.awssdk:s3-transfer-manager:2.35.4",
+)
+# groupId:artifactId (globs allowed) left out of the resolution: the SDK bundle (replaced by the
+# modules above) and netty (Spark ships its own)
+EXTRA_EXCLUDES: tuple[str, ...] = ("software.amazon.awssdk:bundle", "io.netty:*")
 
 
 class SparkUnavailable(PermanentError):
@@ -101,6 +111,8 @@ def get_spark(master: str | None = None, *, app_name: str = "delta-mirror", **co
         )
         for key, value in conf.items():
             builder = builder.config(key, value)
+        if EXTRA_EXCLUDES:
+            builder = builder.config("spark.jars.excludes", ",".join(EXTRA_EXCLUDES))
         packages = os.environ.get(PACKAGES_ENV)
         if packages:
             builder = builder.config("spark.jars.packages", packages)
