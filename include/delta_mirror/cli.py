@@ -13,11 +13,14 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from delta_mirror import __version__
+
+if TYPE_CHECKING:
+    from delta_mirror.table_config import CheckpointSettings
 from delta_mirror.errors import DataError, ErrorClass, MirrorError, TableNotFoundError
 
 EXIT_CODES = {ErrorClass.CONFLICT: 3, ErrorClass.DATA: 4, ErrorClass.TRANSIENT: 5, ErrorClass.PERMANENT: 1}
@@ -247,18 +250,59 @@ def _check_new_location(name: str, location: str) -> None:
         )
 
 
+def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--engine`` and ``--config``: who builds checkpoints (the table config decides by default)."""
+    fn = click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Table config (default: $DELTA_MIRROR_CONFIG or config/delta_mirror.yaml when it exists).",
+    )(fn)
+    return click.option(
+        "--engine",
+        type=click.Choice(["local", "spark", "auto"]),
+        default=None,
+        help="Who builds checkpoints: in-process (local), Spark (reads the store over JDBC), or auto by "
+        "file count (default: the table's `checkpoint.engine` in the table config when it exists, else local).",
+    )(fn)
+
+
+def _checkpoint_settings(config_path: str | None, name: str) -> CheckpointSettings | None:
+    """The table's ``checkpoint`` settings from the table config, when there is one."""
+    from pathlib import Path
+
+    from delta_mirror.table_config import default_config_path, load_config
+
+    path = Path(config_path) if config_path else default_config_path()
+    if not (config_path or path.is_file()):
+        return None
+    config = load_config(path)
+    return config.tables.get(name, config.defaults).checkpoint
+
+
 @cli.command()
 @click.argument("name")
 @click.option("--to-version", type=click.IntRange(min=0), default=None)
 @click.option("--json", "as_json", is_flag=True)
+@engine_options
 @store_option
 @click.pass_obj
-def mirror(ctx: Ctx, name: str, to_version: int | None, as_json: bool) -> None:
+def mirror(
+    ctx: Ctx, name: str, to_version: int | None, as_json: bool, engine: str | None, config_path: str | None
+) -> None:
     """Publish pending versions (and checkpoints when due) to the table's location."""
     from delta_mirror.publisher import Publisher
+    from delta_mirror.spark.checkpoint_engine import ConfiguredBuilder
 
     with _errors(ctx, name):
-        result = Publisher(ctx.store()).publish(name, to_version, progress=_progress(f"publishing {name}"))
+        settings = _checkpoint_settings(config_path, name)
+        builder = None
+        if (engine or (settings.engine if settings else "local")) != "local":
+            builder = ConfiguredBuilder(name, engine, settings)  # Spark starts only if a checkpoint is due
+        publisher = Publisher(ctx.store(), checkpoint_builder=builder, lease_ttl=3600.0 if builder else None)
+        result = publisher.publish(name, to_version, progress=_progress(f"publishing {name}"))
+        engines = f" ({', '.join(sorted(set(builder.used)))} engine)" if builder and builder.used else ""
 
         def text() -> None:
             if not result.published and not result.already_present:
@@ -268,7 +312,11 @@ def mirror(ctx: Ctx, name: str, to_version: int | None, as_json: bool) -> None:
                 f"published {len(result.published)} version(s) of '{name}' through version "
                 f"{result.last_published}"
                 + (f", {len(result.already_present)} already present" if result.already_present else "")
-                + (f"; checkpoint at {', '.join(map(str, result.checkpoints))}" if result.checkpoints else "")
+                + (
+                    f"; checkpoint at {', '.join(map(str, result.checkpoints))}{engines}"
+                    if result.checkpoints
+                    else ""
+                )
             )
 
         _emit(result.to_json(), as_json, text)
@@ -277,37 +325,17 @@ def mirror(ctx: Ctx, name: str, to_version: int | None, as_json: bool) -> None:
 @cli.command()
 @click.argument("name")
 @click.option("--version", "version", type=click.IntRange(min=0), default=None)
-@click.option(
-    "--engine",
-    type=click.Choice(["local", "spark", "auto"]),
-    default=None,
-    help="Who builds it: in-process (local), Spark (reads the store over JDBC), or auto by file count "
-    "(default: the table's `checkpoint.engine` in the table config when it exists, else local).",
-)
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Table config (default: $DELTA_MIRROR_CONFIG or config/delta_mirror.yaml when it exists).",
-)
+@engine_options
 @store_option
 @click.pass_obj
 def checkpoint(ctx: Ctx, name: str, version: int | None, engine: str | None, config_path: str | None) -> None:
     """Write a checkpoint (default: at the last published version)."""
-    from pathlib import Path
-
     from delta_mirror.publisher import Publisher
     from delta_mirror.spark.checkpoint_engine import builder_for
-    from delta_mirror.table_config import default_config_path, load_config
 
     with _errors(ctx, name):
         store = ctx.store()
-        settings = None
-        path = Path(config_path) if config_path else default_config_path()
-        if config_path or path.is_file():
-            config = load_config(path)
-            settings = config.tables.get(name, config.defaults).checkpoint
+        settings = _checkpoint_settings(config_path, name)
         chosen, builder = builder_for(store, name, engine, settings)
         v = Publisher(store, checkpoint_builder=builder, lease_ttl=3600.0 if builder else None).checkpoint(
             name, version

@@ -110,6 +110,26 @@ class CheckpointPlan:
 CheckpointBuilder = Callable[[SqlStore, CheckpointPlan], CheckpointResult]
 
 
+def local_checkpoint_builder(store: SqlStore, plan: CheckpointPlan) -> CheckpointResult:
+    """The in-process engine: the active file set streamed from the store (O(active files))."""
+    snap, table_id, version = plan.snapshot, plan.table.id, plan.version
+    return build_checkpoint(
+        CheckpointInput(
+            version=version,
+            protocol=snap.protocol,
+            metadata=snap.metadata,
+            txns=snap.txns,
+            domain_metadata=snap.domain_metadata,
+            adds=[line for batch in store.iter_active_add_lines(table_id, version) for line in batch],
+            removes=store.tombstone_lines(table_id, version, plan.min_deletion_timestamp),
+        ),
+        kind=plan.kind,
+        part_size=plan.part_size,
+        checkpoint_id=plan.checkpoint_id,
+        modification_time_ms=plan.modification_time_ms,
+    )
+
+
 @dataclass
 class RetryPolicy:
     """Exponential backoff with full jitter for transient errors inside one run."""
@@ -524,26 +544,7 @@ class Publisher:
     def _build_checkpoint(self, table: TableInfo, version: int) -> CheckpointResult:
         """The checkpoint files of ``version`` from the store (O(active files), not history)."""
         plan = self.checkpoint_plan(table, version)
-        if self.checkpoint_builder is not None:
-            return self.checkpoint_builder(self.store, plan)
-        snap = plan.snapshot
-        return build_checkpoint(
-            CheckpointInput(
-                version=version,
-                protocol=snap.protocol,
-                metadata=snap.metadata,
-                txns=snap.txns,
-                domain_metadata=snap.domain_metadata,
-                adds=[
-                    line for batch in self.store.iter_active_add_lines(table.id, version) for line in batch
-                ],
-                removes=self.store.tombstone_lines(table.id, version, plan.min_deletion_timestamp),
-            ),
-            kind=plan.kind,
-            part_size=plan.part_size,
-            checkpoint_id=plan.checkpoint_id,
-            modification_time_ms=plan.modification_time_ms,
-        )
+        return (self.checkpoint_builder or local_checkpoint_builder)(self.store, plan)
 
     def rewrite_last_checkpoint(self, name: str, version: int) -> None:
         """Write ``_last_checkpoint`` for the checkpoint at ``version`` again (it was lost or wrong).

@@ -313,3 +313,30 @@ def test_cli_engine_option_and_table_config(
     result = runner.invoke(cli, ["checkpoint", "t", "--store", pg_store_url])
     assert result.exit_code == 1
     assert "tables.t.checkpoint.engine: expected local, spark or auto, got 'fast'" in result.output
+
+
+def test_mirror_writes_its_cadence_checkpoints_with_the_configured_engine(
+    spark: Any, pg_store: SqlStore, pg_store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``delta-mirror mirror`` follows ``checkpoint.engine`` too, and starts Spark only when one is due."""
+    from click.testing import CliRunner
+
+    from delta_mirror.cli import cli
+
+    location = tmp_path / "table"
+    location.mkdir()
+    make_table(pg_store, "t", location, v2=False, files=100)
+    pg_store.update_table(pg_store.get_table("t").id, checkpoint_interval=2)  # due at version 2, not 1
+    config = tmp_path / "delta_mirror.yaml"
+    config.write_text("tables:\n  t:\n    checkpoint: {engine: spark}\n")
+    monkeypatch.setenv("DELTA_MIRROR_CONFIG", str(config))
+    runner = CliRunner()
+
+    result = runner.invoke(cli, ["mirror", "t", "--to-version", "1", "--store", pg_store_url])
+    assert result.exit_code == 0, result.output
+    assert "checkpoint" not in result.output  # none due: no engine used
+    result = runner.invoke(cli, ["mirror", "t", "--store", pg_store_url])
+    assert result.exit_code == 0, result.output
+    assert "checkpoint at 2 (spark engine)" in result.output
+    assert json.loads((location / LOG_DIR / "_last_checkpoint").read_text())["version"] == 2
+    assert (location / LOG_DIR / "00000000000000000002.checkpoint.parquet").is_file()

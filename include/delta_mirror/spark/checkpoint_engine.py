@@ -111,6 +111,26 @@ def builder_for(
     return chosen, SparkCheckpointEngine(spark, num_partitions=settings.spark_partitions)
 
 
+class ConfiguredBuilder:
+    """A ``CheckpointBuilder`` that picks the engine when a checkpoint is actually due.
+
+    ``delta-mirror mirror`` writes checkpoints on the table's cadence: with ``spark`` or ``auto``
+    in the table config it must not start a SparkSession for a run that writes none. ``used``
+    records the engine of each checkpoint it built.
+    """
+
+    def __init__(self, name: str, engine: str | None, settings: CheckpointSettings | None) -> None:
+        self.name, self.engine, self.settings = name, engine, settings
+        self.used: list[str] = []
+
+    def __call__(self, store: SqlStore, plan: CheckpointPlan) -> CheckpointResult:
+        from delta_mirror.publisher import local_checkpoint_builder
+
+        chosen, builder = builder_for(store, self.name, self.engine, self.settings)
+        self.used.append(chosen)
+        return (builder or local_checkpoint_builder)(store, plan)
+
+
 # --------------------------------------------------------------------------------------------
 # Arrow -> Spark types (from checkpoint.py's schema: one definition)
 # --------------------------------------------------------------------------------------------
