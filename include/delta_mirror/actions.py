@@ -497,6 +497,19 @@ def _plain_add(body: Mapping[str, Any]) -> bool:
     )
 
 
+def _parse_all(lines: Sequence[str]) -> list[Any] | None:
+    """All lines parsed as one JSON array, or None when any line is not exactly one valid value."""
+    joined = ",".join(lines)
+    if "\n" in joined:
+        return None
+    try:
+        joined.encode("utf-8")
+        values = json.loads(f"[{joined}]", parse_constant=_reject_constant)
+    except (ValueError, RecursionError, UnicodeEncodeError):  # JSONDecodeError is a ValueError
+        return None
+    return values if isinstance(values, list) and len(values) == len(lines) else None
+
+
 def check_stored_commit(
     lines: Sequence[str], *, table: str, version: int, location: str | None, native: bool
 ) -> None:
@@ -510,17 +523,21 @@ def check_stored_commit(
     if not lines:
         raise InvalidActionError("the stored commit holds no actions", table=table, version=version)
     hint = "the store was written outside delta-mirror; repair or restore this version, then resume"
+    parsed = _parse_all(lines)  # one C-level parse: publishing re-checks every stored line
     for number, line in enumerate(lines, start=1):
-        try:
-            line.encode("utf-8")
-            obj = json.loads(line, parse_constant=_reject_constant)
-        except (json.JSONDecodeError, RecursionError, UnicodeEncodeError) as exc:
-            raise InvalidActionError(
-                f"stored action {number} is not valid UTF-8 JSON ({type(exc).__name__})",
-                table=table,
-                version=version,
-                hint=hint,
-            ) from None
+        if parsed is not None:
+            obj = parsed[number - 1]
+        else:  # something is wrong: parse line by line to name the bad action
+            try:
+                line.encode("utf-8")
+                obj = json.loads(line, parse_constant=_reject_constant)
+            except (json.JSONDecodeError, RecursionError, UnicodeEncodeError) as exc:
+                raise InvalidActionError(
+                    f"stored action {number} is not valid UTF-8 JSON ({type(exc).__name__})",
+                    table=table,
+                    version=version,
+                    hint=hint,
+                ) from None
         if "\n" in line or not isinstance(obj, dict) or len(obj) != 1:
             raise InvalidActionError(
                 f"stored action {number} is not one JSON object with one key",
