@@ -7,6 +7,7 @@ touches data files (design invariant 6), and this module is where that is enforc
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -74,6 +75,10 @@ def _check_log_path(path: str) -> None:
         )
 
 
+# An HTTP 403 in an error text ("status 403 Forbidden"), not any "403" (e.g. "in 403.02ms").
+_HTTP_403 = re.compile(r"\b403 Forbidden\b|\bstatus(?: code)?:? 403\b", re.IGNORECASE)
+
+
 def _translate(exc: Exception, uri: str, path: str) -> Exception:
     """Map object-store failures to the error classes (storage errors by status/code)."""
     if isinstance(exc, obe.AlreadyExistsError | obe.PreconditionError):
@@ -103,7 +108,7 @@ def _translate(exc: Exception, uri: str, path: str) -> Exception:
             f"bucket missing for {uri}: {text[:300]}", hint="create the bucket or fix the location"
         )
     if (
-        "403" in text
+        _HTTP_403.search(text)
         or "AccessDenied" in text
         or "InvalidAccessKeyId" in text
         or "SignatureDoesNotMatch" in text
