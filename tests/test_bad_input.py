@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
-import tempfile
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -726,6 +725,19 @@ def test_a_commit_over_the_configured_limits_is_refused_and_changes_nothing(
     store.close()
 
 
+# The CLI in a child that reports its own peak RSS at exit. VmHWM belongs to the process's own
+# memory map; ru_maxrss would carry over the peak of the (large) pytest process it was forked from.
+_REPORT_PEAK_RSS = """
+import atexit, runpy, sys
+def report():
+    with open("/proc/self/status") as status:
+        sys.stderr.write(next(line for line in status if line.startswith("VmHWM")))
+atexit.register(report)
+sys.argv[0] = "delta-mirror"
+runpy.run_module("delta_mirror.cli", run_name="__main__")
+"""
+
+
 def test_a_100k_action_commit_within_the_default_limit_is_committed_published_and_read_back(
     store_url: str, tmp_path: Path
 ) -> None:
@@ -741,16 +753,14 @@ def test_a_100k_action_commit_within_the_default_limit_is_committed_published_an
         ["commit", "big", "--actions", str(big), "--location", str(root)],
         ["mirror", "big"],
     ):
-        with tempfile.TemporaryFile() as err:
-            proc = subprocess.Popen(
-                [*_executable(), "--store", store_url, *args], stdout=subprocess.DEVNULL, stderr=err, env=env
-            )
-            # this child's own peak (RUSAGE_CHILDREN would include every earlier child of the session)
-            _, status, usage = os.wait4(proc.pid, 0)
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            err.seek(0)
-            assert proc.returncode == 0, err.read().decode()
-        peak = max(peak, usage.ru_maxrss)  # KiB on Linux
+        proc = subprocess.run(
+            [sys.executable, "-c", _REPORT_PEAK_RSS, "--store", store_url, *args],
+            capture_output=True,
+            env=env,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr.decode()
+        peak = max(peak, int(proc.stderr.decode().rsplit("VmHWM:", 1)[1].split()[0]))  # KiB
     print(f"100,000-action commit + publish: peak RSS {peak / 1024:.0f} MiB")
     assert peak < 800_000, f"peak RSS {peak / 1024:.0f} MiB for a 100,000-action commit"
     log = root / LOG_DIR
