@@ -21,7 +21,9 @@ from urllib.parse import quote, unquote
 
 import pytest
 from sqlalchemy.engine import make_url
-from test_cli import _executable, assert_one_error_line, clean_env
+from test_cli import METADATA, _executable, assert_one_error_line, clean_env
+from test_cli import PROTOCOL as PROTOCOL_ACTION
+from test_cli import add as add_action
 
 from delta_mirror.errors import MirrorError, PermanentError, PublishConflictError, TableNotFoundError
 from delta_mirror.log_path import LAST_CHECKPOINT, LOG_DIR, commit_name
@@ -31,33 +33,15 @@ from delta_mirror.store import SqlStore
 
 SECRET = "Sup3r-S3cr3t-7f2c91ab"
 AWS_SECRET = "aws-S3cr3t-0b8e44d1c7"
-SCHEMA = json.dumps(
-    {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]}
-)
-PROTOCOL = {"minReaderVersion": 1, "minWriterVersion": 2}
+PROTOCOL = PROTOCOL_ACTION["protocol"]
 
 
 def metadata(**extra: Any) -> dict[str, Any]:
-    return {
-        "id": "0e0c5a4e-1111-4222-8333-444455556666",
-        "format": {"provider": "parquet", "options": {}},
-        "schemaString": SCHEMA,
-        "partitionColumns": [],
-        "configuration": {},
-        "createdTime": 1,
-        **extra,
-    }
+    return {**METADATA["metaData"], **extra}
 
 
 def add(path: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "path": path,
-        "partitionValues": {},
-        "size": 1,
-        "modificationTime": 1,
-        "dataChange": True,
-        **extra,
-    }
+    return add_action(path, **extra)["add"]
 
 
 def cli(*args: str, env: dict[str, str], stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
