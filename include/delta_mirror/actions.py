@@ -215,6 +215,28 @@ def parse_actions(data: bytes, *, table: str, version: int | None = None) -> lis
     return out
 
 
+def split_commit(data: bytes, *, table: str, version: int | None = None) -> tuple[list[str], list[Action]]:
+    """A writer's commit file as (lines, actions), kept verbatim: ``render_commit(lines) == data``.
+
+    The bytes must be what ``render_commit`` produces — every line one action ending in ``\\n``, no
+    blank line — so that the stored lines republish the file byte for byte (Delta-Spark writes
+    exactly that). Each line is parsed strictly, as ``parse_actions`` does.
+    """
+    hint = "send the commit file as Delta-Spark writes it: one JSON action per line, each ending in \\n"
+    if not data.endswith(b"\n"):
+        raise InvalidActionError(
+            "the commit file does not end with a newline", table=table, version=version, hint=hint
+        )
+    actions = parse_actions(data, table=table, version=version)  # UTF-8 and JSON, line by line
+    lines = data[:-1].decode("utf-8").split("\n")
+    if len(lines) != len(actions):
+        number = next(i for i, line in enumerate(lines, start=1) if not line.strip())
+        raise InvalidActionError(f"line {number} is blank", table=table, version=version, hint=hint)
+    if render_commit(lines) != data:  # the invariant the verbatim path stands on
+        raise AssertionError("render_commit does not reproduce the commit bytes")
+    return lines, actions
+
+
 def _require(
     body: Mapping[str, Any],
     field: str,
@@ -575,5 +597,6 @@ __all__ = [
     "parse_actions",
     "render_commit",
     "spark_ordered",
+    "split_commit",
     "validate_action",
 ]

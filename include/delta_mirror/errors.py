@@ -6,12 +6,14 @@ MirrorError                      (base; carries ``error_class``, ``table``, ``ve
 ├── PermanentError               fail fast, fix configuration (auth, missing bucket, bad URL)
 │   ├── UnsupportedTableError    the source uses a feature we refuse (e.g. catalogManaged)
 │   ├── NotADeltaTableError      the source has no readable ``_delta_log``
+│   ├── TableHaltedError         the table is halted: no commits until `delta-mirror resume`
 │   └── TableNotFoundError / TableExistsError
 ├── ConflictError                halt, alert, never overwrite
 │   ├── CommitConflictError      another writer committed that version first
 │   └── PublishConflictError     a different file already sits at ``_delta_log/<v>.json``
 └── DataError                    an invalid action or a version gap: nothing is written
     └── InvalidActionError
+        └── CommitTooLargeError  over the commit size limits (actions or bytes)
 """
 
 from __future__ import annotations
@@ -86,6 +88,10 @@ class TableNotFoundError(PermanentError):
     pass
 
 
+class TableHaltedError(PermanentError):
+    """The table is halted (``dl_tables.state``): commits are refused until it is resumed."""
+
+
 class TableExistsError(PermanentError):
     pass
 
@@ -124,8 +130,13 @@ class InvalidActionError(DataError):
     pass
 
 
+class CommitTooLargeError(InvalidActionError):
+    """The commit exceeds ``DELTA_MIRROR_MAX_COMMIT_ACTIONS`` or ``DELTA_MIRROR_MAX_COMMIT_BYTES``."""
+
+
 __all__ = [
     "CommitConflictError",
+    "CommitTooLargeError",
     "ConflictError",
     "DataError",
     "ErrorClass",
@@ -136,6 +147,7 @@ __all__ = [
     "PermanentError",
     "PublishConflictError",
     "TableExistsError",
+    "TableHaltedError",
     "TableNotFoundError",
     "TransientError",
     "UnsupportedTableError",

@@ -349,7 +349,7 @@ class Publisher:
                         table=table.name,
                         version=row.version,
                         location=table.location,
-                        native=row.source == "native",
+                        native=row.source != "import",  # native and spark: writer input
                     )
                     data = render_commit(lines.get(row.version, []))
                     digest = hashlib.sha256(data).hexdigest()

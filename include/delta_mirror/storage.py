@@ -245,6 +245,15 @@ def normalize_location(location: str) -> str:
     )
 
 
+def normalize_commit_root(root: str) -> str:
+    """A table root as a writer's file system names it (Hadoop: ``file:/x``, ``s3a://b/x``), as the store
+    keeps it: ``s3a://`` and ``s3n://`` are ``s3://``, then ``normalize_location``."""
+    for alias in ("s3a://", "s3n://"):
+        if root[: len(alias)].lower() == alias:
+            root = "s3://" + root[len(alias) :]
+    return normalize_location(root)
+
+
 def local_path(location: str) -> Path | None:
     """The folder of a ``file://`` location, else ``None``."""
     parsed = urlparse(location)
@@ -305,6 +314,7 @@ __all__ = [
     "ObjectStore",
     "ObstoreStore",
     "local_path",
+    "normalize_commit_root",
     "normalize_location",
     "open_store",
     "s3_options_from_env",

@@ -22,15 +22,25 @@ from sqlalchemy import Connection, and_, delete, func, insert, or_, select, text
 from sqlalchemy.exc import IntegrityError
 
 from delta_mirror import ENGINE_INFO
-from delta_mirror.actions import Action, canonical_line, dv_id, render_commit, spark_ordered, validate_action
+from delta_mirror.actions import (
+    Action,
+    canonical_line,
+    dv_id,
+    render_commit,
+    spark_ordered,
+    split_commit,
+    validate_action,
+)
 from delta_mirror.config import max_commit_actions, max_commit_bytes, redact_url
 from delta_mirror.config import store_url as resolve_store_url
 from delta_mirror.errors import (
     CommitConflictError,
+    CommitTooLargeError,
     DataError,
     InvalidActionError,
     PermanentError,
     TableExistsError,
+    TableHaltedError,
     TableNotFoundError,
 )
 from delta_mirror.store import db
@@ -124,7 +134,27 @@ class CommitRow:
     size_bytes: int
     has_json: bool
     committed_at: int
-    source: str = "native"  # "native" (SqlStore.commit) or "import"
+    source: str = "native"  # "native" (SqlStore.commit), "spark" (SqlStore.commit_verbatim) or "import"
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """A version committed by ``SqlStore.commit_verbatim``; ``existing`` when it already held these bytes."""
+
+    table: str
+    version: int
+    sha256: str
+    size: int
+    existing: bool = False
+
+
+def default_table_name(location: str) -> str:
+    """The name a table created from its root gets: the root's last path segment, made a valid name."""
+    from urllib.parse import unquote, urlparse
+
+    segment = unquote(urlparse(location).path.rstrip("/").rsplit("/", 1)[-1]) or "table"
+    name = re.sub(r"[^A-Za-z0-9_.\-]", "_", segment)
+    return name if name[0].isalnum() or name[0] == "_" else f"_{name}"
 
 
 def _table_info(row: Any) -> TableInfo:
@@ -370,14 +400,7 @@ class SqlStore:
         ``location`` creates the table there when it does not exist, in the same transaction.
         """
         check_table_name(name)
-        limit = max_commit_actions()
-        if len(actions) > limit:
-            raise InvalidActionError(
-                f"the commit holds {len(actions):,} actions, more than the limit of {limit:,}",
-                table=name,
-                version=expected_version,
-                hint="split it into several commits, or raise DELTA_MIRROR_MAX_COMMIT_ACTIONS",
-            )
+        _check_commit_size(name, expected_version, len(actions), 0)
         attempts = 1 if expected_version is not None else _NEXT_VERSION_ATTEMPTS
         for attempt in range(1, attempts + 1):
             try:
@@ -435,6 +458,150 @@ class SqlStore:
                 hint="commit again: the table exists now",
             ) from None
 
+    # -- verbatim commits (a writer's exact commit file, e.g. Delta-Spark through the commit service) --
+    def table_at(self, location: str) -> TableInfo:
+        """The table whose root is ``location`` (normalised, see ``storage.normalize_commit_root``)."""
+        with db.translated(self.url, f"looking up the table at {location}"), self.reader.connect() as conn:
+            return self._table_at(conn, location)
+
+    @staticmethod
+    def _table_at(conn: Connection, location: str) -> TableInfo:
+        row = conn.execute(select(dl_tables).where(dl_tables.c.location == location)).first()
+        if row is None:
+            raise TableNotFoundError(
+                f"no table at {location} in the store",
+                hint="create it with version 0 under an allowed root, or import it with `delta-mirror import`",
+            )
+        return _table_info(row)
+
+    def commit_verbatim(
+        self, location: str, version: int, data: bytes, *, create_name: str | None = None
+    ) -> CommitResult:
+        """Commit a writer's exact commit file as ``version`` of the table at ``location``.
+
+        The bytes are kept as they are (lines stored verbatim, no key reordering, no commitInfo
+        added): the published ``<version>.json`` is ``data`` byte for byte. The native commit rules
+        apply (``_check_commit_rules``, the size limits). ``version`` already holding ``data`` is
+        returned with ``existing=True`` (a retry after a lost answer); holding other bytes it is a
+        ``CommitConflictError``; beyond the next version a ``DataError`` (a gap). A halted table
+        refuses (``TableHaltedError``). With ``create_name``, version 0 of an unknown location
+        creates the table in the same transaction, named ``create_name``, or ``create_name-<first 8
+        hex digits of SHA-256(location)>`` when that name is taken.
+        """
+        label = create_name or location
+        lines, actions = split_commit(data, table=label, version=version)
+        _check_commit_size(label, version, len(actions), len(data))
+        digest = hashlib.sha256(data).hexdigest()
+        try:
+            with (
+                db.translated(self.url, f"committing to the table at {location}"),
+                self.engine.begin() as conn,
+            ):
+                table = self._verbatim_table(conn, location, version, create_name)
+                self._check_verbatim_version(conn, table, version, digest, len(data))
+                ts = self._claim_version(conn, table, version, "spark")
+                self._check_commit_rules(conn, table, version, actions)
+                self._write_actions(
+                    conn,
+                    table.id,
+                    version,
+                    PART_COMMIT,
+                    actions,
+                    strict=True,
+                    table_name=table.name,
+                    location=table.location,
+                    lines=lines,
+                )
+                info = next((body for kind, body in actions if kind == "commitInfo"), {})
+                ict = info.get("inCommitTimestamp")
+                conn.execute(
+                    update(dl_commits)
+                    .where(dl_commits.c.table_id == table.id, dl_commits.c.version == version)
+                    .values(
+                        action_count=len(actions),
+                        size_bytes=len(data),
+                        sha256=digest,
+                        in_commit_timestamp=ict if type(ict) is int else None,
+                    )
+                )
+                _enqueue_json(conn, table.id, version, ts)
+                return CommitResult(table.name, version, digest, len(data))
+        except CommitConflictError:
+            # A racing retry of the same bytes may have won: that is this commit, already done.
+            existing = self._existing_commit(location, version)
+            if existing is not None and existing.sha256 == digest and existing.size == len(data):
+                return existing
+            raise
+
+    def _verbatim_table(
+        self, conn: Connection, location: str, version: int, create_name: str | None
+    ) -> TableInfo:
+        try:
+            table = self._table_at(conn, location)
+        except TableNotFoundError as exc:
+            if create_name is None or version != 0:
+                exc.version = version
+                raise
+            return self._create_verbatim(conn, location, create_name)
+        if table.state == "HALTED":
+            raise TableHaltedError(
+                f"the table is halted{f' at version {table.halted_version}' if table.halted_version is not None else ''}:"
+                f" {table.halted_reason or 'no reason recorded'}",
+                table=table.name,
+                version=version,
+                hint=f"fix the cause, then `delta-mirror resume {table.name}`",
+            )
+        return table
+
+    def _create_verbatim(self, conn: Connection, location: str, create_name: str) -> TableInfo:
+        name = create_name
+        taken = conn.execute(select(dl_tables.c.id).where(dl_tables.c.name == name)).first()
+        if taken is not None:
+            name = f"{create_name[:119]}-{hashlib.sha256(location.encode()).hexdigest()[:8]}"
+        check_table_name(name)
+        try:
+            self._check_location(conn, name, location)
+        except PermanentError as exc:  # the writer's root is the input here: refuse it as data
+            raise InvalidActionError(exc.what, table=name, version=0, hint=exc.hint) from None
+        return self._create_in(conn, name, location, 0)
+
+    def _check_verbatim_version(
+        self, conn: Connection, table: TableInfo, version: int, digest: str, size: int
+    ) -> None:
+        """Before claiming: an earlier version is a conflict (or this very commit), a later one a gap."""
+        latest = self.latest_version(table.id, conn)
+        next_version = table.first_version if latest is None else latest + 1
+        if version < next_version:
+            raise CommitConflictError(
+                f"version {version} is already committed (latest is {latest})",
+                table=table.name,
+                version=version,
+                hint=f"re-read the log and commit as version {next_version}",
+            )
+        if version > next_version:
+            raise DataError(
+                f"version gap: the store's next version is {next_version}, not {version}; a writer may have"
+                f" written _delta_log/{version - 1:020d}.json outside the authority",
+                table=table.name,
+                version=version,
+                hint=f"run `delta-mirror reconcile {table.name} --strategy full`",
+            )
+
+    def _existing_commit(self, location: str, version: int) -> CommitResult | None:
+        with db.translated(self.url, "reading a commit"), self.reader.connect() as conn:
+            row = conn.execute(
+                select(dl_tables.c.name, dl_commits.c.sha256, dl_commits.c.size_bytes)
+                .select_from(dl_commits.join(dl_tables, dl_tables.c.id == dl_commits.c.table_id))
+                .where(
+                    dl_tables.c.location == location, dl_commits.c.version == version, dl_commits.c.has_json
+                )
+            ).first()
+        return (
+            None
+            if row is None
+            else CommitResult(row.name, version, row.sha256, row.size_bytes, existing=True)
+        )
+
     def _commit(
         self,
         conn: Connection,
@@ -461,30 +628,7 @@ class SqlStore:
                 version=version,
                 hint="versions must be contiguous; omit the expected version",
             )
-        # Claim the version first: a racing writer fails here, before any other work.
-        ts = now_ms()
-        try:
-            conn.execute(
-                insert(dl_commits).values(
-                    table_id=table.id,
-                    version=version,
-                    committed_at=ts,
-                    action_count=0,
-                    size_bytes=0,
-                    sha256="",
-                    has_json=True,
-                    source="native",
-                )
-            )
-        except IntegrityError as exc:
-            if not db.is_unique_violation(exc):
-                raise
-            raise CommitConflictError(
-                "another writer committed this version first",
-                table=name,
-                version=version,
-                hint="re-read the table and retry the commit on the new latest version",
-            ) from None
+        ts = self._claim_version(conn, table, version, "native")
         ordered = self._validate_native(conn, table, version, actions)
         ordered = self._with_commit_info(conn, table, version, ordered, ts, operation)
         self._write_actions(
@@ -499,13 +643,7 @@ class SqlStore:
         )
         lines = [canonical_line(k, b) for k, b in ordered]
         data = render_commit(lines)
-        if len(data) > (max_bytes := max_commit_bytes()):
-            raise InvalidActionError(
-                f"the commit file would be {len(data):,} bytes, more than the limit of {max_bytes:,}",
-                table=name,
-                version=version,
-                hint="split it into several commits, or raise DELTA_MIRROR_MAX_COMMIT_BYTES",
-            )
+        _check_commit_size(name, version, len(ordered), len(data))
         ict = ordered[0][1].get("inCommitTimestamp") if ordered[0][0] == "commitInfo" else None
         conn.execute(
             update(dl_commits)
@@ -517,25 +655,57 @@ class SqlStore:
                 in_commit_timestamp=ict,
             )
         )
-        conn.execute(
-            insert(dl_mirror_status).values(
-                table_id=table.id,
-                version=version,
-                artifact="json",
-                state="PENDING",
-                attempts=0,
-                enqueued_at=ts,
-            )
-        )
+        _enqueue_json(conn, table.id, version, ts)
         return version
+
+    def _claim_version(self, conn: Connection, table: TableInfo, version: int, source: str) -> int:
+        """Insert the version's ``dl_commits`` row first: a racing writer fails here, before any other
+        work (its primary key decides). Hash and size are filled in once the actions are written."""
+        ts = now_ms()
+        try:
+            conn.execute(
+                insert(dl_commits).values(
+                    table_id=table.id,
+                    version=version,
+                    committed_at=ts,
+                    action_count=0,
+                    size_bytes=0,
+                    sha256="",
+                    has_json=True,
+                    source=source,
+                )
+            )
+        except IntegrityError as exc:
+            if not db.is_unique_violation(exc):
+                raise
+            raise CommitConflictError(
+                "another writer committed this version first",
+                table=table.name,
+                version=version,
+                hint="re-read the table and retry the commit on the new latest version",
+            ) from None
+        return ts
 
     def _validate_native(
         self, conn: Connection, table: TableInfo, version: int, actions: Sequence[Action]
     ) -> list[Action]:
+        """The commit rules, then Delta-Spark key order for the actions we store."""
+        self._check_commit_rules(conn, table, version, actions)
+        return [(kind, spark_ordered(kind, body)) for kind, body in actions]
+
+    def _check_commit_rules(
+        self, conn: Connection, table: TableInfo, version: int, actions: Sequence[Action]
+    ) -> None:
+        """Every writer's commit obeys these (native and verbatim alike); nothing is changed here.
+
+        Each action passes ``validate_action`` (paths inside the root); at most one metaData,
+        protocol and commitInfo, each file added or removed once; a table's first commit has
+        protocol and metaData; no refused feature or ``delta.coordinatedCommits.*`` property; no
+        protocol downgrade; removes name active (path, deletion vector) files.
+        """
         name = table.name
         counts: dict[str, int] = {}
         seen: dict[str, set[tuple[str, str]]] = {"add": set(), "remove": set()}
-        ordered: list[Action] = []
         for number, (kind, body) in enumerate(actions, start=1):
             validate_action(kind, body, number=number, table=name, version=version, location=table.location)
             counts[kind] = counts.get(kind, 0) + 1
@@ -549,7 +719,6 @@ class SqlStore:
                         hint=f"{kind} each file once per commit",
                     )
                 seen[kind].add(key)
-            ordered.append((kind, spark_ordered(kind, body)))
         for kind in ("metaData", "protocol", "commitInfo"):
             if counts.get(kind, 0) > 1:
                 raise InvalidActionError(
@@ -567,9 +736,9 @@ class SqlStore:
                         version=version,
                         hint="add protocol and metaData to version 0",
                     )
-        for kind, body in ordered:
+        for kind, body in actions:
             if kind == "protocol" and version > table.first_version:
-                self._check_no_downgrade(conn, table, version, body, ordered)
+                self._check_no_downgrade(conn, table, version, body, actions)
             if kind == "protocol":
                 features = set(body.get("readerFeatures") or []) | set(body.get("writerFeatures") or [])
                 for refused in REFUSED_FEATURES:
@@ -589,7 +758,7 @@ class SqlStore:
                             version=version,
                             hint="the store already coordinates commits",
                         )
-        removes = [(b["path"], dv_id(b.get("deletionVector"))) for k, b in ordered if k == "remove"]
+        removes = [(b["path"], dv_id(b.get("deletionVector"))) for k, b in actions if k == "remove"]
         if removes:
             active = self._active_keys(conn, table.id, [p for p, _ in removes])
             for path, dv in removes:
@@ -602,7 +771,6 @@ class SqlStore:
                         version=version,
                         hint="remove only files that are in the table (same path text and deletion vector)",
                     )
-        return ordered
 
     def _check_no_downgrade(
         self,
@@ -1338,6 +1506,33 @@ class SqlStore:
         return self.engine.begin()
 
 
+def _check_commit_size(name: str, version: int | None, action_count: int, size: int) -> None:
+    """The store's commit limits (``DELTA_MIRROR_MAX_COMMIT_ACTIONS`` / ``_BYTES``), for every writer."""
+    if action_count > (limit := max_commit_actions()):
+        raise CommitTooLargeError(
+            f"the commit holds {action_count:,} actions, more than the limit of {limit:,}",
+            table=name,
+            version=version,
+            hint="split it into several commits, or raise DELTA_MIRROR_MAX_COMMIT_ACTIONS",
+        )
+    if size > (max_bytes := max_commit_bytes()):
+        raise CommitTooLargeError(
+            f"the commit file would be {size:,} bytes, more than the limit of {max_bytes:,}",
+            table=name,
+            version=version,
+            hint="split it into several commits, or raise DELTA_MIRROR_MAX_COMMIT_BYTES",
+        )
+
+
+def _enqueue_json(conn: Connection, table_id: int, version: int, ts: int) -> None:
+    """A committed version waits for the publisher (``PENDING``)."""
+    conn.execute(
+        insert(dl_mirror_status).values(
+            table_id=table_id, version=version, artifact="json", state="PENDING", attempts=0, enqueued_at=ts
+        )
+    )
+
+
 def _insert_action_rows(
     conn: Connection, table_id: int, version: int, part: int, actions: Sequence[Action], lines: Sequence[str]
 ) -> None:
@@ -1400,6 +1595,7 @@ def _bind(name: str) -> Any:
 
 
 __all__ = [
+    "CommitResult",
     "CommitRow",
     "FileEntry",
     "Snapshot",
@@ -1407,5 +1603,6 @@ __all__ = [
     "StatusRow",
     "TableInfo",
     "check_table_name",
+    "default_table_name",
     "now_ms",
 ]
