@@ -535,6 +535,65 @@ def resume(ctx: Ctx, name: str) -> None:
         click.echo(f"'{name}' is active again; run `delta-mirror mirror {name}`")
 
 
+TOKEN_ENV = "DELTA_MIRROR_COMMIT_TOKEN"
+ALLOW_ROOTS_ENV = "DELTA_MIRROR_COMMIT_ALLOW_ROOTS"
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True)
+@click.option(
+    "--allow-root",
+    "allow_roots",
+    multiple=True,
+    metavar="PREFIX",
+    help=f"Root prefix under which version 0 creates a table (repeatable; else ${ALLOW_ROOTS_ENV}, comma-separated).",
+)
+@click.option(
+    "--max-body-bytes",
+    type=click.IntRange(min=1),
+    default=64 << 20,
+    show_default=True,
+    help="Largest request body accepted (the store's commit limits apply too).",
+)
+@click.option(
+    "--no-auth", is_flag=True, help=f"Serve without a token (only without ${TOKEN_ENV}; local tests)."
+)
+@store_option
+@click.pass_obj
+def serve(
+    ctx: Ctx, host: str, port: int, allow_roots: tuple[str, ...], max_body_bytes: int, no_auth: bool
+) -> None:
+    """Run the commit service (docs/commit-service.md): writers POST their exact commit bytes."""
+    import os
+
+    token = os.environ.get(TOKEN_ENV) or None
+    if token is None and not no_auth:
+        click.echo(
+            f"error: the commit service needs a token: set {TOKEN_ENV} (clients send it as a Bearer token),"
+            " or pass --no-auth for a local test service",
+            err=True,
+        )
+        sys.exit(2)
+    roots = list(allow_roots) or [
+        r.strip() for r in os.environ.get(ALLOW_ROOTS_ENV, "").split(",") if r.strip()
+    ]
+    with _errors(ctx):
+        import uvicorn
+
+        from delta_mirror.commit_service import create_app
+
+        store = ctx.store()
+        app = create_app(store, token=token, allowed_roots=roots, max_body_bytes=max_body_bytes)
+        click.echo(
+            f"commit service on http://{host}:{port} for the store {store.display_url}"
+            f" (tables may be created under: {', '.join(app.state.service.allowed_roots) or 'no root'};"
+            f" authentication {'on' if token else 'OFF'})",
+            err=True,
+        )
+        uvicorn.run(app, host=host, port=port, log_level="debug" if ctx.debug else "info", lifespan="on")
+
+
 def main(argv: list[str] | None = None) -> None:
     cli.main(args=argv, prog_name="delta-mirror")
 
