@@ -1,0 +1,463 @@
+package io.github.deltamirror.logstore;
+
+import java.io.ByteArrayOutputStream;
+import java.io.File;
+import java.io.FileNotFoundException;
+import java.io.IOException;
+import java.io.InputStream;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.FileAlreadyExistsException;
+import java.nio.file.FileSystemException;
+import java.nio.file.Files;
+import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.UUID;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+import java.util.regex.Pattern;
+
+import io.delta.storage.AzureLogStore;
+import io.delta.storage.CloseableIterator;
+import io.delta.storage.GCSLogStore;
+import io.delta.storage.HDFSLogStore;
+import io.delta.storage.HadoopFileSystemLogStore;
+import io.delta.storage.LogStore;
+import io.delta.storage.S3SingleDriverLogStore;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataOutputStream;
+import org.apache.hadoop.fs.FSDataOutputStreamBuilder;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.LocalFileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.RawLocalFileSystem;
+
+/**
+ * A Delta {@link LogStore} whose commits go through delta-mirror's commit service, so that the SQL
+ * store is the authority for the transaction log (docs/commit-service.md).
+ *
+ * <p>For a table whose root (the parent of {@code _delta_log}) lies under one of
+ * {@code delta.mirror.commit.roots} while {@code delta.mirror.commit.url} is set:
+ * <ul>
+ *   <li>{@code write(<v>.json, overwrite=false)} POSTs Spark's exact bytes; once the service has
+ *       committed them (201, or 200 for a retry of the same bytes) {@code <v>.json} is written with
+ *       them, put-if-absent. 409: the winner's {@code <v>.json} is made to exist, then
+ *       {@link FileAlreadyExistsException} (Delta re-lists and retries at the next version).</li>
+ *   <li>{@code write(_last_checkpoint, overwrite=true)} never moves it backwards.</li>
+ *   <li>{@code listFrom} first writes the {@code <v>.json} of versions committed in the store but
+ *       missing on storage (a crash between the commit and the file write).</li>
+ * </ul>
+ * Everything else, and every table outside the governed roots (unless
+ * {@code delta.mirror.commit.outside=refuse}), goes to the LogStore Delta itself uses by default
+ * for the path's scheme: {@link S3SingleDriverLogStore} for s3/s3a/s3n, {@link AzureLogStore} for
+ * the Azure schemes, {@link GCSLogStore} for gs, {@link HDFSLogStore} otherwise (file included).
+ */
+public class SqlAuthorityLogStore extends HadoopFileSystemLogStore {
+    private static final Logger LOG = Logger.getLogger(SqlAuthorityLogStore.class.getName());
+
+    /** Delta's commit files: a 20-digit version and {@code .json}. */
+    static final Pattern DELTA_FILE = Pattern.compile("\\d{20}\\.json");
+    static final String LOG_DIR = "_delta_log";
+    static final String LAST_CHECKPOINT = "_last_checkpoint";
+    /** {@code Options.CreateFileOptionKeys.FS_OPTION_CREATE_CONDITIONAL_OVERWRITE} (Hadoop 3.4.2+). */
+    static final String CONDITIONAL_CREATE = "fs.option.create.conditional.overwrite";
+
+    private final Map<String, LogStore> delegates = new ConcurrentHashMap<>();
+
+    public SqlAuthorityLogStore(Configuration hadoopConf) {
+        super(hadoopConf);
+    }
+
+    /** {@code <v>.json} exists with different bytes than the store's version v. */
+    public static final class ConflictException extends IOException {
+        ConflictException(String message) {
+            super(message);
+        }
+    }
+
+    /** A governed table: its root as Hadoop names it, and the settings of this call. */
+    private static final class Target {
+        final Path root;
+        final String rootText;
+        final Settings settings;
+
+        Target(Path root, Settings settings) {
+            this.root = root;
+            this.rootText = root.toString();
+            this.settings = settings;
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // delegation
+
+    /** The class of the LogStore Delta uses by default for {@code scheme} (DelegatingLogStore). */
+    static String defaultLogStoreClass(String scheme) {
+        String s = scheme == null ? "" : scheme.toLowerCase(Locale.ROOT);
+        switch (s) {
+            case "s3":
+            case "s3a":
+            case "s3n":
+                return S3SingleDriverLogStore.class.getName();
+            case "abfs":
+            case "abfss":
+            case "adl":
+            case "wasb":
+            case "wasbs":
+                return AzureLogStore.class.getName();
+            case "gs":
+                return GCSLogStore.class.getName();
+            default:
+                return HDFSLogStore.class.getName();
+        }
+    }
+
+    LogStore delegateFor(Path path) {
+        String cls = defaultLogStoreClass(path.toUri().getScheme());
+        return delegates.computeIfAbsent(cls, c -> {
+            Configuration conf = initHadoopConf();
+            if (c.equals(S3SingleDriverLogStore.class.getName())) {
+                return new S3SingleDriverLogStore(conf);
+            } else if (c.equals(AzureLogStore.class.getName())) {
+                return new AzureLogStore(conf);
+            } else if (c.equals(GCSLogStore.class.getName())) {
+                return new GCSLogStore(conf);
+            }
+            return new HDFSLogStore(conf);
+        });
+    }
+
+    /**
+     * The governed table of a path inside {@code _delta_log/}, or null (pass through). When
+     * {@code forWrite} and the table is outside the roots with {@code outside=refuse}, refuses.
+     */
+    private static Target target(Path path, Configuration conf, boolean forWrite) throws IOException {
+        Path dir = path.getParent();
+        if (dir == null || !LOG_DIR.equals(dir.getName()) || dir.getParent() == null) {
+            return null;
+        }
+        Settings settings = Settings.from(conf);
+        if (!settings.enabled()) {
+            return null;
+        }
+        Path root = dir.getParent();
+        if (settings.governs(Settings.normalise(root.toString()))) {
+            return new Target(root, settings);
+        }
+        if (forWrite && settings.refuseOutside) {
+            throw new IOException("delta-mirror: refusing to write " + path.getName() + " of table " + root
+                + ": it is outside the roots governed by the SQL authority (" + Settings.ROOTS + "="
+                + String.join(",", settings.roots) + ") and " + Settings.OUTSIDE + "=refuse");
+        }
+        return null;
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // LogStore API
+
+    @Override
+    public CloseableIterator<String> read(Path path, Configuration hadoopConf) throws IOException {
+        return delegateFor(path).read(path, hadoopConf);
+    }
+
+    @Override
+    public void write(Path path, Iterator<String> actions, Boolean overwrite, Configuration hadoopConf)
+            throws IOException {
+        Target t = target(path, hadoopConf, true);
+        String name = path.getName();
+        if (t != null && !overwrite && DELTA_FILE.matcher(name).matches()) {
+            commit(t, path, Long.parseLong(name.substring(0, 20)), encode(actions), hadoopConf);
+        } else if (t != null && overwrite && LAST_CHECKPOINT.equals(name)) {
+            writeLastCheckpoint(path, actions, hadoopConf);
+        } else {
+            delegateFor(path).write(path, actions, overwrite, hadoopConf);
+        }
+    }
+
+    @Override
+    public Iterator<FileStatus> listFrom(Path path, Configuration hadoopConf) throws IOException {
+        Target t = target(path, hadoopConf, false);
+        if (t != null) {
+            recoverMissing(t, path.getParent(), hadoopConf);
+        }
+        return delegateFor(path).listFrom(path, hadoopConf);
+    }
+
+    @Override
+    public Path resolvePathOnPhysicalStorage(Path path, Configuration hadoopConf) throws IOException {
+        return delegateFor(path).resolvePathOnPhysicalStorage(path, hadoopConf);
+    }
+
+    @Override
+    public Boolean isPartialWriteVisible(Path path, Configuration hadoopConf) throws IOException {
+        return delegateFor(path).isPartialWriteVisible(path, hadoopConf);
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // commits
+
+    /** Each action plus "\n", UTF-8: the bytes Delta's own LogStores write. */
+    static byte[] encode(Iterator<String> actions) {
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        while (actions.hasNext()) {
+            byte[] line = (actions.next() + "\n").getBytes(StandardCharsets.UTF_8);
+            out.write(line, 0, line.length);
+        }
+        return out.toByteArray();
+    }
+
+    private void commit(Target t, Path path, long version, byte[] bytes, Configuration conf) throws IOException {
+        CommitClient client = new CommitClient(t.settings);
+        String what = "commit of version " + version + " of " + t.rootText;
+        long started = System.nanoTime();
+        CommitClient.Response r = client.withRetries(what, t.settings.retries,
+            () -> client.postCommit(version, t.rootText, bytes));
+        switch (r.status) {
+            case 200:
+            case 201:
+                publish(path, version, bytes, conf);
+                if (LOG.isLoggable(Level.FINE)) {
+                    LOG.fine(String.format("delta-mirror: committed version %d of %s (%d bytes, HTTP %d, %d ms)",
+                        version, t.rootText, bytes.length, r.status, (System.nanoTime() - started) / 1_000_000));
+                }
+                return;
+            case 409: {
+                byte[] winner = fetchCommit(client, t, version, t.settings.retries);
+                if (Arrays.equals(winner, bytes)) {
+                    // the store holds exactly our bytes: ours won (an earlier attempt's answer was lost)
+                    publish(path, version, bytes, conf);
+                    LOG.fine(() -> "delta-mirror: version " + version + " of " + t.rootText
+                        + " already held our bytes after a 409");
+                    return;
+                }
+                publish(path, version, winner, conf);
+                LOG.fine(() -> "delta-mirror: version " + version + " of " + t.rootText + " taken by another writer");
+                throw new FileAlreadyExistsException(path.toString());
+            }
+            default:
+                throw new IOException("delta-mirror: " + what + " failed: " + r.describe()
+                    + (CommitClient.isTransient(r.status) ? " (after " + t.settings.retries + " attempts)" : ""));
+        }
+    }
+
+    private static byte[] fetchCommit(CommitClient client, Target t, long version, int attempts) throws IOException {
+        String what = "reading committed version " + version + " of " + t.rootText;
+        CommitClient.Response r = client.withRetries(what, attempts, () -> client.getCommit(version, t.rootText));
+        if (r.status != 200) {
+            throw new IOException("delta-mirror: " + what + " failed: " + r.describe());
+        }
+        return r.body;
+    }
+
+    /**
+     * Makes {@code <v>.json} exist with {@code bytes}, never replacing a file: an identical existing
+     * file is success, a different one a {@link ConflictException}.
+     */
+    static void publish(Path path, long version, byte[] bytes, Configuration conf) throws IOException {
+        FileSystem fs = path.getFileSystem(conf);
+        if (fs instanceof LocalFileSystem || fs instanceof RawLocalFileSystem) {
+            publishLocal(path, new File(fs.makeQualified(path).toUri()).toPath(), version, bytes);
+        } else {
+            publishObject(fs, path, version, bytes);
+        }
+    }
+
+    /** Temp file + hard link: atomic, complete, and fails when the target exists. */
+    private static void publishLocal(Path path, java.nio.file.Path target, long version, byte[] bytes)
+            throws IOException {
+        Files.createDirectories(target.getParent());
+        java.nio.file.Path tmp = target.resolveSibling("." + target.getFileName() + "." + UUID.randomUUID() + ".tmp");
+        try {
+            try (FileChannel ch = FileChannel.open(tmp, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)) {
+                ByteBuffer buf = ByteBuffer.wrap(bytes);
+                while (buf.hasRemaining()) {
+                    ch.write(buf);
+                }
+                ch.force(true);
+            }
+            try {
+                Files.createLink(target, tmp);
+            } catch (FileAlreadyExistsException e) {
+                checkExisting(path, version, Files.readAllBytes(target), bytes);
+            } catch (UnsupportedOperationException | FileSystemException e) {
+                // no hard links on this file system: exclusive create (atomic existence check)
+                try (FileChannel ch = FileChannel.open(target, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)) {
+                    ByteBuffer buf = ByteBuffer.wrap(bytes);
+                    while (buf.hasRemaining()) {
+                        ch.write(buf);
+                    }
+                    ch.force(true);
+                } catch (FileAlreadyExistsException again) {
+                    checkExisting(path, version, Files.readAllBytes(target), bytes);
+                }
+            }
+        } finally {
+            Files.deleteIfExists(tmp);
+        }
+    }
+
+    /**
+     * Object stores: S3A's conditional create (If-None-Match: *) when the file system declares it,
+     * else an existence check then {@code create(path, overwrite=false)}. The window of the latter
+     * is harmless between delta-mirror writers: whoever writes {@code <v>.json} writes the bytes the
+     * store committed for v.
+     */
+    private static void publishObject(FileSystem fs, Path path, long version, byte[] bytes) throws IOException {
+        if (fs.exists(path)) {
+            checkExisting(path, version, readAll(fs, path), bytes);
+            return;
+        }
+        boolean conditional;
+        try {
+            conditional = fs.hasPathCapability(path, CONDITIONAL_CREATE);
+        } catch (IOException | RuntimeException e) {
+            conditional = false;
+        }
+        try {
+            FSDataOutputStream out;
+            if (conditional) {
+                FSDataOutputStreamBuilder<FSDataOutputStream, ?> b = fs.createFile(path);
+                b.overwrite(false);
+                b.must(CONDITIONAL_CREATE, true);
+                out = b.build();
+            } else {
+                out = fs.create(path, false);
+            }
+            try (FSDataOutputStream o = out) {
+                o.write(bytes);
+            }
+        } catch (IOException e) {
+            // 412 from a conditional PUT, or FileAlreadyExistsException: someone wrote it meanwhile
+            if (e instanceof ConflictException || !fs.exists(path)) {
+                throw e;
+            }
+            checkExisting(path, version, readAll(fs, path), bytes);
+        }
+    }
+
+    private static void checkExisting(Path path, long version, byte[] existing, byte[] expected)
+            throws ConflictException {
+        if (!Arrays.equals(existing, expected)) {
+            throw new ConflictException("delta-mirror: " + path + " already exists with different content ("
+                + existing.length + " bytes) than version " + version + " committed in the SQL store ("
+                + expected.length + " bytes): something wrote this table's log outside the authority; "
+                + "the table will be halted as CONFLICT");
+        }
+    }
+
+    private static byte[] readAll(FileSystem fs, Path path) throws IOException {
+        try (InputStream in = fs.open(path)) {
+            return in.readAllBytes();
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // _last_checkpoint
+
+    private void writeLastCheckpoint(Path path, Iterator<String> actions, Configuration conf) throws IOException {
+        List<String> lines = new ArrayList<>();
+        actions.forEachRemaining(lines::add);
+        Long newVersion = checkpointVersion(String.join("\n", lines));
+        if (newVersion != null) {
+            FileSystem fs = path.getFileSystem(conf);
+            Long existing = null;
+            try {
+                existing = checkpointVersion(new String(readAll(fs, path), StandardCharsets.UTF_8));
+            } catch (FileNotFoundException e) {
+                // none yet
+            } catch (IOException e) {
+                LOG.fine(() -> "delta-mirror: unreadable " + path + " (" + e + "): overwriting it");
+            }
+            if (existing != null && existing > newVersion) {
+                final long kept = existing;
+                LOG.fine(() -> "delta-mirror: kept " + path + " at version " + kept + " (not moving back to "
+                    + newVersion + ")");
+                return;
+            }
+        }
+        delegateFor(path).write(path, lines.iterator(), true, conf);
+    }
+
+    /** The {@code version} of a {@code _last_checkpoint} document, or null when unreadable. */
+    static Long checkpointVersion(String text) {
+        Map<String, Object> obj = Json.parseObjectOrNull(text.strip());
+        if (obj == null) {
+            return null;
+        }
+        Object v = obj.get("version");
+        return v instanceof Long ? (Long) v : null;
+    }
+
+    // ---------------------------------------------------------------------------------------------
+    // recovery
+
+    /**
+     * Writes the {@code <v>.json} of versions the store committed above the highest one on storage.
+     * Best effort against an unreachable service (one attempt; the listing goes on, and a later
+     * commit at a taken version is still answered 409 by the service); a conflicting existing file
+     * is an error.
+     */
+    private void recoverMissing(Target t, Path logDir, Configuration conf) throws IOException {
+        CommitClient client = new CommitClient(t.settings);
+        long latest;
+        try {
+            CommitClient.Response r = client.latest(t.rootText);
+            if (r.status == 404) {
+                return; // a table the store does not know (yet): just list
+            }
+            if (r.status != 200) {
+                LOG.warning("delta-mirror: could not check " + t.rootText + " for unpublished commits: " + r.describe());
+                return;
+            }
+            Map<String, Object> obj = r.json();
+            Object v = obj == null ? null : obj.get("version");
+            if (!(v instanceof Long)) {
+                return; // no commit yet
+            }
+            latest = (Long) v;
+        } catch (IOException e) {
+            if (e instanceof java.io.InterruptedIOException) {
+                throw e;
+            }
+            LOG.warning("delta-mirror: could not check " + t.rootText + " for unpublished commits: the commit service at "
+                + t.settings.url + " is unreachable (" + e + ")");
+            return;
+        }
+        FileSystem fs = logDir.getFileSystem(conf);
+        long highest = -1;
+        try {
+            for (FileStatus f : fs.listStatus(logDir)) {
+                String name = f.getPath().getName();
+                if (DELTA_FILE.matcher(name).matches()) {
+                    highest = Math.max(highest, Long.parseLong(name.substring(0, 20)));
+                }
+            }
+        } catch (FileNotFoundException e) {
+            // no _delta_log yet: everything up to latest is missing
+        }
+        for (long v = highest + 1; v <= latest; v++) {
+            byte[] bytes;
+            try {
+                bytes = fetchCommit(client, t, v, 1);
+            } catch (java.io.InterruptedIOException e) {
+                throw e;
+            } catch (IOException e) {
+                LOG.warning("delta-mirror: could not write the missing versions " + v + ".." + latest + " of "
+                    + t.rootText + ": " + e.getMessage());
+                return;
+            }
+            publish(new Path(logDir, String.format("%020d.json", v)), v, bytes, conf);
+            final long recovered = v;
+            LOG.info(() -> "delta-mirror: wrote missing " + String.format("%020d.json", recovered) + " of "
+                + t.rootText + " from the SQL store");
+        }
+    }
+}
