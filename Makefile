@@ -4,14 +4,19 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# The Delta LogStore jar (see `jar` below)
+LOGSTORE_JAR := include/delta_mirror/spark/jars/delta-mirror-logstore.jar
+LOGSTORE_SRC := jvm/logstore/pom.xml $(shell find jvm/logstore/src -type f 2>/dev/null)
+MVN ?= mvn
 # The apache-spark provider (SparkSubmitOperator) goes in with --no-deps: it requires pyspark-client,
 # which installs a client-only `pyspark` package over the full pyspark 4.2.0 we need (README, Spark).
 SPARK_PROVIDER := apache-airflow-providers-apache-spark==6.3.4
 
-.PHONY: venv test lint demo airflow bench chaos clean distclean
+.PHONY: venv jar test lint demo airflow bench chaos clean distclean
 
 # Re-installs only when pyproject.toml or requirements.txt changed (or the venv is new).
-venv: $(STAMP)
+# Also builds the LogStore jar, so `make test` and `make demo` have it.
+venv: $(STAMP) $(LOGSTORE_JAR)
 
 $(VENV)/pyvenv.cfg:
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +25,20 @@ $(STAMP): $(VENV)/pyvenv.cfg pyproject.toml requirements.txt
 	$(PY) -m pip install -q -e '.[test,airflow,spark]' -r requirements.txt
 	$(PY) -m pip install -q --no-deps $(SPARK_PROVIDER)
 	touch $@
+
+# The Delta LogStore of Spark writers through the SQL authority (jvm/logstore, docs/commit-service.md),
+# built with Maven (its JUnit tests run) only when its sources changed; Maven's repository is cached in
+# .cache/m2. Without Maven or javac the jar is not built and the tests that need it are skipped.
+jar: $(LOGSTORE_JAR)
+
+$(LOGSTORE_JAR): $(LOGSTORE_SRC)
+	@if ! command -v $(MVN) >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then \
+		echo "warning: $@ not built: it needs Maven and a JDK 17 (apt-get install maven openjdk-17-jdk-headless); the tests that need it are skipped" >&2; \
+	else \
+		echo "building $@ (mvn package, tests included)"; \
+		(cd jvm/logstore && $(MVN) -B -q -Dstyle.color=never -Dmaven.repo.local=$(CURDIR)/.cache/m2 package) && \
+		mkdir -p $(@D) && cp jvm/logstore/target/delta-mirror-logstore.jar $@.tmp && mv -f $@.tmp $@; \
+	fi
 
 test: venv
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
@@ -50,7 +69,8 @@ chaos: venv
 	$(PY) tests/chaos/run.py
 
 clean:
-	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist include/*.egg-info test-artifacts bench-results .airflow .delta-mirror
+	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist include/*.egg-info test-artifacts bench-results .airflow .delta-mirror \
+		jvm/logstore/target $(LOGSTORE_JAR)
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -exec rm -rf {} +
 
 distclean: clean
