@@ -21,7 +21,7 @@ from delta_mirror import __version__
 
 if TYPE_CHECKING:
     from delta_mirror.table_config import CheckpointSettings
-from delta_mirror.errors import DataError, ErrorClass, MirrorError, TableNotFoundError
+from delta_mirror.errors import DataError, ErrorClass, MirrorError, TableNotFoundError, TransientError
 
 EXIT_CODES = {ErrorClass.CONFLICT: 3, ErrorClass.DATA: 4, ErrorClass.TRANSIENT: 5, ErrorClass.PERMANENT: 1}
 
@@ -583,7 +583,13 @@ def serve(
 
         from delta_mirror.commit_service import create_app
 
-        store = ctx.store()
+        store = ctx.store(initialised=False)
+        try:
+            store.ensure_initialised()
+        except TransientError as exc:  # a database restarting: answer 503 until it is back
+            click.echo(
+                f"warning: {_one_line(exc.message)}; answering 503 until the store is reachable", err=True
+            )
         app = create_app(store, token=token, allowed_roots=roots, max_body_bytes=max_body_bytes)
         click.echo(
             f"commit service on http://{host}:{port} for the store {store.display_url}"

@@ -1,0 +1,483 @@
+"""Specification of the commit service (docs/commit-service.md) against a real ``delta-mirror serve``.
+
+Each test starts the service as a subprocess on 127.0.0.1 (a free port, readiness polled on
+``/health``) over a real SQLite or PostgreSQL store, and talks HTTP to it as the Delta-Spark
+LogStore does: the exact bytes of ``<v>.json`` in, a status code and one line of JSON out. After
+every refusal the store's rows and the table folder are unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from delta_mirror.storage import normalize_commit_root
+from delta_mirror.store import SqlStore
+from delta_mirror.store.schema import dl_actions, dl_commits, dl_files, dl_mirror_status, dl_tables
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from services import free_port  # noqa: E402
+
+TOKEN_ENV = "DELTA_MIRROR_COMMIT_TOKEN"
+MAX_BODY = 64 * 1024
+SCHEMA = json.dumps(
+    {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]}
+)
+
+
+def cli() -> str:
+    return str(Path(sys.executable).parent / "delta-mirror")
+
+
+def load_scaled(seconds: float) -> float:
+    """A deadline stretched by the machine's load per core (1x to 6x)."""
+    per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return seconds * min(6.0, max(1.0, per_core))
+
+
+# -- commit files as Delta-Spark writes them --------------------------------------------------------
+
+
+def line(kind: str, body: dict[str, Any]) -> str:
+    return json.dumps({kind: body}, separators=(",", ":"))
+
+
+def commit_file(*lines: str, operation: str = "WRITE") -> bytes:
+    info = line(
+        "commitInfo", {"timestamp": 1700000000000, "operation": operation, "engineInfo": "Apache-Spark/4.2.0"}
+    )
+    return "".join(f"{x}\n" for x in (info, *lines)).encode()
+
+
+def protocol(reader: int = 1, writer: int = 2, **features: list[str]) -> str:
+    return line("protocol", {"minReaderVersion": reader, "minWriterVersion": writer, **features})
+
+
+def metadata() -> str:
+    body = {
+        "id": "a6b9e1c2-0000-4000-8000-000000000000",
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": SCHEMA,
+        "partitionColumns": [],
+        "configuration": {},
+        "createdTime": 1700000000000,
+    }
+    return line("metaData", body)
+
+
+def add(path: str) -> str:
+    return line(
+        "add",
+        {
+            "path": path,
+            "partitionValues": {},
+            "size": 10,
+            "modificationTime": 1700000000000,
+            "dataChange": True,
+        },
+    )
+
+
+def remove(path: str) -> str:
+    return line("remove", {"path": path, "deletionTimestamp": 1700000000001, "dataChange": True})
+
+
+V0 = commit_file(protocol(), metadata(), add("part-0.parquet"), operation="CREATE TABLE")
+
+
+# -- the service as a process -----------------------------------------------------------------------
+
+
+@dataclass
+class Answer:
+    status: int
+    body: bytes
+    headers: dict[str, str]
+
+    def json(self) -> dict[str, Any]:
+        return dict(json.loads(self.body))
+
+
+class Service:
+    """``delta-mirror serve`` as a child process; kill -9 and start again on the same port."""
+
+    def __init__(self, store_url: str, allow_root: str, log_path: Path) -> None:
+        self.store_url, self.allow_root, self.log_path = store_url, allow_root, log_path
+        self.token = f"tok-{uuid.uuid4().hex}"
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, ready: int = 200) -> Service:
+        args = [cli(), "--store", self.store_url, "serve", "--port", str(self.port)]
+        args += ["--allow-root", self.allow_root, "--max-body-bytes", str(MAX_BODY)]
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                args, env={**os.environ, TOKEN_ENV: self.token}, stdout=log, stderr=log
+            )
+        deadline = time.monotonic() + load_scaled(30)
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"serve exited {self.proc.returncode}: {self.log()}")
+            try:
+                if self.request("GET", "/health", token=None).status == ready:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"serve not ready on port {self.port}: {self.log()}")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(load_scaled(15))
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | Iterable[bytes] | None = None,
+        *,
+        token: str | None | bool = True,
+        conn: http.client.HTTPConnection | None = None,
+    ) -> Answer:
+        headers = {}
+        if token is not None and token is not False:
+            headers["Authorization"] = f"Bearer {self.token if token is True else token}"
+        own = conn is None
+        conn = conn or http.client.HTTPConnection("127.0.0.1", self.port, timeout=load_scaled(30))
+        try:
+            chunked = body is not None and not isinstance(body, bytes)
+            conn.request(method, path, body=body, headers=headers, encode_chunked=chunked)
+            r = conn.getresponse()
+            return Answer(r.status, r.read(), {k.lower(): v for k, v in r.getheaders()})
+        finally:
+            if own:
+                conn.close()
+
+    def post(self, root: str, version: int, data: bytes | Iterable[bytes], **kw: Any) -> Answer:
+        return self.request(
+            "POST", f"/v1/commits/{version}?root={urllib.parse.quote(root, safe='')}", data, **kw
+        )
+
+    def get(self, root: str, version: int, **kw: Any) -> Answer:
+        return self.request("GET", f"/v1/commits/{version}?root={urllib.parse.quote(root, safe='')}", **kw)
+
+    def latest(self, root: str, **kw: Any) -> Answer:
+        return self.request("GET", f"/v1/latest?root={urllib.parse.quote(root, safe='')}", **kw)
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Path:
+    path = tmp_path / "lake"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[SqlStore]:
+    s = SqlStore(store_url)
+    s.init()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def service(store: SqlStore, lake: Path, tmp_path: Path) -> Iterator[Service]:
+    svc = Service(store.url, f"file:{lake}/", tmp_path / "serve.log").start()
+    yield svc
+    svc.stop()
+    assert svc.token not in svc.log(), "the token must never be logged"
+
+
+def hadoop_root(path: Path) -> str:
+    return f"file:{path}"  # how Hadoop names a local folder
+
+
+def rows_and_files(store: SqlStore, lake: Path) -> dict[str, Any]:
+    """Row counts of the store's tables and every file under the lake: 'unchanged' means equal."""
+    with store.engine.connect() as conn:
+        counts = {
+            t.name: conn.execute(select(func.count()).select_from(t)).scalar()
+            for t in (dl_tables, dl_commits, dl_actions, dl_files, dl_mirror_status)
+        }
+    files = sorted(str(p.relative_to(lake)) for p in lake.rglob("*"))
+    return {"rows": counts, "files": files}
+
+
+def created(service: Service, root: str) -> None:
+    assert service.post(root, 0, V0).status == 201
+
+
+# -- committing -------------------------------------------------------------------------------------
+
+
+def test_version_0_under_an_allowed_root_creates_the_table_and_later_versions_append(
+    service: Service, store: SqlStore, lake: Path
+) -> None:
+    root = hadoop_root(lake / "sales")
+    first = service.post(root, 0, V0)
+    assert first.status == 201
+    assert first.json() == {
+        "table": "sales",
+        "version": 0,
+        "sha256": hashlib.sha256(V0).hexdigest(),
+        "size": len(V0),
+    }
+    v1 = commit_file(add("part-1.parquet"))
+    assert service.post(root, 1, v1).status == 201
+    got = service.get(root, 1)
+    assert (got.status, got.body, got.headers["content-type"]) == (200, v1, "application/octet-stream")
+    assert got.headers["x-delta-mirror-sha256"] == hashlib.sha256(v1).hexdigest()
+    for spelling in (root, f"file://{lake}/sales/", str(lake / "sales")):
+        assert service.latest(spelling).json() == {"table": "sales", "version": 1}
+    table = store.get_table("sales")
+    assert table.location == (lake / "sales").resolve().as_uri()
+    assert [r.source for r in store.commit_rows(table.id, 0, 1)] == ["spark", "spark"]
+    assert not (lake / "sales").exists(), "the service writes nothing at the location: the LogStore does"
+
+
+def test_a_retry_after_a_lost_response_is_200_existing(service: Service, lake: Path) -> None:
+    root = hadoop_root(lake / "t")
+    created(service, root)
+    v1 = commit_file(add("part-1.parquet"))
+    assert service.post(root, 1, v1).status == 201
+    again = service.post(root, 1, v1)
+    assert again.status == 200
+    assert again.json()["existing"] is True and again.json()["sha256"] == hashlib.sha256(v1).hexdigest()
+    assert service.post(root, 0, V0).status == 200
+
+
+def test_a_different_commit_of_a_taken_version_is_409_and_get_returns_the_winner(
+    service: Service, store: SqlStore, lake: Path
+) -> None:
+    root = hadoop_root(lake / "t")
+    created(service, root)
+    winner = commit_file(add("winner.parquet"))
+    assert service.post(root, 1, winner).status == 201
+    before = rows_and_files(store, lake)
+    loser = service.post(root, 1, commit_file(add("loser.parquet")))
+    assert (loser.status, loser.json()["code"]) == (409, "version_taken")
+    assert "table 't', version 1" in loser.json()["error"]
+    assert service.get(root, 1).body == winner
+    assert rows_and_files(store, lake) == before
+
+
+def test_get_answers_404_for_a_version_not_committed(service: Service, lake: Path) -> None:
+    root = hadoop_root(lake / "t")
+    assert service.latest(root).json()["code"] == "unknown_table"
+    created(service, root)
+    missing = service.get(root, 5)
+    assert (missing.status, missing.json()["code"]) == (404, "not_committed")
+
+
+# -- refusals: the status code says what the LogStore does, and nothing changes ----------------------
+
+
+def halted(service: Service, store: SqlStore, root: str) -> bytes:
+    table = store.table_at(normalize_commit_root(root))
+    store.halt_table(table.id, "a foreign commit", 1)
+    return commit_file(add("b.parquet"))
+
+
+def catalog_managed(service: Service, store: SqlStore, root: str) -> bytes:
+    return commit_file(protocol(3, 7, readerFeatures=["catalogManaged"], writerFeatures=["catalogManaged"]))
+
+
+def remove_of_a_file_not_active(service: Service, store: SqlStore, root: str) -> bytes:
+    return commit_file(remove("never-added.parquet"))
+
+
+def oversized(service: Service, store: SqlStore, root: str) -> bytes:
+    return commit_file(*(add(f"part-{i:05d}.parquet") for i in range(MAX_BODY // 100)))
+
+
+def gap(service: Service, store: SqlStore, root: str) -> bytes:
+    return commit_file(add("b.parquet"))
+
+
+REFUSALS = [
+    # (case, make the body, version, token, root under the lake, status, code)
+    ("halted", halted, 1, True, "t", 423, "halted"),
+    ("catalogManaged", catalog_managed, 1, True, "t", 422, "invalid"),
+    ("remove of a file that is not active", remove_of_a_file_not_active, 1, True, "t", 422, "invalid"),
+    ("oversized", oversized, 1, True, "t", 413, "too_large"),
+    ("wrong token", gap, 1, "not-the-token", "t", 401, "unauthorized"),
+    ("missing token", gap, 1, None, "t", 401, "unauthorized"),
+    ("root outside the allowed prefixes", lambda *a: V0, 0, True, "/elsewhere/t", 403, "root_not_allowed"),
+    ("unknown root past version 0", gap, 1, True, "other", 404, "unknown_table"),
+    ("version gap", gap, 3, True, "t", 422, "invalid"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "make", "version", "token", "where", "status", "code"), REFUSALS, ids=[r[0] for r in REFUSALS]
+)
+def test_a_refused_commit_answers_its_status_and_changes_nothing(
+    service: Service,
+    store: SqlStore,
+    lake: Path,
+    case: str,
+    make: Any,
+    version: int,
+    token: Any,
+    where: str,
+    status: int,
+    code: str,
+) -> None:
+    created(service, hadoop_root(lake / "t"))
+    root = f"file:{where}" if where.startswith("/") else hadoop_root(lake / where)
+    body = make(service, store, root)
+    before = rows_and_files(store, lake)
+    answer = service.post(root, version, body, token=token)
+    assert (answer.status, answer.json()["code"]) == (status, code), answer.body
+    assert answer.body.count(b"\n") == 0 and answer.json()["error"]
+    assert rows_and_files(store, lake) == before
+    if case == "version gap":
+        assert "outside the authority" in answer.json()["error"]
+        assert "delta-mirror reconcile t --strategy full" in answer.json()["error"]
+    if token not in (True, None):
+        assert str(token) not in answer.body.decode()
+
+
+def test_the_body_limit_holds_for_a_chunked_body_without_a_length(
+    service: Service, store: SqlStore, lake: Path
+) -> None:
+    root = hadoop_root(lake / "t")
+    created(service, root)
+    before = rows_and_files(store, lake)
+    chunks = (b"x" * 8192 for _ in range(MAX_BODY // 8192 + 2))
+    answer = service.post(root, 1, chunks)
+    assert (answer.status, answer.json()["code"]) == (413, "too_large")
+    assert rows_and_files(store, lake) == before
+
+
+def test_an_unreachable_store_is_503_with_retry_after(lake: Path, tmp_path: Path) -> None:
+    dead = f"postgresql+psycopg://mirror:hunter2@127.0.0.1:{free_port()}/mirror"
+    service = Service(dead, f"file:{lake}/", tmp_path / "serve.log").start(ready=503)
+    try:
+        health = service.request("GET", "/health", token=None)
+        post = service.post(hadoop_root(lake / "t"), 0, V0)
+    finally:
+        service.stop()
+    for answer in (health, post):
+        assert answer.status == 503 and answer.headers["retry-after"].isdigit()
+        assert b"hunter2" not in answer.body
+    assert post.json()["code"] == "unavailable"
+    assert "hunter2" not in service.log() and service.token not in service.log()
+
+
+# -- concurrency and restarts -----------------------------------------------------------------------
+
+
+def test_eight_writers_racing_on_one_version_get_one_201_and_seven_409(service: Service, lake: Path) -> None:
+    root = hadoop_root(lake / "t")
+    created(service, root)
+    writers = 8
+    barrier = threading.Barrier(writers, timeout=load_scaled(30))
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    def writer(w: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=load_scaled(60))
+        conn.connect()
+        barrier.wait()
+        answer = service.post(root, 1, commit_file(add(f"w{w}.parquet")), conn=conn)
+        conn.close()
+        with lock:
+            statuses.append(answer.status)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(load_scaled(60))
+    assert sorted(statuses) == [201] + [409] * (writers - 1)
+    assert service.latest(root).json()["version"] == 1
+
+
+def test_a_service_killed_with_sigkill_and_restarted_goes_on_committing(service: Service, lake: Path) -> None:
+    root = hadoop_root(lake / "t")
+    created(service, root)
+    assert service.post(root, 1, commit_file(add("a.parquet"))).status == 201
+    service.kill()
+    service.start()
+    assert service.post(root, 1, commit_file(add("a.parquet"))).status == 200  # the LogStore's retry
+    assert service.post(root, 2, commit_file(add("b.parquet"))).status == 201
+    assert service.latest(root).json() == {"table": "t", "version": 2}
+
+
+# -- publishing what the service committed ----------------------------------------------------------
+
+
+def test_the_publisher_writes_the_posted_bytes_and_counts_an_identical_existing_file_as_published(
+    service: Service, store: SqlStore, lake: Path
+) -> None:
+    root = hadoop_root(lake / "t")
+    posted = [V0, commit_file(add("a.parquet")), commit_file(remove("a.parquet"), add("b.parquet"))]
+    for version, data in enumerate(posted):
+        assert service.post(root, version, data).status == 201
+    log_dir = lake / "t" / "_delta_log"
+    log_dir.mkdir(parents=True)
+    (log_dir / f"{2:020d}.json").write_bytes(posted[2])  # the LogStore wrote it after its 201
+    out = subprocess.run(
+        [cli(), "--store", store.url, "mirror", "t", "--json"], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert (result["published"], result["already_present"], result["last_published"]) == (2, 1, 2)
+    for version, data in enumerate(posted):
+        assert (log_dir / f"{version:020d}.json").read_bytes() == data
+    table = store.get_table("t")
+    assert store.last_published_version(table.id) == 2
+    assert [s.state for s in store.status_rows(table.id, artifact="json")] == ["SUCCESS"] * 3
+
+
+# -- starting the service ---------------------------------------------------------------------------
+
+
+def test_serve_refuses_to_start_without_a_token_unless_no_auth(store: SqlStore) -> None:
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    out = subprocess.run(
+        [cli(), "--store", store.url, "serve", "--port", str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=load_scaled(60),
+        check=False,
+    )
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and TOKEN_ENV in out.stderr and "--no-auth" in out.stderr
+
+
+def test_roots_are_normalised_as_hadoop_and_s3_spell_them() -> None:
+    assert normalize_commit_root("file:/data/sales") == "file:///data/sales"
+    assert normalize_commit_root("file:///data/sales/") == "file:///data/sales"
+    assert normalize_commit_root("s3a://lake/sales/") == "s3://lake/sales"
+    assert normalize_commit_root("s3n://lake/sales") == "s3://lake/sales"
