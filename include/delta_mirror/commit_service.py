@@ -242,7 +242,8 @@ def _handled(route: Callable[[Request], Awaitable[Response]]) -> Callable[[Reque
 async def _http_error(request: Request, exc: Exception) -> Response:
     """Unknown routes and methods answer in the same one-line JSON as every other error."""
     assert isinstance(exc, HTTPException)
-    return JSONResponse({"error": str(exc.detail), "code": "not_found"}, exc.status_code)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "bad_request")
+    return JSONResponse({"error": str(exc.detail), "code": code}, exc.status_code)
 
 
 def create_app(
