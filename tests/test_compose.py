@@ -49,6 +49,7 @@ REQUIRED_SERVICES = (
     "mailpit",
     "spark-master",
     "spark-worker",
+    "commit-service",
 )
 CONNECTION_IDS = ("delta_mirror_store", "minio", "smtp_default")
 
@@ -520,6 +521,28 @@ def test_create_table_example_actions() -> None:
     assert "docker/examples/create-sales.jsonl" in readme_section()
 
 
+def test_commit_service_serves_the_store_with_a_token(
+    services: dict[str, dict[str, Any]], bucket: str
+) -> None:
+    """``delta-mirror serve`` on the store the CLI and DAGs use, reachable, authenticated, probed."""
+    svc = services["commit-service"]
+    argv = [*svc["entrypoint"], *svc["command"]]
+    assert argv[:2] == ["delta-mirror", "serve"] and "--no-auth" not in argv
+    port = int(argv[argv.index("--port") + 1])
+    assert argv[argv.index("--host") + 1] == "0.0.0.0"
+    assert port in container_ports(svc)
+    env = env_of(svc)
+    assert env["DELTA_MIRROR_STORE"] == airflow_env(services)["DELTA_MIRROR_STORE"]
+    assert env["DELTA_MIRROR_COMMIT_TOKEN"], "serve refuses to start without a token"
+    assert env["DELTA_MIRROR_COMMIT_ALLOW_ROOTS"].startswith(f"s3://{bucket}/")
+    assert f"localhost:{port}/health" in str(svc["healthcheck"]["test"])
+    deps = depends_on(svc)
+    assert deps["postgres"]["condition"] == "service_healthy"
+    assert deps["airflow-init"]["condition"] == "service_completed_successfully", "the store schema first"
+    common = interpolate(yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))["x-airflow-common"])
+    assert svc["image"] == common["image"], "the image with delta-mirror installed"
+
+
 # --------------------------------------------------------------------------------------------------
 # dependencies, ports, healthchecks
 
@@ -575,7 +598,7 @@ def test_published_ports_are_unique(services: dict[str, dict[str, Any]]) -> None
 
 
 def test_healthchecks(services: dict[str, dict[str, Any]]) -> None:
-    for name in ("postgres", "redis", "minio", "mailpit", *AIRFLOW_SERVICES):
+    for name in ("postgres", "redis", "minio", "mailpit", "commit-service", *AIRFLOW_SERVICES):
         check = services[name].get("healthcheck") or {}
         assert check.get("test") and not check.get("disable"), f"{name} has no healthcheck"
     assert "pg_isready" in str(services["postgres"]["healthcheck"]["test"])
