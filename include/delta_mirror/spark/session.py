@@ -7,6 +7,9 @@
   project (``<repo>/.cache/ivy``, or ``DELTA_MIRROR_SPARK_IVY``); later sessions start offline.
 - Master: the ``master`` argument, else ``DELTA_MIRROR_SPARK_MASTER``, else ``local[2]``.
 - Java 17 must be on ``PATH`` or in ``JAVA_HOME``; without it ``SparkUnavailable`` says so.
+- Spark writers through the SQL authority (docs/commit-service.md): ``get_spark(authority=...)``, or
+  ``DELTA_MIRROR_COMMIT_URL`` (+ ``DELTA_MIRROR_COMMIT_ROOTS``), loads the delta-mirror LogStore jar
+  (``make jar``) for the ``file``, ``s3a`` and ``s3`` schemes. Nothing configured: plain Delta.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +46,84 @@ EXTRA_PACKAGES: tuple[str, ...] = (
 EXTRA_EXCLUDES: tuple[str, ...] = ("software.amazon.awssdk:bundle", "io.netty:*")
 
 
+# The Delta LogStore committing through `delta-mirror serve` (jvm/logstore, docs/commit-service.md)
+LOGSTORE_CLASS = "io.github.deltamirror.logstore.SqlAuthorityLogStore"
+LOGSTORE_SCHEMES: tuple[str, ...] = ("file", "s3a", "s3")
+COMMIT_URL_ENV = "DELTA_MIRROR_COMMIT_URL"
+COMMIT_ROOTS_ENV = "DELTA_MIRROR_COMMIT_ROOTS"  # comma-separated root prefixes
+OUTSIDE_MODES = ("passthrough", "refuse")
+
+
 class SparkUnavailable(PermanentError):
     """pyspark/delta-spark are not installed, or there is no Java runtime."""
+
+
+class LogStoreJarMissing(PermanentError):
+    """The delta-mirror LogStore jar has not been built (``make jar``)."""
+
+
+@dataclass(frozen=True)
+class AuthorityConfig:
+    """Where Spark's Delta commits go: the commit service's ``url`` for tables under ``roots``.
+
+    ``AuthorityConfig()`` (no url) loads the LogStore with every table passing through, so that
+    ``delta.mirror.commit.*`` can be set later at runtime in the Hadoop configuration. ``outside``:
+    ``passthrough`` (the LogStore's default) or ``refuse`` commits of tables outside ``roots``. The
+    token is never a Spark setting (it would show in the UI and event logs): the driver reads
+    ``DELTA_MIRROR_COMMIT_TOKEN`` from its environment.
+    """
+
+    url: str | None = None
+    roots: tuple[str, ...] = ()
+    outside: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.outside is not None and self.outside not in OUTSIDE_MODES:
+            raise PermanentError(
+                f"unknown outside mode {self.outside!r}", hint=f"use one of {', '.join(OUTSIDE_MODES)}"
+            )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> AuthorityConfig | None:
+        """From ``DELTA_MIRROR_COMMIT_URL`` and ``DELTA_MIRROR_COMMIT_ROOTS``; None without a URL."""
+        env = os.environ if environ is None else environ
+        url = (env.get(COMMIT_URL_ENV) or "").strip()
+        if not url:
+            return None
+        roots = tuple(r.strip() for r in (env.get(COMMIT_ROOTS_ENV) or "").split(",") if r.strip())
+        return cls(url=url, roots=roots)
+
+
+def logstore_jar() -> Path:
+    """The built LogStore jar (``include/delta_mirror/spark/jars/``), else ``LogStoreJarMissing``."""
+    jar = Path(__file__).resolve().parent / "jars" / "delta-mirror-logstore.jar"
+    if not jar.is_file():
+        raise LogStoreJarMissing(
+            f"the delta-mirror LogStore jar is not built ({jar})",
+            hint="run `make jar` (needs Maven and a JDK 17)",
+        )
+    return jar
+
+
+def authority_conf(authority: AuthorityConfig, spark_jars: str | None = None) -> dict[str, str]:
+    """Spark settings that route Delta commits through the LogStore for ``authority``.
+
+    ``spark_jars`` is an existing ``spark.jars`` value, kept ahead of the LogStore jar.
+    """
+    jars = [j for j in (spark_jars or "").split(",") if j.strip()]
+    jar = str(logstore_jar())
+    if jar not in jars:
+        jars.append(jar)
+    conf = {"spark.jars": ",".join(jars)}
+    for scheme in LOGSTORE_SCHEMES:
+        conf[f"spark.delta.logStore.{scheme}.impl"] = LOGSTORE_CLASS
+    if authority.url:
+        conf["spark.hadoop.delta.mirror.commit.url"] = authority.url
+    if authority.roots:
+        conf["spark.hadoop.delta.mirror.commit.roots"] = ",".join(authority.roots)
+    if authority.outside:
+        conf["spark.hadoop.delta.mirror.commit.outside"] = authority.outside
+    return conf
 
 
 def ivy_dir() -> Path:
@@ -79,14 +160,26 @@ def spark_missing() -> str | None:
     return java_missing()
 
 
-def get_spark(master: str | None = None, *, app_name: str = "delta-mirror", **conf: str) -> Any:
+def get_spark(
+    master: str | None = None,
+    *,
+    app_name: str = "delta-mirror",
+    authority: AuthorityConfig | None = None,
+    **conf: str,
+) -> Any:
     """The process's SparkSession with Delta enabled (created on first call, then reused).
 
     Extra ``conf`` entries are set on the builder (they only take effect when the session is new).
+    ``authority`` (else ``AuthorityConfig.from_env()``) loads the LogStore that commits through the
+    SQL authority; without either, Delta's own LogStores are used.
     """
     why = spark_missing()
     if why is not None:
         raise SparkUnavailable(why, hint="install the spark extra and a Java 17 runtime")
+    if authority is None:
+        authority = AuthorityConfig.from_env()
+    if authority is not None:
+        conf = {**conf, **authority_conf(authority, conf.get("spark.jars"))}
     from delta import configure_spark_with_delta_pip
     from pyspark.sql import SparkSession
 
@@ -138,9 +231,14 @@ def stop_spark() -> None:
 
 __all__ = [
     "DEFAULT_MASTER",
+    "LOGSTORE_CLASS",
+    "AuthorityConfig",
+    "LogStoreJarMissing",
     "SparkUnavailable",
+    "authority_conf",
     "get_spark",
     "ivy_dir",
+    "logstore_jar",
     "java_missing",
     "spark_missing",
     "stop_spark",
