@@ -41,6 +41,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
+from delta_mirror.delta.last_checkpoint import LastCheckpoint
+from delta_mirror.delta.protocol import CheckpointKind
 from delta_mirror.errors import InvalidActionError, PermanentError
 from delta_mirror.log_path import (
     LOG_DIR,
@@ -467,38 +469,25 @@ def _result(
     parts: int | None,
     v2: dict[str, Any] | None,
 ) -> CheckpointResult:
-    """``_last_checkpoint`` in Spark's key order; ``parts`` only when > 1, ``v2Checkpoint`` for
-    UUID-named checkpoints (Trino only finds them through its ``path``)."""
-    info: dict[str, Any] = {"version": version, "size": num_actions}
-    if parts is not None and parts > 1:
-        info["parts"] = parts
-    info["sizeInBytes"] = sum(len(f.data) for f in files)
-    info["numOfAddFiles"] = num_adds
-    if v2 is not None:
-        info["v2Checkpoint"] = v2
-    last = (json.dumps(info, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
+    """The result with its ``_last_checkpoint`` (:meth:`LastCheckpoint.render`)."""
+    last = LastCheckpoint(
+        version=version,
+        size=num_actions,
+        parts=parts,
+        size_in_bytes=sum(len(f.data) for f in files),
+        num_of_add_files=num_adds,
+        v2_checkpoint=v2,
+    ).render()
     return CheckpointResult(
         files=files, last_checkpoint=last, num_add_files=num_adds, num_actions=num_actions
     )
 
 
 def _check_kind_allowed(kind: str, protocol: dict[str, Any], version: int) -> None:
-    """PROTOCOL.md: UUID-named checkpoints need ``v2Checkpoint``; multi-part ones are forbidden with it."""
-    has_v2 = "v2Checkpoint" in (protocol.get("readerFeatures") or []) and "v2Checkpoint" in (
-        protocol.get("writerFeatures") or []
-    )
-    if kind == "v2" and not has_v2:
-        raise PermanentError(
-            "a V2 (UUID-named) checkpoint needs the v2Checkpoint table feature",
-            version=version,
-            hint="write a classic checkpoint, or upgrade the protocol to 3/7 with v2Checkpoint first",
-        )
-    if kind == "multipart" and has_v2:
-        raise PermanentError(
-            "multi-part checkpoints are forbidden on tables with the v2Checkpoint feature",
-            version=version,
-            hint="use kind='v2' (sidecars) or 'classic' for this table",
-        )
+    """The v2 rule (:class:`CheckpointKind`)."""
+    refusal = CheckpointKind(kind).refusal(protocol)
+    if refusal is not None:
+        raise PermanentError(refusal[0], version=version, hint=refusal[1])
 
 
 # --------------------------------------------------------------------------------------------

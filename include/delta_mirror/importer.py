@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from delta_mirror.actions import Action
+from delta_mirror.delta.log_listing import list_log
 from delta_mirror.errors import PermanentError
-from delta_mirror.log_path import LOG_DIR, parse_log_file
 from delta_mirror.source_log import SourceLog, read_source_log
 from delta_mirror.storage import normalize_location, open_store
 from delta_mirror.store import db
@@ -78,10 +78,10 @@ def import_table(
     in_place = target == source_uri
     src = read_source_log(open_store(source_uri), table=name)
     if not in_place:
-        existing = [m for m in open_store(target).list(LOG_DIR) if parse_log_file(m.path.rsplit("/", 1)[-1])]
+        existing = list_log(open_store(target)).entries
         if existing:
             raise PermanentError(
-                f"the location {target} already holds a Delta log ({existing[0].path})",
+                f"the location {target} already holds a Delta log ({existing[0][0].path})",
                 table=name,
                 hint="choose an empty location, or omit --location to import in place",
             )

@@ -8,10 +8,10 @@ table is halted with guidance instead.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 
-from delta_mirror.log_path import LAST_CHECKPOINT, LOG_DIR, LogFileKind, parse_log_file
+from delta_mirror.delta.last_checkpoint import LAST_CHECKPOINT_PATH, judge_last_checkpoint
+from delta_mirror.delta.log_listing import list_log, sidecar_refs
 from delta_mirror.storage import ObjectStore
 from delta_mirror.store.sql_store import SqlStore, TableInfo
 
@@ -36,19 +36,16 @@ class LogAudit:
 
 
 def audit_log(store: SqlStore, table: TableInfo, objects: ObjectStore, *, hashes: bool = True) -> LogAudit:
-    """List ``_delta_log/`` once and compare it with every SUCCESS version of the store."""
+    """List ``_delta_log/`` once and compare it with every SUCCESS version of the store.
+
+    Checkpoints and ``_last_checkpoint`` are judged by the same rules as validation (a checkpoint
+    counts only when complete). A missing pointer is reported too: the publisher wrote one, so it
+    was lost, and the reconciler writes it again.
+    """
     audit = LogAudit()
-    commits: dict[int, str] = {}
-    checkpoints: set[int] = set()
-    for meta in objects.list(LOG_DIR):
-        name = meta.path.rsplit("/", 1)[-1]
-        parsed = parse_log_file(name) if meta.path.count("/") == 1 else None
-        if parsed is None:
-            continue
-        if parsed.kind is LogFileKind.COMMIT:
-            commits[parsed.version] = meta.path
-        elif parsed.is_checkpoint:
-            checkpoints.add(parsed.version)
+    listing = list_log(objects)
+    refs = sidecar_refs(objects)
+    commits = listing.commits
     floor = table.settings.get("log_floor")
     floor = floor if isinstance(floor, int) else table.first_version
     latest = store.latest_version(table.id)
@@ -64,23 +61,17 @@ def audit_log(store: SqlStore, table: TableInfo, objects: ObjectStore, *, hashes
     published_cps = store.status_rows(
         table.id, artifact="checkpoint", states=("SUCCESS",), from_version=floor
     )
-    audit.missing_checkpoints = [r.version for r in published_cps if r.version not in checkpoints]
+    audit.missing_checkpoints = [
+        r.version for r in published_cps if listing.complete_checkpoint(r.version, refs) is None
+    ]
     newest = max((r.version for r in published_cps), default=None)
-    raw = objects.get(f"{LOG_DIR}/{LAST_CHECKPOINT}")
     if newest is not None:
-        try:
-            pointer = json.loads(raw) if raw else None
-            version = pointer.get("version") if isinstance(pointer, dict) else None
-            if pointer is None:
-                audit.bad_last_checkpoint = "missing"
-            elif pointer.get("parts") == 1 or not isinstance(version, int):
-                audit.bad_last_checkpoint = "malformed"
-            elif version not in checkpoints:
-                audit.bad_last_checkpoint = f"points at a missing checkpoint {version}"
-            elif version < newest:
-                audit.bad_last_checkpoint = f"behind the newest checkpoint ({version} < {newest})"
-        except (ValueError, AttributeError):
-            audit.bad_last_checkpoint = "not JSON"
+        data = objects.get(LAST_CHECKPOINT_PATH)
+        problems = judge_last_checkpoint(data, listing, refs, newest_checkpoint=newest)
+        if data is None:
+            audit.bad_last_checkpoint = "missing"
+        elif problems:
+            audit.bad_last_checkpoint = "; ".join(p.message for p in problems)
     return audit
 
 

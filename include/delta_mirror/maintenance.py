@@ -13,12 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from delta_mirror.log_path import LOG_DIR, LogFileKind, parse_log_file
-from delta_mirror.publisher import parse_interval_ms
+from delta_mirror.delta.log_listing import list_log
+from delta_mirror.delta.protocol import DEFAULT_LOG_RETENTION_MS, LOG_RETENTION, property_duration_ms
+from delta_mirror.log_path import LogFileKind
 from delta_mirror.storage import ObjectMeta, open_store
 from delta_mirror.store.sql_store import SqlStore, now_ms
 
-DEFAULT_LOG_RETENTION_MS = 30 * 86_400_000
 _CLEANABLE = (
     LogFileKind.COMMIT,
     LogFileKind.CHECKPOINT,
@@ -70,29 +70,23 @@ def cleanup_log(
     if retention_ms is None:
         snapshot_version = published if published is not None else table.first_version
         meta = json.loads(store.snapshot(table.id, snapshot_version).metadata)["metaData"]
-        retention_ms = parse_interval_ms(
-            (meta.get("configuration") or {}).get("delta.logRetentionDuration"), DEFAULT_LOG_RETENTION_MS
+        retention_ms = property_duration_ms(
+            meta.get("configuration"), LOG_RETENTION, DEFAULT_LOG_RETENTION_MS
         )
     current = int((now.timestamp() if now else now_ms() / 1000) * 1000)
     cutoff = current - retention_ms
     objects = open_store(table.location, storage_options)
-    listing = [
-        (m, parse_log_file(m.path.rsplit("/", 1)[-1]))
-        for m in objects.list(LOG_DIR)
-        if m.path.count("/") == 1
-    ]
+    listing = list_log(objects).entries
     succeeded = {r.version for r in store.status_rows(table.id, artifact="checkpoint", states=("SUCCESS",))}
     candidates = [
-        f.version
-        for m, f in listing
-        if f is not None and f.is_checkpoint and f.version in succeeded and _mtime_ms(m) <= cutoff
+        f.version for m, f in listing if f.is_checkpoint and f.version in succeeded and _mtime_ms(m) <= cutoff
     ]
     report = CleanupReport(name, dry_run, cutoff, max(candidates) if candidates else None)
     if report.kept_checkpoint is None:
         return report
     keep = report.kept_checkpoint
     for meta_, parsed in listing:
-        if parsed is None or parsed.kind not in _CLEANABLE or parsed.version >= keep:
+        if parsed.kind not in _CLEANABLE or parsed.version >= keep:
             continue
         if _mtime_ms(meta_) > cutoff:
             continue

@@ -1,6 +1,6 @@
 """Publishing: committed versions → ``_delta_log/<v>.json``, in order, then checkpoints.
 
-Invariants kept here (design.md §2):
+Invariants kept here (README, "How it works"):
 1. ``v.json`` is written only after ``v-1.json`` is SUCCESS: versions go out one table at a time,
    ascending, under the table's lease.
 2. Never overwrite: commits use put-if-absent. An existing identical file is an idempotent
@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import random
-import re
 import socket
 import time
 import uuid
@@ -28,6 +27,14 @@ from typing import TypeVar
 from delta_mirror.actions import check_stored_commit, render_commit
 from delta_mirror.breaker import BreakerPolicy, CircuitBreakers, endpoint_key, table_key
 from delta_mirror.checkpoint import CheckpointInput, CheckpointResult, build_checkpoint
+from delta_mirror.delta.last_checkpoint import LAST_CHECKPOINT_PATH, LastCheckpoint, judge_last_checkpoint
+from delta_mirror.delta.log_listing import list_log, sidecar_refs
+from delta_mirror.delta.protocol import (
+    DEFAULT_TOMBSTONE_RETENTION_MS,
+    DELETED_FILE_RETENTION,
+    CheckpointKind,
+    property_duration_ms,
+)
 from delta_mirror.errors import (
     DataError,
     LeaseHeldError,
@@ -37,13 +44,7 @@ from delta_mirror.errors import (
     TransientError,
 )
 from delta_mirror.failpoints import failpoint
-from delta_mirror.log_path import (
-    LAST_CHECKPOINT,
-    LOG_DIR,
-    checkpoint_name,
-    commit_name,
-    multipart_checkpoint_name,
-)
+from delta_mirror.log_path import LOG_DIR, commit_name
 from delta_mirror.storage import ObjectExistsError, ObjectStore, open_store
 from delta_mirror.store.sql_store import Snapshot, SqlStore, TableInfo, now_ms
 
@@ -52,36 +53,13 @@ T = TypeVar("T")
 
 DEFAULT_CHECKPOINT_INTERVAL = 10
 DEFAULT_CHECKPOINT_MAX_BYTES = 32 * 1024 * 1024
-DEFAULT_TOMBSTONE_RETENTION_MS = 7 * 24 * 3600 * 1000
 DEFAULT_LEASE_TTL = 120.0
 LEASE_TTL_ENV = "DELTA_MIRROR_LEASE_TTL"
-_INTERVAL = re.compile(r"^\s*(?:interval\s+)?(\d+)\s+(\w+?)s?\s*$", re.IGNORECASE)
-_UNIT_MS = {
-    "millisecond": 1,
-    "second": 1000,
-    "minute": 60_000,
-    "hour": 3_600_000,
-    "day": 86_400_000,
-    "week": 604_800_000,
-}
 
 
-def parse_interval_ms(text: str | None, default: int) -> int:
-    """Delta's ``interval 1 week`` style durations, in milliseconds."""
-    if not text:
-        return default
-    m = _INTERVAL.match(text)
-    if not m or m[2].lower() not in _UNIT_MS:
-        return default
-    return int(m[1]) * _UNIT_MS[m[2].lower()]
-
-
-def checkpoint_kind(table: TableInfo, protocol_line: str) -> str:
-    """V2 exactly when the protocol has ``v2Checkpoint`` (the protocol requires it); else the table's choice."""
-    protocol = json.loads(protocol_line)["protocol"]
-    if "v2Checkpoint" in (protocol.get("readerFeatures") or []):
-        return "v2"
-    return "classic" if table.checkpoint_kind == "v2" else table.checkpoint_kind
+def checkpoint_kind(table: TableInfo, protocol_line: str) -> CheckpointKind:
+    """The kind of the table's next checkpoint (the v2 rule: :meth:`CheckpointKind.for_table`)."""
+    return CheckpointKind.for_table(protocol_line, table.checkpoint_kind)
 
 
 @dataclass(frozen=True)
@@ -527,9 +505,7 @@ class Publisher:
     def checkpoint_plan(self, table: TableInfo, version: int) -> CheckpointPlan:
         snap = self.store.snapshot(table.id, version)
         config = json.loads(snap.metadata)["metaData"].get("configuration") or {}
-        retention = parse_interval_ms(
-            config.get("delta.deletedFileRetentionDuration"), DEFAULT_TOMBSTONE_RETENTION_MS
-        )
+        retention = property_duration_ms(config, DELETED_FILE_RETENTION, DEFAULT_TOMBSTONE_RETENTION_MS)
         return CheckpointPlan(
             table=table,
             version=version,
@@ -560,41 +536,24 @@ class Publisher:
             if self._points_at_complete_checkpoint(objects, at_least=version):
                 return
             built = self._build_checkpoint(table, version)
-            objects.put(f"{LOG_DIR}/{LAST_CHECKPOINT}", built.last_checkpoint)
+            objects.put(LAST_CHECKPOINT_PATH, built.last_checkpoint)
         finally:
             self.store.release_lease(table.id, self.owner)
 
     @staticmethod
     def _points_at_complete_checkpoint(objects: ObjectStore, at_least: int) -> bool:
-        raw = objects.get(f"{LOG_DIR}/{LAST_CHECKPOINT}")
-        try:
-            pointer = json.loads(raw) if raw else None
-            version = int(pointer["version"]) if isinstance(pointer, dict) else -1
-            parts = pointer.get("parts") if isinstance(pointer, dict) else None
-            v2 = pointer.get("v2Checkpoint") if isinstance(pointer, dict) else None
-            if version < at_least or parts == 1:
-                return False
-            if isinstance(v2, dict):
-                names = [str(v2["path"])]
-            elif parts is not None:
-                names = [multipart_checkpoint_name(version, i, int(parts)) for i in range(1, int(parts) + 1)]
-            else:
-                names = [checkpoint_name(version)]
-        except (ValueError, KeyError, TypeError):
-            return False
-        return all(objects.head(f"{LOG_DIR}/{n}") is not None for n in names)
+        """Whether ``_last_checkpoint`` is good by the rule validation and the audit apply."""
+        listing = list_log(objects)
+        data = objects.get(LAST_CHECKPOINT_PATH)
+        problems = judge_last_checkpoint(data, listing, sidecar_refs(objects), newest_checkpoint=at_least)
+        return data is not None and not problems
 
     @staticmethod
     def _put_last_checkpoint(objects: ObjectStore, version: int, data: bytes) -> None:
-        path = f"{LOG_DIR}/{LAST_CHECKPOINT}"
-        existing = objects.get(path)
-        if existing:
-            try:
-                if int(json.loads(existing)["version"]) > version:
-                    return  # never move backwards
-            except (ValueError, KeyError, TypeError):
-                pass  # a malformed pointer is replaced
-        objects.put(path, data)
+        existing = LastCheckpoint.read(objects.get(LAST_CHECKPOINT_PATH))
+        if existing is not None and existing.version > version:
+            return  # never move backwards; a malformed pointer is replaced
+        objects.put(LAST_CHECKPOINT_PATH, data)
 
 
 __all__ = [
@@ -603,5 +562,4 @@ __all__ = [
     "PublishResult",
     "Publisher",
     "RetryPolicy",
-    "parse_interval_ms",
 ]

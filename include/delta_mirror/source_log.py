@@ -1,6 +1,6 @@
 """Read an existing Delta table's ``_delta_log`` so that it can be imported under SQL authority.
 
-Import must be lossless (design §6): every JSON commit is kept as its ordered actions (key order,
+Import must be lossless: every JSON commit is kept as its ordered actions (key order,
 unknown fields and unknown action types preserved) *and* as its original bytes, so that a later
 republish can be compared byte for byte. When the early commits were cleaned up, the imported
 segment starts at the oldest complete checkpoint from which every later commit still exists, and
@@ -22,6 +22,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from delta_mirror.delta.last_checkpoint import LastCheckpoint
+from delta_mirror.delta.log_listing import CheckpointFiles, LogListing, list_log, sidecar_refs
+from delta_mirror.delta.protocol import (
+    CATALOG_FEATURES,
+    COORDINATED_COMMITS_PREFIX,
+    KNOWN_READER_FEATURES,
+    MAX_READER_VERSION,
+    MAX_WRITER_VERSION,
+    CheckpointKind,
+)
 from delta_mirror.errors import (
     DataError,
     InvalidActionError,
@@ -29,46 +39,8 @@ from delta_mirror.errors import (
     TransientError,
     UnsupportedTableError,
 )
-from delta_mirror.log_path import LOG_DIR, SIDECAR_DIR, LogFileKind, parse_log_file
+from delta_mirror.log_path import LOG_DIR, SIDECAR_DIR, LogFileKind
 from delta_mirror.storage import ObjectStore
-
-# Reader features whose semantics we can carry through import and republish unchanged. Anything
-# else may change how the log must be interpreted, so the table is refused (design §6).
-KNOWN_READER_FEATURES: frozenset[str] = frozenset(
-    {
-        "columnMapping",
-        "deletionVectors",
-        "timestampNtz",
-        "typeWidening",
-        "typeWidening-preview",
-        "v2Checkpoint",
-        "vacuumProtocolCheck",
-        "variantType",
-        "variantType-preview",
-        "variantShredding-preview",
-        "variantShredding",
-        "domainMetadata",
-        "icebergCompatV1",
-        "icebergCompatV2",
-        "rowTracking",
-        "inCommitTimestamp",
-        "checkConstraints",
-        "changeDataFeed",
-        "generatedColumns",
-        "identityColumns",
-        "invariants",
-        "appendOnly",
-        "allowColumnDefaults",
-        "clustering",
-        "geospatial",
-        "collations-preview",
-    }
-)
-
-# Features that hand commit authority to a catalog: a plain filesystem reader can no longer read
-# the table, which defeats the purpose of mirroring (design §1).
-CATALOG_FEATURES: frozenset[str] = frozenset({"catalogManaged", "catalogOwned-preview"})
-COORDINATED_COMMITS_PREFIX = "delta.coordinatedCommits."
 
 # Action types whose payload must be a JSON object; unknown types are kept as they are.
 _OBJECT_ACTIONS: frozenset[str] = frozenset(
@@ -387,97 +359,9 @@ def checkpoint_actions(store: ObjectStore, files: list[str], *, table: str, vers
     return _read_checkpoint(store, files, table=table, version=version).actions
 
 
-def _sidecar_refs(store: ObjectStore, top_level: str, *, table: str, version: int) -> list[str]:
-    """The sidecar files a top-level checkpoint references (reads only the ``sidecar`` column)."""
-    data = store.get(top_level)
-    if data is None:
-        raise _MissingCheckpointFile(f"checkpoint file {top_level} is missing", table=table, version=version)
-    refs: list[str] = []
-    if top_level.endswith(".json"):
-        for obj in parse_commit_bytes(data, table=table, version=version):
-            if "sidecar" in obj:
-                refs.append(_sidecar_path(obj["sidecar"], table=table, version=version))
-        return refs
-    try:
-        pf = pq.ParquetFile(pa.BufferReader(data))
-        if "sidecar" not in pf.schema_arrow.names:
-            return refs
-        column = pf.read(columns=["sidecar"]).column("sidecar")
-    except (pa.ArrowException, OSError) as exc:
-        raise DataError(
-            f"checkpoint {top_level} is not readable Parquet: {exc}", table=table, version=version
-        ) from exc
-    for ref in column.drop_null().to_pylist():
-        refs.append(_sidecar_path(ref, table=table, version=version))
-    return refs
-
-
 # --------------------------------------------------------------------------------------------
 # Listing and segment selection
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Candidate:
-    """One checkpoint found by listing (before its contents are read)."""
-
-    version: int
-    kind: str  # "classic" | "multipart" | "v2" (UUID-named)
-    files: list[str]
-    parts_complete: bool = True
-
-
-@dataclass
-class _Listing:
-    commits: dict[int, str] = field(default_factory=dict)
-    checkpoints: dict[int, list[_Candidate]] = field(default_factory=dict)
-    sidecars: set[str] = field(default_factory=set)
-    last_checkpoint: str | None = None
-    other: list[str] = field(default_factory=list)
-
-
-_KIND_PREFERENCE = {"classic": 0, "v2": 1, "multipart": 2}
-
-
-def _list_log(store: ObjectStore) -> _Listing:
-    listing = _Listing()
-    multipart: dict[tuple[int, int], dict[int, str]] = {}
-    log_prefix = f"{LOG_DIR}/"
-    sidecar_prefix = f"{LOG_DIR}/{SIDECAR_DIR}/"
-    for meta in store.list(LOG_DIR):
-        path = meta.path
-        if not path.startswith(log_prefix):
-            continue
-        if path.startswith(sidecar_prefix):
-            if "/" not in path[len(sidecar_prefix) :]:
-                listing.sidecars.add(path)
-            continue
-        name = path[len(log_prefix) :]
-        if "/" in name:
-            continue  # _commits/, _staged_commits/, _autostats/, ...
-        lf = parse_log_file(name)
-        if lf is None:
-            listing.other.append(name)
-            continue
-        if lf.kind is LogFileKind.COMMIT:
-            listing.commits[lf.version] = path
-        elif lf.kind is LogFileKind.CHECKPOINT:
-            listing.checkpoints.setdefault(lf.version, []).append(_Candidate(lf.version, "classic", [path]))
-        elif lf.kind is LogFileKind.UUID_CHECKPOINT:
-            listing.checkpoints.setdefault(lf.version, []).append(_Candidate(lf.version, "v2", [path]))
-        elif lf.kind is LogFileKind.MULTIPART_CHECKPOINT:
-            multipart.setdefault((lf.version, lf.num_parts), {})[lf.part] = path
-        elif lf.kind is LogFileKind.LAST_CHECKPOINT:
-            listing.last_checkpoint = path
-        else:
-            listing.other.append(name)  # version checksums (.crc), compacted files
-    for (version, num_parts), parts in multipart.items():
-        files = [parts[p] for p in sorted(parts)]
-        complete = len(parts) == num_parts
-        listing.checkpoints.setdefault(version, []).append(_Candidate(version, "multipart", files, complete))
-    for candidates in listing.checkpoints.values():
-        candidates.sort(key=lambda c: (not c.parts_complete, _KIND_PREFERENCE[c.kind], c.files))
-    return listing
 
 
 def _ranges(versions: list[int]) -> str:
@@ -499,33 +383,24 @@ def _missing_versions(commits: Mapping[int, str], latest: int) -> list[int]:
     return [v for v in range(latest + 1) if v not in commits]
 
 
-def _load_candidate(store: ObjectStore, cand: _Candidate, *, table: str) -> SourceCheckpoint:
+def _load_candidate(store: ObjectStore, cand: CheckpointFiles, *, table: str) -> SourceCheckpoint:
     if not cand.parts_complete:
         raise _MissingCheckpointFile(
-            f"multi-part checkpoint has only {len(cand.files)} of its parts",
+            f"multi-part checkpoint has only {len(cand.paths)} of its parts",
             table=table,
             version=cand.version,
         )
-    read = _read_checkpoint(store, cand.files, table=table, version=cand.version)
-    kind = cand.kind
+    read = _read_checkpoint(store, list(cand.paths), table=table, version=cand.version)
+    kind = cand.kind.value
     if kind == "classic" and read.is_v2:
         kind = "v2"
-    return SourceCheckpoint(cand.version, kind, [*cand.files, *read.sidecars], read.actions)
+    return SourceCheckpoint(cand.version, kind, [*cand.paths, *read.sidecars], read.actions)
 
 
-def _candidate_complete(
-    store: ObjectStore, cand: _Candidate, sidecars: set[str], *, table: str, v2_table: bool
-) -> bool:
-    """Whether all files of a checkpoint exist (V2: every referenced sidecar is listed)."""
-    if not cand.parts_complete:
-        return False
-    if cand.kind == "multipart" or (cand.kind == "classic" and not v2_table):
-        return True  # sidecars need the v2Checkpoint feature
-    try:
-        refs = _sidecar_refs(store, cand.files[0], table=table, version=cand.version)
-    except DataError:
-        return False
-    return all(ref in sidecars for ref in refs)
+def _other_files(listing: LogListing) -> list[str]:
+    """Names in ``_delta_log/`` that are neither commits nor checkpoints (for error messages)."""
+    extra = [f.name for _, f in listing.entries if f.kind in (LogFileKind.CRC, LogFileKind.COMPACTED)]
+    return [*listing.strays, *extra]
 
 
 # --------------------------------------------------------------------------------------------
@@ -558,16 +433,20 @@ def check_supported(protocol: Mapping[str, Any], metadata: Mapping[str, Any] | N
     writer_version = protocol.get("minWriterVersion")
     if not isinstance(reader_version, int) or isinstance(reader_version, bool):
         problems.append(f"its protocol has an invalid minReaderVersion {reader_version!r}")
-    elif reader_version > 3:
-        problems.append(f"it requires minReaderVersion {reader_version} (at most 3 exists)")
+    elif reader_version > MAX_READER_VERSION:
+        problems.append(
+            f"it requires minReaderVersion {reader_version} (at most {MAX_READER_VERSION} exists)"
+        )
     elif reader_features is not None and reader_version != 3:
         problems.append(
             f"its protocol lists readerFeatures with minReaderVersion {reader_version} (must be 3)"
         )
     if not isinstance(writer_version, int) or isinstance(writer_version, bool):
         problems.append(f"its protocol has an invalid minWriterVersion {writer_version!r}")
-    elif writer_version > 7:
-        problems.append(f"it requires minWriterVersion {writer_version} (at most 7 exists)")
+    elif writer_version > MAX_WRITER_VERSION:
+        problems.append(
+            f"it requires minWriterVersion {writer_version} (at most {MAX_WRITER_VERSION} exists)"
+        )
     elif writer_features is not None and writer_version != 7:
         problems.append(
             f"its protocol lists writerFeatures with minWriterVersion {writer_version} (must be 7)"
@@ -595,22 +474,6 @@ def _scan_state(lines: Iterable[str], protocol: Any, metadata: Any) -> tuple[Any
     return protocol, metadata
 
 
-def _parse_last_checkpoint(data: bytes | None) -> dict[str, Any] | None:
-    """``_last_checkpoint`` is only a hint; a bad one is ignored, as readers do."""
-    if data is None:
-        return None
-    try:
-        obj = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError):
-        return None
-    if not isinstance(obj, dict):
-        return None
-    version = obj.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-        return None
-    return obj
-
-
 # --------------------------------------------------------------------------------------------
 # The entry point
 # --------------------------------------------------------------------------------------------
@@ -619,9 +482,10 @@ def _parse_last_checkpoint(data: bytes | None) -> dict[str, Any] | None:
 def read_source_log(store: ObjectStore, *, table: str) -> SourceLog:
     """Read the importable segment of the table at ``store`` (see the module docstring)."""
     location = store.uri
-    listing = _list_log(store)
+    listing = list_log(store)
     if not listing.commits and not listing.checkpoints:
-        found = f" (found only: {', '.join(sorted(listing.other)[:5])})" if listing.other else ""
+        other = _other_files(listing)
+        found = f" (found only: {', '.join(sorted(other)[:5])})" if other else ""
         raise NotADeltaTableError(
             f"{location} is not a Delta table: no _delta_log/ with commits or checkpoints{found}",
             table=table,
@@ -698,25 +562,32 @@ def read_source_log(store: ObjectStore, *, table: str) -> SourceLog:
 
     reader_features = protocol.get("readerFeatures")
     v2_table = isinstance(reader_features, list) and "v2Checkpoint" in reader_features
-    complete: dict[int, _Candidate] = {}
+    refs = sidecar_refs(store)
+    complete: dict[int, CheckpointFiles] = {}
     for version in sorted(listing.checkpoints):
         for cand in listing.checkpoints[version]:
-            if base is not None and version == base.version and cand.files == base.files[: len(cand.files)]:
+            if (
+                base is not None
+                and version == base.version
+                and list(cand.paths) == base.files[: len(cand.paths)]
+            ):
                 complete[version] = cand
                 break
-            if _candidate_complete(store, cand, listing.sidecars, table=table, v2_table=v2_table):
+            if listing.is_complete(cand, refs, v2_table=v2_table):
                 complete[version] = cand
                 break
-    multiparts = [c for c in complete.values() if c.kind == "multipart"]
+    multiparts = [c for c in complete.values() if c.kind is CheckpointKind.MULTIPART]
     if v2_table:
         kind = "v2"
-    elif complete and complete[max(complete)].kind == "multipart":
+    elif complete and complete[max(complete)].kind is CheckpointKind.MULTIPART:
         kind = "multipart"
     else:
         kind = "classic"
-    last_cp = None
-    if listing.last_checkpoint is not None:
-        last_cp = _parse_last_checkpoint(store.get(listing.last_checkpoint))
+    last_cp = None  # only a hint: a bad one is ignored, as readers do
+    if listing.last_checkpoint is not None and (
+        pointer := LastCheckpoint.read(store.get(listing.last_checkpoint))
+    ):
+        last_cp = pointer.fields
     return SourceLog(
         location=location,
         start_version=start,
@@ -725,7 +596,7 @@ def read_source_log(store: ObjectStore, *, table: str) -> SourceLog:
         commits=commits,
         checkpoint_versions=sorted(complete),
         checkpoint_kind=kind,
-        multipart_parts=len(max(multiparts, key=lambda c: c.version).files) if multiparts else None,
+        multipart_parts=len(max(multiparts, key=lambda c: c.version).paths) if multiparts else None,
         last_checkpoint=last_cp,
     )
 

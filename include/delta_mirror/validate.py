@@ -1,11 +1,11 @@
 """Validation: does what readers see at the table's location agree with the SQL store?
 
-Two independent checks over a version range (design.md §7):
+Two independent checks over a version range:
 
 1. **Log listing vs SQL.** ``_delta_log/`` is listed once and compared with the store: every
    published commit is present with the recorded SHA-256; no commit or checkpoint sits at a
    version the store does not know (an external writer); ``_last_checkpoint`` is well formed,
-   points at a complete checkpoint and never lags the store's newest checkpoint (§10.3).
+   points at a complete checkpoint and never lags the store's newest checkpoint.
 2. **Reader view vs SQL.** A real Delta reader (deltalake) opens the published log and walks the
    range version by version; at each version its protocol, metadata, schema, active files and
    ``txn`` versions must equal the store's. At a checkpoint version the reader starts afresh, so
@@ -21,7 +21,6 @@ the likely cause and what to do.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -34,13 +33,14 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from delta_mirror.actions import dv_id
+from delta_mirror.delta.last_checkpoint import LAST_CHECKPOINT_PATH, judge_last_checkpoint
+from delta_mirror.delta.log_listing import LogListing, list_log, sidecar_refs
+from delta_mirror.delta.protocol import parse_interval_ms
 from delta_mirror.errors import PermanentError
-from delta_mirror.log_path import LAST_CHECKPOINT, LOG_DIR, SIDECAR_DIR, LogFile, LogFileKind, parse_log_file
-from delta_mirror.publisher import parse_interval_ms
+from delta_mirror.log_path import LOG_DIR, LogFileKind
 from delta_mirror.storage import ObjectStore, local_path, normalize_location, open_store, storage_options_for
 from delta_mirror.store.sql_store import FileEntry, SqlStore, TableInfo, now_ms
 
@@ -145,7 +145,7 @@ def validate_table(
         )
     report = ValidationReport(name, table.location, lo, hi, hi - lo + 1)
     objects = (open_location or (lambda loc: open_store(loc, storage_options)))(table.location)
-    listing = _check_listing(store, table, objects, lo, hi, last, report.problems)
+    complete = _check_listing(store, table, objects, lo, hi, last, report.problems)
     reader_from = max(lo, start)  # before the base checkpoint the store keeps no file index
     if reader_from <= hi and reader == "spark":
         from delta_mirror.spark.reader import spark_check  # pyspark is optional (the spark extra)
@@ -159,35 +159,13 @@ def validate_table(
 
         spark_check(store, table, reader_from, hi, report_spark, spark=spark, storage_options=storage_options)
     elif reader_from <= hi:
-        _ReaderCheck(
-            store, table, reader_from, hi, listing.complete_checkpoints, report.problems, storage_options
-        ).run()
+        _ReaderCheck(store, table, reader_from, hi, complete, report.problems, storage_options).run()
     return report
 
 
 # -----------------------------------------------------------------------------------------------
 # Part 1: the log listing
 # -----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Listing:
-    files: dict[str, LogFile]  # top-level protocol files of _delta_log/, by name
-    sidecars: set[str]  # names under _delta_log/_sidecars/
-    complete_checkpoints: set[int] = field(default_factory=set)
-
-
-def _list_log(objects: ObjectStore) -> _Listing:
-    files: dict[str, LogFile] = {}
-    sidecars: set[str] = set()
-    for meta in objects.list(LOG_DIR):
-        rel = meta.path.split(f"{LOG_DIR}/", 1)[-1]
-        parts = rel.split("/")
-        if len(parts) == 2 and parts[0] == SIDECAR_DIR:
-            sidecars.add(parts[1])
-        elif len(parts) == 1 and (parsed := parse_log_file(rel)) is not None:
-            files[rel] = parsed
-    return _Listing(files, sidecars)
 
 
 def _sha(data: bytes) -> str:
@@ -202,11 +180,13 @@ def _check_listing(
     hi: int,
     last_published: int,
     problems: list[Problem],
-) -> _Listing:
-    listing = _list_log(objects)
+) -> set[int]:
+    """Compare the listing with the store; returns the versions in range with a complete checkpoint."""
+    listing = list_log(objects)
+    refs = sidecar_refs(objects)
     latest = store.latest_version(table.id)
     latest = last_published if latest is None else latest
-    commits = {f.version: name for name, f in listing.files.items() if f.kind is LogFileKind.COMMIT}
+    commits = {v: path.rsplit("/", 1)[-1] for v, path in listing.commits.items()}
 
     # Published commits in range: present, with the bytes that were published (or adopted).
     rows = store.commit_rows(table.id, lo, hi)
@@ -320,16 +300,13 @@ def _check_listing(
             )
 
     # Checkpoints: the recorded ones exist and are complete; _last_checkpoint points at one.
-    by_version: dict[int, list[LogFile]] = {}
-    for f in listing.files.values():
-        if f.is_checkpoint:
-            by_version.setdefault(f.version, []).append(f)
-    for version, cps in by_version.items():
-        if lo <= version <= hi and _complete_checkpoint(objects, listing, cps):
-            listing.complete_checkpoints.add(version)
+    complete = {
+        v for v in listing.checkpoints if lo <= v <= hi and listing.complete_checkpoint(v, refs) is not None
+    }
     for st in store.status_rows(table.id, "checkpoint", states=("SUCCESS",), from_version=lo, to_version=hi):
-        if st.version not in listing.complete_checkpoints:
-            found = ", ".join(sorted(f.name for f in by_version.get(st.version, []))) or "no checkpoint file"
+        if st.version not in complete:
+            names = [n for cp in listing.checkpoints.get(st.version, []) for n in cp.names]
+            found = ", ".join(sorted(names)) or "no checkpoint file"
             problems.append(
                 Problem(
                     "missing_checkpoint",
@@ -341,8 +318,8 @@ def _check_listing(
                     f"--version {st.version}`",
                 )
             )
-    _check_last_checkpoint(store, table, objects, listing, by_version, last_published, problems)
-    return listing
+    _check_last_checkpoint(store, table, objects, listing, last_published, problems)
+    return complete
 
 
 def _runs(versions: list[int]) -> list[tuple[int, int]]:
@@ -369,137 +346,28 @@ def _fetch_hashes(objects: ObjectStore, names: list[str]) -> list[str | None]:
         return list(pool.map(one, names))
 
 
-def _complete_checkpoint(
-    objects: ObjectStore,
-    listing: _Listing,
-    cps: list[LogFile],
-    parts: int | None = None,
-    v2_name: str | None = None,
-) -> bool:
-    """Whether these files make one complete checkpoint (all parts; a V2 file and its sidecars)."""
-    if parts is None and v2_name is None and any(f.kind is LogFileKind.CHECKPOINT for f in cps):
-        return True
-    multipart: dict[int, set[int]] = {}
-    for f in cps:
-        if f.kind is LogFileKind.MULTIPART_CHECKPOINT:
-            multipart.setdefault(f.num_parts, set()).add(f.part)
-    if v2_name is None:
-        wanted = [parts] if parts is not None else list(multipart)
-        if any(n in multipart and multipart[n] == set(range(1, n + 1)) for n in wanted):
-            return True
-        if parts is not None:
-            return False
-    for f in cps:
-        if f.kind is LogFileKind.UUID_CHECKPOINT and (v2_name is None or f.name == v2_name):
-            sidecars = _v2_sidecars(objects, f.name)
-            if sidecars is not None and all(s in listing.sidecars for s in sidecars):
-                return True
-    return False
-
-
-def _v2_sidecars(objects: ObjectStore, name: str) -> list[str] | None:
-    """File names of the sidecars a V2 checkpoint references (None when it cannot be read)."""
-    data = objects.get(f"{LOG_DIR}/{name}")
-    if data is None:
-        return None
-    paths: list[str] = []
-    try:
-        if name.endswith(".json"):
-            for line in data.decode("utf-8").splitlines():
-                if line.strip():
-                    sidecar = json.loads(line).get("sidecar")
-                    if isinstance(sidecar, dict):
-                        paths.append(str(sidecar.get("path")))
-        else:
-            pf = pq.ParquetFile(io.BytesIO(data))
-            if "sidecar" in pf.schema_arrow.names:
-                for row in pf.read(columns=["sidecar"]).column("sidecar").to_pylist():
-                    if row is not None:
-                        paths.append(str(row.get("path")))
-    except Exception:  # noqa: BLE001 - an unreadable checkpoint is simply not complete
-        return None
-    return [unquote(p.rsplit("/", 1)[-1]) for p in paths]
-
-
 def _check_last_checkpoint(
     store: SqlStore,
     table: TableInfo,
     objects: ObjectStore,
-    listing: _Listing,
-    by_version: dict[int, list[LogFile]],
+    listing: LogListing,
     last_published: int,
     problems: list[Problem],
 ) -> None:
-    raw = objects.get(f"{LOG_DIR}/{LAST_CHECKPOINT}")
-    if raw is None:
-        return  # optional: readers then list the log
+    """``_last_checkpoint`` by the one rule (:func:`judge_last_checkpoint`); absent is fine."""
     hint = (
         "readers trust _last_checkpoint to find the newest checkpoint; rewrite it with "
         f"`delta-mirror checkpoint {table.name}`"
     )
-
-    def bad(version: int | None, message: str, why: str = hint) -> None:
+    for p in judge_last_checkpoint(
+        objects.get(LAST_CHECKPOINT_PATH),
+        listing,
+        sidecar_refs(objects),
+        last_published=last_published,
+        newest_checkpoint=store.last_checkpoint_version(table.id),
+    ):
         problems.append(
-            Problem("bad_last_checkpoint", version, f"{LOG_DIR}/{LAST_CHECKPOINT} {message}", why)
-        )
-
-    try:
-        info = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        bad(None, f"is not valid JSON ({exc})", "it was truncated or written by hand; " + hint)
-        return
-    if not isinstance(info, dict):
-        bad(None, f"must be a JSON object, found {type(info).__name__}")
-        return
-    raw_version = info.get("version")
-    if not _is_int(raw_version) or raw_version < 0:
-        bad(None, f"has no valid 'version' (found {raw_version!r})")
-        return
-    version: int = raw_version
-    if not _is_int(info.get("size")):
-        bad(version, f"has no valid 'size' (found {info.get('size')!r})")
-    nulls = sorted(k for k, v in info.items() if v is None)
-    if nulls:
-        bad(version, f"has null fields {nulls}", "some readers reject nulls there; " + hint)
-    parts = info.get("parts")
-    if parts == 1:
-        bad(
-            version,
-            'contains "parts":1 for a single-file checkpoint',
-            'Trino rejects "parts":1; write "parts" only for multi-part checkpoints. ' + hint,
-        )
-        parts = None
-    elif parts is not None and (not _is_int(parts) or parts < 1):
-        bad(version, f"has an invalid 'parts' value {parts!r}")
-        parts = None
-    v2 = info.get("v2Checkpoint")
-    v2_name = (
-        unquote(str(v2.get("path")).rsplit("/", 1)[-1]) if isinstance(v2, dict) and v2.get("path") else None
-    )
-    cps = by_version.get(version, [])
-    if not _complete_checkpoint(objects, listing, cps, parts, v2_name):
-        what = (
-            f"a {parts}-part checkpoint" if parts else f"checkpoint {v2_name}" if v2_name else "a checkpoint"
-        )
-        found = ", ".join(sorted(f.name for f in cps)) or "nothing"
-        bad(
-            version,
-            f"points at {what} at version {version}, but the log holds {found} there",
-            "the checkpoint was deleted or never completed; readers fail or fall back to listing. " + hint,
-        )
-    if version > last_published:
-        bad(
-            version,
-            f"points at version {version}, after the last published version {last_published}",
-            "a checkpoint must follow its commit; another writer may have written it. " + hint,
-        )
-    newest = store.last_checkpoint_version(table.id)
-    if newest is not None and version < newest:
-        bad(
-            version,
-            f"points at version {version}, older than the store's newest checkpoint {newest}",
-            "_last_checkpoint moved backwards (an old copy was restored or another writer replaced it); "
-            + hint,
+            Problem("bad_last_checkpoint", p.version, f"{LAST_CHECKPOINT_PATH} {p.message}", p.cause + hint)
         )
 
 

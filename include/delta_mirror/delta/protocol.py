@@ -1,0 +1,163 @@
+"""Protocol facts the mirror relies on: table features, protocol versions, table-property
+durations and their defaults, and the checkpoint kinds a protocol allows.
+
+``store/sql_store.REFUSED_FEATURES`` still carries its own copy of the refused features; it is to
+be folded into :data:`CATALOG_FEATURES` when the store is split by topic.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any
+
+MAX_READER_VERSION = 3
+MAX_WRITER_VERSION = 7
+#: Table features exist only from these versions on; feature lists go with exactly them.
+FEATURES_READER_VERSION = 3
+FEATURES_WRITER_VERSION = 7
+
+#: Reader features whose semantics survive import and republish unchanged. Anything else may
+#: change how the log must be interpreted, so such a table is refused.
+KNOWN_READER_FEATURES: frozenset[str] = frozenset(
+    {
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+        "typeWidening",
+        "typeWidening-preview",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "variantType",
+        "variantType-preview",
+        "variantShredding-preview",
+        "variantShredding",
+        "domainMetadata",
+        "icebergCompatV1",
+        "icebergCompatV2",
+        "rowTracking",
+        "inCommitTimestamp",
+        "checkConstraints",
+        "changeDataFeed",
+        "generatedColumns",
+        "identityColumns",
+        "invariants",
+        "appendOnly",
+        "allowColumnDefaults",
+        "clustering",
+        "geospatial",
+        "collations-preview",
+    }
+)
+
+#: Features that hand commit authority to a catalog: plain filesystem readers can no longer read
+#: the table, which defeats the purpose of mirroring (README, "How it works").
+CATALOG_FEATURES: frozenset[str] = frozenset({"catalogManaged", "catalogOwned-preview"})
+COORDINATED_COMMITS_PREFIX = "delta.coordinatedCommits."
+
+V2_CHECKPOINT_FEATURE = "v2Checkpoint"
+
+# Table properties (``metaData.configuration``) and their protocol defaults.
+DELETED_FILE_RETENTION = "delta.deletedFileRetentionDuration"
+LOG_RETENTION = "delta.logRetentionDuration"
+DEFAULT_TOMBSTONE_RETENTION_MS = 7 * 24 * 3600 * 1000  # interval 1 week
+DEFAULT_LOG_RETENTION_MS = 30 * 86_400_000  # interval 30 days
+
+_INTERVAL = re.compile(r"^\s*(?:interval\s+)?(\d+)\s+(\w+?)s?\s*$", re.IGNORECASE)
+_UNIT_MS = {
+    "millisecond": 1,
+    "second": 1000,
+    "minute": 60_000,
+    "hour": 3_600_000,
+    "day": 86_400_000,
+    "week": 604_800_000,
+}
+
+
+def parse_interval_ms(text: str | None, default: int) -> int:
+    """Delta's ``interval 1 week`` style durations, in milliseconds (``default`` when unreadable)."""
+    if not text:
+        return default
+    m = _INTERVAL.match(text)
+    if not m or m[2].lower() not in _UNIT_MS:
+        return default
+    return int(m[1]) * _UNIT_MS[m[2].lower()]
+
+
+def property_duration_ms(configuration: Mapping[str, Any] | None, key: str, default: int) -> int:
+    """A duration table property (e.g. :data:`LOG_RETENTION`), or its default."""
+    value = (configuration or {}).get(key)
+    return parse_interval_ms(value if isinstance(value, str) else None, default)
+
+
+def reader_features(protocol: Mapping[str, Any]) -> list[str]:
+    features = protocol.get("readerFeatures")
+    return [str(f) for f in features] if isinstance(features, list) else []
+
+
+def writer_features(protocol: Mapping[str, Any]) -> list[str]:
+    features = protocol.get("writerFeatures")
+    return [str(f) for f in features] if isinstance(features, list) else []
+
+
+class CheckpointKind(StrEnum):
+    """The three checkpoint layouts (the values are the stored ``checkpoint_kind`` texts).
+
+    The v2 rule (PROTOCOL.md): a table with the ``v2Checkpoint`` feature gets UUID-named (V2)
+    checkpoints and never multi-part ones; a table without it never gets V2 ones.
+    """
+
+    CLASSIC = "classic"  # v.checkpoint.parquet
+    MULTIPART = "multipart"  # v.checkpoint.o.p.parquet
+    V2 = "v2"  # v.checkpoint.<uuid>.(json|parquet), with sidecars
+
+    @staticmethod
+    def has_v2_feature(protocol: Mapping[str, Any], *, both: bool = False) -> bool:
+        """Whether the protocol names ``v2Checkpoint`` (``both``: as reader *and* writer feature)."""
+        in_readers = V2_CHECKPOINT_FEATURE in reader_features(protocol)
+        return in_readers and V2_CHECKPOINT_FEATURE in writer_features(protocol) if both else in_readers
+
+    @classmethod
+    def for_table(cls, protocol_line: str, preferred: str) -> CheckpointKind:
+        """V2 exactly when the protocol has ``v2Checkpoint``; else the table's choice (never V2)."""
+        if cls.has_v2_feature(json.loads(protocol_line)["protocol"]):
+            return cls.V2
+        return cls.CLASSIC if preferred == cls.V2 else cls(preferred)
+
+    def refusal(self, protocol: Mapping[str, Any]) -> tuple[str, str] | None:
+        """Why this kind may not be written for ``protocol`` (message, hint), or ``None``."""
+        has_v2 = self.has_v2_feature(protocol, both=True)
+        if self is CheckpointKind.V2 and not has_v2:
+            return (
+                "a V2 (UUID-named) checkpoint needs the v2Checkpoint table feature",
+                "write a classic checkpoint, or upgrade the protocol to 3/7 with v2Checkpoint first",
+            )
+        if self is CheckpointKind.MULTIPART and has_v2:
+            return (
+                "multi-part checkpoints are forbidden on tables with the v2Checkpoint feature",
+                "use kind='v2' (sidecars) or 'classic' for this table",
+            )
+        return None
+
+
+__all__ = [
+    "CATALOG_FEATURES",
+    "COORDINATED_COMMITS_PREFIX",
+    "DEFAULT_LOG_RETENTION_MS",
+    "DEFAULT_TOMBSTONE_RETENTION_MS",
+    "DELETED_FILE_RETENTION",
+    "FEATURES_READER_VERSION",
+    "FEATURES_WRITER_VERSION",
+    "KNOWN_READER_FEATURES",
+    "LOG_RETENTION",
+    "MAX_READER_VERSION",
+    "MAX_WRITER_VERSION",
+    "V2_CHECKPOINT_FEATURE",
+    "CheckpointKind",
+    "parse_interval_ms",
+    "property_duration_ms",
+    "reader_features",
+    "writer_features",
+]
