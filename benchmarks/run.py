@@ -33,6 +33,10 @@ Figures:
    (``--skip-1m`` or ``DELTA_MIRROR_BENCH_SKIP_1M=1`` stops at 300k), process-tree peak RSS (JVM
    included), and the file count where Spark overtakes the local engine.
 
+5. ``commit_service`` (``benchmarks/commit_service.py``): a real ``delta-mirror serve`` under 8
+   concurrent HTTP clients committing 1-add commits to 16 tables, on PostgreSQL and SQLite:
+   commits/s and p50/p99 latency (targets on PostgreSQL: >= 300 commits/s, p99 <= 100 ms).
+
 The PostgreSQL server is the tests' throwaway server (``tests/services.py``: fsync off, so the
 numbers measure CPU and round trips, not a disk). The corpus is read in place and never written.
 """
@@ -483,6 +487,7 @@ def _pyarrow_max_memory() -> float | None:
 
 # The Spark checkpoint figure's pieces live beside this file (benchmarks/ is on sys.path as the
 # script's folder, in the parent and in every child).
+import commit_service  # noqa: E402
 import spark_checkpoint  # noqa: E402
 
 PIECES.update(spark_checkpoint.PIECES)
@@ -896,7 +901,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=0, help="runs per checkpoint figure (median reported)")
     parser.add_argument(
         "--only",
-        default="publish,checkpoint,history,spark_checkpoint",
+        default="publish,checkpoint,history,spark_checkpoint,commit_service",
         help="figures to run (comma separated); a partial run updates only its figures in latest.json",
     )
     parser.add_argument(
@@ -955,11 +960,15 @@ def main() -> int:
         def run_spark_checkpoint() -> None:
             out["spark_checkpoint"] = spark_checkpoint.figure(bench, child, log, sys.modules[__name__])
 
+        def run_commit_service() -> None:
+            out["commit_service"] = commit_service.figure(bench, log)
+
         for key, fn in (
             ("publish", run_publish),
             ("checkpoint", run_checkpoint),
             ("history", run_history),
             ("spark_checkpoint", run_spark_checkpoint),
+            ("commit_service", run_commit_service),
         ):
             if key in only:
                 figures.append((key, fn))
@@ -986,7 +995,7 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     targets: dict[str, bool] = {}
-    for fig in ("publish", "checkpoint_300k", "long_history"):
+    for fig in ("publish", "checkpoint_300k", "long_history", "commit_service"):
         for k, v in (out.get(fig) or {}).get("targets", {}).items():
             targets[f"{fig}.{k}"] = v
     out["targets"] = targets
@@ -997,7 +1006,13 @@ def main() -> int:
     if "machine" in out:  # other work on the machine skews every figure: say how busy it was
         out["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     result_file = RESULTS_DIR / ("quick.json" if opts.quick else "latest.json")
-    partial = set(opts.only.split(",")) != {"publish", "checkpoint", "history", "spark_checkpoint"}
+    partial = set(opts.only.split(",")) != {
+        "publish",
+        "checkpoint",
+        "history",
+        "spark_checkpoint",
+        "commit_service",
+    }
     if partial and result_file.exists():
         # keep the figures this run did not measure (each says when it was measured)
         previous = json.loads(result_file.read_text())

@@ -492,6 +492,7 @@ class SqlStore:
         lines, actions = split_commit(data, table=label, version=version)
         _check_commit_size(label, version, len(actions), len(data))
         digest = hashlib.sha256(data).hexdigest()
+        ict = next((body for kind, body in actions if kind == "commitInfo"), {}).get("inCommitTimestamp")
         try:
             with (
                 db.translated(self.url, f"committing to the table at {location}"),
@@ -499,7 +500,16 @@ class SqlStore:
             ):
                 table = self._verbatim_table(conn, location, version, create_name)
                 self._check_verbatim_version(conn, table, version, digest, len(data))
-                ts = self._claim_version(conn, table, version, "spark")
+                ts = self._claim_version(
+                    conn,
+                    table,
+                    version,
+                    "spark",
+                    action_count=len(actions),
+                    size=len(data),
+                    sha256=digest,
+                    in_commit_timestamp=ict if type(ict) is int else None,
+                )
                 self._check_commit_rules(conn, table, version, actions)
                 self._write_actions(
                     conn,
@@ -511,18 +521,6 @@ class SqlStore:
                     table_name=table.name,
                     location=table.location,
                     lines=lines,
-                )
-                info = next((body for kind, body in actions if kind == "commitInfo"), {})
-                ict = info.get("inCommitTimestamp")
-                conn.execute(
-                    update(dl_commits)
-                    .where(dl_commits.c.table_id == table.id, dl_commits.c.version == version)
-                    .values(
-                        action_count=len(actions),
-                        size_bytes=len(data),
-                        sha256=digest,
-                        in_commit_timestamp=ict if type(ict) is int else None,
-                    )
                 )
                 _enqueue_json(conn, table.id, version, ts)
                 return CommitResult(table.name, version, digest, len(data))
@@ -658,9 +656,21 @@ class SqlStore:
         _enqueue_json(conn, table.id, version, ts)
         return version
 
-    def _claim_version(self, conn: Connection, table: TableInfo, version: int, source: str) -> int:
+    def _claim_version(
+        self,
+        conn: Connection,
+        table: TableInfo,
+        version: int,
+        source: str,
+        *,
+        action_count: int = 0,
+        size: int = 0,
+        sha256: str = "",
+        in_commit_timestamp: int | None = None,
+    ) -> int:
         """Insert the version's ``dl_commits`` row first: a racing writer fails here, before any other
-        work (its primary key decides). Hash and size are filled in once the actions are written."""
+        work (its primary key decides). A native commit fills in hash and size once its actions are
+        rendered; a verbatim one knows them up front."""
         ts = now_ms()
         try:
             conn.execute(
@@ -668,9 +678,10 @@ class SqlStore:
                     table_id=table.id,
                     version=version,
                     committed_at=ts,
-                    action_count=0,
-                    size_bytes=0,
-                    sha256="",
+                    in_commit_timestamp=in_commit_timestamp,
+                    action_count=action_count,
+                    size_bytes=size,
+                    sha256=sha256,
                     has_json=True,
                     source=source,
                 )
