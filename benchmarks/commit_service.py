@@ -188,14 +188,20 @@ def measure(store_url: str, work: Path, total: int, log: Callable[[str], None]) 
             finally:
                 conn.close()
 
+        import psutil
+
+        serve = psutil.Process(service.proc.pid)
         threads = [threading.Thread(target=client, args=(c,)) for c in range(CLIENTS)]
         for t in threads:
             t.start()
         barrier.wait()
+        cpu0, own0 = serve.cpu_times(), psutil.Process().cpu_times()
         started = time.perf_counter()
         for t in threads:
             t.join()
         wall = time.perf_counter() - started
+        cpu1, own1 = serve.cpu_times(), psutil.Process().cpu_times()
+        load = os.getloadavg()[0]
     finally:
         service.stop()
     flat = sorted(x for xs in latencies for x in xs)
@@ -215,6 +221,10 @@ def measure(store_url: str, work: Path, total: int, log: Callable[[str], None]) 
         "max_ms": round(flat[-1] * 1000, 2) if flat else None,
         "mean_ms": round(statistics.fmean(flat) * 1000, 2) if flat else None,
         "failures": failures[:5],
+        # CPU time per commit of the service process and of the clients (load-independent-ish)
+        "service_cpu_ms_per_commit": round((sum(cpu1[:2]) - sum(cpu0[:2])) / max(done, 1) * 1000, 3),
+        "client_cpu_ms_per_commit": round((sum(own1[:2]) - sum(own0[:2])) / max(done, 1) * 1000, 3),
+        "loadavg_1m_at_end": round(load, 2),
     }
     log(f"commit_service: {result}")
     return result

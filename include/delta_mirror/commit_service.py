@@ -8,6 +8,7 @@ worker threads; every error is one line of JSON whose status follows the error's
 
 from __future__ import annotations
 
+import functools
 import hmac
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -84,6 +85,13 @@ def error_response(exc: MirrorError) -> JSONResponse:
     return JSONResponse({"error": " ".join(exc.message.split()), "code": code}, status, headers=headers)
 
 
+@functools.lru_cache(maxsize=4096)
+def _normalized_root(raw: str) -> str:
+    """``normalize_commit_root``, remembered: resolving a local root stats every folder of its path,
+    and this runs on the event loop for every request (writers commit to a few roots, again and again)."""
+    return normalize_commit_root(raw)
+
+
 class CommitService:
     """The routes' logic over one ``SqlStore`` (one per process, shared by every request)."""
 
@@ -122,7 +130,7 @@ class CommitService:
         if not raw:
             raise BadRequestError("the query parameter 'root' is missing", hint="pass ?root=<table root URI>")
         try:
-            return normalize_commit_root(raw)
+            return _normalized_root(raw)
         except PermanentError as exc:
             raise BadRequestError(exc.what, hint=exc.hint) from None
 

@@ -466,13 +466,24 @@ class SqlStore:
 
     @staticmethod
     def _table_at(conn: Connection, location: str) -> TableInfo:
-        row = conn.execute(select(dl_tables).where(dl_tables.c.location == location)).first()
+        return SqlStore._table_and_latest_at(conn, location)[0]
+
+    @staticmethod
+    def _table_and_latest_at(conn: Connection, location: str) -> tuple[TableInfo, int | None]:
+        """The table at ``location`` and its latest version, in one round trip."""
+        latest = (
+            select(func.max(dl_commits.c.version))
+            .where(dl_commits.c.table_id == dl_tables.c.id)
+            .scalar_subquery()
+            .label("latest_version")
+        )
+        row = conn.execute(select(dl_tables, latest).where(dl_tables.c.location == location)).first()
         if row is None:
             raise TableNotFoundError(
                 f"no table at {location} in the store",
                 hint="create it with version 0 under an allowed root, or import it with `delta-mirror import`",
             )
-        return _table_info(row)
+        return _table_info(row), None if row.latest_version is None else int(row.latest_version)
 
     def commit_verbatim(
         self, location: str, version: int, data: bytes, *, create_name: str | None = None
@@ -498,8 +509,8 @@ class SqlStore:
                 db.translated(self.url, f"committing to the table at {location}"),
                 self.engine.begin() as conn,
             ):
-                table = self._verbatim_table(conn, location, version, create_name)
-                self._check_verbatim_version(conn, table, version, digest, len(data))
+                table, latest = self._verbatim_table(conn, location, version, create_name)
+                self._check_verbatim_version(table, latest, version)
                 ts = self._claim_version(
                     conn,
                     table,
@@ -533,14 +544,15 @@ class SqlStore:
 
     def _verbatim_table(
         self, conn: Connection, location: str, version: int, create_name: str | None
-    ) -> TableInfo:
+    ) -> tuple[TableInfo, int | None]:
+        """The table at ``location`` (created at version 0 with ``create_name``) and its latest version."""
         try:
-            table = self._table_at(conn, location)
+            table, latest = self._table_and_latest_at(conn, location)
         except TableNotFoundError as exc:
             if create_name is None or version != 0:
                 exc.version = version
                 raise
-            return self._create_verbatim(conn, location, create_name)
+            return self._create_verbatim(conn, location, create_name), None
         if table.state == "HALTED":
             raise TableHaltedError(
                 f"the table is halted{f' at version {table.halted_version}' if table.halted_version is not None else ''}:"
@@ -549,7 +561,7 @@ class SqlStore:
                 version=version,
                 hint=f"fix the cause, then `delta-mirror resume {table.name}`",
             )
-        return table
+        return table, latest
 
     def _create_verbatim(self, conn: Connection, location: str, create_name: str) -> TableInfo:
         name = create_name
@@ -563,11 +575,9 @@ class SqlStore:
             raise InvalidActionError(exc.what, table=name, version=0, hint=exc.hint) from None
         return self._create_in(conn, name, location, 0)
 
-    def _check_verbatim_version(
-        self, conn: Connection, table: TableInfo, version: int, digest: str, size: int
-    ) -> None:
+    @staticmethod
+    def _check_verbatim_version(table: TableInfo, latest: int | None, version: int) -> None:
         """Before claiming: an earlier version is a conflict (or this very commit), a later one a gap."""
-        latest = self.latest_version(table.id, conn)
         next_version = table.first_version if latest is None else latest + 1
         if version < next_version:
             raise CommitConflictError(
