@@ -21,7 +21,6 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import CommitProperties, DeltaTable, QueryBuilder, TableFeatures, Transaction, write_deltalake
 
-from delta_mirror import checkpoint as ck
 from delta_mirror.checkpoint import (
     CHECKPOINT_SCHEMA,
     SIDECAR_SCHEMA,
@@ -31,6 +30,7 @@ from delta_mirror.checkpoint import (
     build_checkpoint,
     spark_hash_partition,
 )
+from delta_mirror.checkpoint import file_actions as ck
 from delta_mirror.errors import InvalidActionError, PermanentError
 from delta_mirror.log_path import LogFileKind, parse_log_file
 

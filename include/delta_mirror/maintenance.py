@@ -1,9 +1,9 @@
 """Log cleanup by the table's retention (``delta.logRetentionDuration``), as Delta-Spark does it.
 
-Keeps the newest complete checkpoint older than the cutoff and its JSON commit (design §10 item
-10): a reader must always find a checkpoint to start from. Deletes only commit, checkpoint and
-checksum files below that checkpoint whose modification time is before the cutoff. Dry-run by
-default. The store keeps every version: cleanup affects only what readers can time-travel to.
+Keeps the newest complete checkpoint older than the cutoff and its JSON commit: a reader must
+always find a checkpoint to start from. Deletes only commit, checkpoint and checksum files below
+that checkpoint whose modification time is before the cutoff. Dry-run by default. The store
+keeps every version: cleanup affects only what readers can time-travel to.
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ from typing import TypeVar
 
 from delta_mirror.actions import check_stored_commit, render_commit
 from delta_mirror.breaker import BreakerPolicy, CircuitBreakers, endpoint_key, table_key
-from delta_mirror.checkpoint import CheckpointInput, CheckpointResult, build_checkpoint
+from delta_mirror.checkpoint.layouts import build_checkpoint
+from delta_mirror.checkpoint.model import CheckpointInput, CheckpointResult
 from delta_mirror.delta.last_checkpoint import LAST_CHECKPOINT_PATH, LastCheckpoint, judge_last_checkpoint
 from delta_mirror.delta.log_listing import list_log, sidecar_refs
 from delta_mirror.delta.protocol import (

@@ -99,7 +99,7 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 
 
 def canonical_line(action: Mapping[str, Any]) -> str:
-    """The canonical text of one action: compact separators, UTF-8 kept unescaped (design §4)."""
+    """The canonical text of one action: compact separators, UTF-8 kept unescaped (README, "How it works")."""
     obj = action if isinstance(action, dict) else dict(action)
     try:
         return _ENCODER.encode(obj)
@@ -409,7 +409,7 @@ def _other_files(listing: LogListing) -> list[str]:
 
 
 def check_supported(protocol: Mapping[str, Any], metadata: Mapping[str, Any] | None, *, table: str) -> None:
-    """Refuse tables whose protocol we cannot carry unchanged, naming the feature (design §6)."""
+    """Refuse tables whose protocol we cannot carry unchanged, naming the feature (README, "Unsupported tables")."""
     problems: list[str] = []
     reader_features = protocol.get("readerFeatures")
     writer_features = protocol.get("writerFeatures")

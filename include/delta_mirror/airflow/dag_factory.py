@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import (
@@ -26,7 +26,17 @@ from airflow.sdk import (
     task,
 )
 
-from delta_mirror.airflow.notifications import deadline_missed, send, task_failure_callback
+from delta_mirror.airflow.dag_defaults import (
+    BASE_TAGS,
+    JUST_PUBLISHED_FROM,
+    JUST_PUBLISHED_TO,
+    START,
+    STEPS,
+    conn_args,
+    default_args,
+)
+from delta_mirror.airflow.examples import example_dags
+from delta_mirror.airflow.notifications import deadline_missed, send
 from delta_mirror.airflow.operators import (
     DeltaMirrorCheckpointOperator,
     DeltaMirrorLagOperator,
@@ -37,33 +47,6 @@ from delta_mirror.airflow.operators import (
 )
 from delta_mirror.airflow.triggers import StoreCommitTrigger
 from delta_mirror.table_config import MirrorConfig, TableConfig, load_config
-
-START = datetime(2026, 1, 1, tzinfo=UTC)
-BASE_TAGS = ["delta-mirror"]
-STEPS = ["publish", "checkpoint", "validate"]
-# Validate what this run published; when nothing new was published, just the latest version.
-_JUST_PUBLISHED_FROM = (
-    "{% set r = ti.xcom_pull(task_ids='publish') or {} %}"
-    "{{ r.get('first') if r.get('first') is not none else r.get('last_published') }}"
-)
-_JUST_PUBLISHED_TO = "{{ (ti.xcom_pull(task_ids='publish') or {}).get('last_published') }}"
-
-
-def _default_args(cfg: TableConfig) -> dict[str, Any]:
-    args: dict[str, Any] = {
-        "owner": cfg.owner,
-        "retries": cfg.retries,
-        "retry_delay": cfg.retry_delay,
-        "max_retry_delay": cfg.max_retry_delay,
-        "on_failure_callback": task_failure_callback(cfg.notify, cfg.name),
-    }
-    if cfg.retry_exponential_backoff:
-        args["retry_exponential_backoff"] = cfg.retry_exponential_backoff
-    return args
-
-
-def _conn(cfg: TableConfig) -> dict[str, Any]:
-    return {"store_conn_id": cfg.store_conn_id, "aws_conn_id": cfg.aws_conn_id}
 
 
 def _by_connections(config: MirrorConfig, aws: bool = True) -> list[tuple[dict[str, Any], list[str]]]:
@@ -124,10 +107,10 @@ def _checkpoint_task(cfg: TableConfig) -> Any:
             conn_id=settings.spark_conn_id,
             conf=dict(settings.spark_conf),
             partitions=settings.spark_partitions,
-            **_conn(cfg),
+            **conn_args(cfg),
         )
     return DeltaMirrorCheckpointOperator(
-        task_id="checkpoint", table=cfg.name, engine=settings.engine, **_conn(cfg)
+        task_id="checkpoint", table=cfg.name, engine=settings.engine, **conn_args(cfg)
     )
 
 
@@ -147,7 +130,7 @@ def table_dag(cfg: TableConfig) -> DAG:
         start_date=START,
         catchup=False,
         max_active_runs=1,
-        default_args=_default_args(cfg),
+        default_args=default_args(cfg),
         tags=[*BASE_TAGS, "table", *cfg.tags],
         deadline=deadline,
         doc_md=f"Publishes the Delta log of **{cfg.name}** from the SQL store: publish → checkpoint (when due) "
@@ -157,7 +140,7 @@ def table_dag(cfg: TableConfig) -> DAG:
         engine = cfg.checkpoint.engine
         # with another engine the publish step leaves the cadence's checkpoints to the next step
         publish = DeltaMirrorPublishOperator(
-            task_id="publish", table=cfg.name, cadence_checkpoints=engine == "local", **_conn(cfg)
+            task_id="publish", table=cfg.name, cadence_checkpoints=engine == "local", **conn_args(cfg)
         )
         checkpoint = _checkpoint_task(cfg)
         tasks: list[Any] = [publish, checkpoint]
@@ -167,9 +150,9 @@ def table_dag(cfg: TableConfig) -> DAG:
                     task_id="validate",
                     table=cfg.name,
                     reader=cfg.reader,
-                    **_conn(cfg),
-                    from_version=_JUST_PUBLISHED_FROM,
-                    to_version=_JUST_PUBLISHED_TO,
+                    **conn_args(cfg),
+                    from_version=JUST_PUBLISHED_FROM,
+                    to_version=JUST_PUBLISHED_TO,
                 )
             )
         tasks.append(
@@ -193,7 +176,7 @@ def reconcile_dag(config: MirrorConfig) -> DAG:
         start_date=START,
         catchup=False,
         max_active_runs=1,
-        default_args=_default_args(defaults),
+        default_args=default_args(defaults),
         tags=[*BASE_TAGS, "reconcile"],
         doc_md="Finds FAILED, stuck (lease expired) and lagging versions across the configured tables and "
         "re-drives them; emails the table's contacts when failures persist "
@@ -250,7 +233,7 @@ def backfill_dag(config: MirrorConfig) -> DAG:
         schedule=None,
         start_date=START,
         catchup=False,
-        default_args=_default_args(defaults),
+        default_args=default_args(defaults),
         tags=[*BASE_TAGS, "backfill"],
         params={
             "table": Param(
@@ -326,7 +309,7 @@ def monitor_dag(config: MirrorConfig) -> DAG:
         start_date=START,
         catchup=False,
         max_active_runs=1,
-        default_args=_default_args(defaults),
+        default_args=default_args(defaults),
         tags=[*BASE_TAGS, "monitor"],
         doc_md="Lag per table (seconds since the oldest unpublished commit, versions behind) as Airflow "
         "metrics; emails a table's contacts when its lag breaches the lag SLO in the config.",
@@ -380,7 +363,7 @@ def maintenance_dag(config: MirrorConfig) -> DAG:
         start_date=START,
         catchup=False,
         max_active_runs=1,
-        default_args=_default_args(defaults),
+        default_args=default_args(defaults),
         tags=[*BASE_TAGS, "maintenance"],
         doc_md="Log and checkpoint cleanup by each table's retention (`delta.logRetentionDuration`), keeping "
         "the newest checkpoint older than the cutoff and its commit. Dry-run unless the config says "
@@ -393,7 +376,7 @@ def maintenance_dag(config: MirrorConfig) -> DAG:
                 table=name,
                 cleanup_dry_run=cfg.maintenance.dry_run,
                 log_retention_seconds=retention.total_seconds() if isinstance(retention, timedelta) else None,
-                **_conn(cfg),
+                **conn_args(cfg),
             )
     return dag
 
@@ -402,8 +385,6 @@ def build_dags(config: MirrorConfig | None = None) -> dict[str, DAG]:
     config = config or load_config()
     dags = [table_dag(cfg) for _, cfg in sorted(config.tables.items())]
     dags += [reconcile_dag(config), backfill_dag(config), monitor_dag(config), maintenance_dag(config)]
-    from delta_mirror.airflow.examples import example_dags  # imports this module: late
-
     dags += example_dags(config)
     return {dag.dag_id: dag for dag in dags}
 

@@ -8,11 +8,20 @@ notifications come from the config's ``defaults``, like every other delta-mirror
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from airflow.sdk import DAG, Param
 
+from delta_mirror.airflow.dag_defaults import (
+    BASE_TAGS,
+    JUST_PUBLISHED_FROM,
+    JUST_PUBLISHED_TO,
+    START,
+    conn_args,
+    default_args,
+)
 from delta_mirror.airflow.operators import (
     DeltaMirrorPublishOperator,
     DeltaMirrorSparkIngestOperator,
@@ -27,24 +36,15 @@ SAMPLE_SCHEMA = "event_id BIGINT, user STRING, country STRING, ts TIMESTAMP, amo
 
 
 def spark_ingest_dag(config: MirrorConfig) -> DAG:
-    from delta_mirror.airflow.dag_factory import (
-        _JUST_PUBLISHED_FROM,
-        _JUST_PUBLISHED_TO,
-        BASE_TAGS,
-        START,
-        _conn,
-        _default_args,
-    )
-
     defaults = config.defaults
-    conn = _conn(defaults)
+    conn = conn_args(defaults)
     with DAG(
         dag_id=DAG_ID,
         schedule=None,
         start_date=START,
         catchup=False,
         max_active_runs=1,
-        default_args=_default_args(defaults),
+        default_args=default_args(defaults),
         tags=[*BASE_TAGS, "example", "spark"],
         params={
             "table": Param("events_example", type="string", description="Table name in the store."),
@@ -88,16 +88,20 @@ def spark_ingest_dag(config: MirrorConfig) -> DAG:
             task_id="validate",
             table="{{ params.table }}",
             reader="{{ params.reader }}",
-            from_version=_JUST_PUBLISHED_FROM,
-            to_version=_JUST_PUBLISHED_TO,
+            from_version=JUST_PUBLISHED_FROM,
+            to_version=JUST_PUBLISHED_TO,
             **conn,
         )
         ingest >> publish >> validate
     return dag
 
 
+#: Every example DAG builder; a new example is one more entry here.
+EXAMPLES: tuple[Callable[[MirrorConfig], DAG], ...] = (spark_ingest_dag,)
+
+
 def example_dags(config: MirrorConfig) -> list[Any]:
-    return [spark_ingest_dag(config)]
+    return [build(config) for build in EXAMPLES]
 
 
-__all__ = ["DAG_ID", "example_dags", "spark_ingest_dag"]
+__all__ = ["DAG_ID", "EXAMPLES", "example_dags", "spark_ingest_dag"]

@@ -1,6 +1,6 @@
 """The Spark checkpoint engine: a table's checkpoint built by Spark from the store's active file set.
 
-For tables too big for one process (design.md §9). It produces what the local engine
+For tables too big for one process (README, "Spark checkpoint engine"). It produces what the local engine
 (``delta_mirror.checkpoint``) produces — same Parquet schema, same rows, same multi-part split, same
 V2 layout — and hands the files to the publisher, which commits them exactly as it commits local
 ones: put-if-absent into ``_delta_log/``, only after the version's commit is published, then
@@ -47,18 +47,16 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from delta_mirror.checkpoint import (
-    CHECKPOINT_SCHEMA,
-    SIDECAR_SCHEMA,
-    CheckpointFile,
+from delta_mirror.checkpoint.layouts import (
     CheckpointHeader,
-    CheckpointResult,
     checkpoint_header,
     checkpoint_result,
     non_file_parquet,
     num_checkpoint_parts,
     v2_checkpoint_files,
 )
+from delta_mirror.checkpoint.model import CheckpointFile, CheckpointResult
+from delta_mirror.checkpoint.schema import CHECKPOINT_SCHEMA, SIDECAR_SCHEMA
 from delta_mirror.errors import InvalidActionError, PermanentError
 from delta_mirror.log_path import LOG_DIR, checkpoint_name, multipart_checkpoint_name
 

@@ -1,4 +1,4 @@
-"""Validation with Delta-Spark as the reader (``validate --reader spark``, design.md §7, §9).
+"""Validation with Delta-Spark as the reader (``validate --reader spark``; README, "Spark").
 
 For each version of the range, delta-spark opens the published table (``versionAsOf``) and its view
 is compared with the store's:
@@ -27,6 +27,7 @@ from urllib.parse import unquote, urlparse
 from delta_mirror.errors import PermanentError
 from delta_mirror.storage import local_path, normalize_location, open_store, storage_options_for
 from delta_mirror.store.sql_store import SqlStore, TableInfo
+from delta_mirror.validate.schema_diff import schema_diffs  # the same comparison as for deltalake
 
 _HINT = (
     "Delta-Spark (the reference reader) sees the published table differently from SQL: a commit or "
@@ -78,8 +79,6 @@ def spark_check(
     ``storage_options``: credentials and endpoint of an S3 location (as for deltalake; the
     ``AWS_*`` environment fills in what is missing).
     """
-    from delta_mirror.validate import _schema_diffs  # the same schema comparison as deltalake's
-
     uri = normalize_location(table.location)
     options = storage_options_for(uri, storage_options)
     if spark is None:
@@ -177,7 +176,7 @@ def spark_check(
                 _ERROR_HINT,
             )
             continue
-        diffs = _schema_diffs(
+        diffs = schema_diffs(
             _plain_schema(json.loads(metadata.get("schemaString") or "{}")), _plain_schema(schema), ""
         )
         if diffs:

@@ -1,383 +1,34 @@
-"""Validation: does what readers see at the table's location agree with the SQL store?
+"""Validation, part 2: a Delta reader's view of each version against the store's.
 
-Two independent checks over a version range:
-
-1. **Log listing vs SQL.** ``_delta_log/`` is listed once and compared with the store: every
-   published commit is present with the recorded SHA-256; no commit or checkpoint sits at a
-   version the store does not know (an external writer); ``_last_checkpoint`` is well formed,
-   points at a complete checkpoint and never lags the store's newest checkpoint.
-2. **Reader view vs SQL.** A real Delta reader (deltalake) opens the published log and walks the
-   range version by version; at each version its protocol, metadata, schema, active files and
-   ``txn`` versions must equal the store's. At a checkpoint version the reader starts afresh, so
-   the checkpoint's own content is what gets compared there.
-
-The store side of (2) is computed incrementally: the snapshot and active files at the first
-version, then each commit's actions applied in order. Asking the store for a full snapshot per
-version would cost O(history) per version; replaying one commit costs O(its actions).
-Problems are data, not exceptions: each names the version, what was expected and what was found,
-the likely cause and what to do.
+The store side is computed incrementally: the snapshot and active files at the first version,
+then each commit's actions applied in order (one commit costs O(its actions), not O(history)).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeGuard
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from delta_mirror.actions import dv_id
-from delta_mirror.delta.last_checkpoint import LAST_CHECKPOINT_PATH, judge_last_checkpoint
-from delta_mirror.delta.log_listing import LogListing, list_log, sidecar_refs
 from delta_mirror.delta.protocol import parse_interval_ms
-from delta_mirror.errors import PermanentError
-from delta_mirror.log_path import LOG_DIR, LogFileKind
-from delta_mirror.storage import ObjectStore, local_path, normalize_location, open_store, storage_options_for
+from delta_mirror.storage import local_path, normalize_location, storage_options_for
 from delta_mirror.store.sql_store import FileEntry, SqlStore, TableInfo, now_ms
+from delta_mirror.validate.report import MAX_PROBLEMS_PER_KIND, Problem
+from delta_mirror.validate.schema_diff import schema_diffs, type_text
 
-READERS = ("deltalake", "spark")
-MAX_PROBLEMS_PER_KIND = 20  # a systematic fault shows on every version; the first few say it all
 _BATCH = 200  # versions per store query while walking a range
-_FETCH_WORKERS = 8
 _BACKTRACE = re.compile(r"\n\s*0: ")
 
-
-@dataclass(frozen=True)
-class Problem:
-    """One disagreement between the published log and the store."""
-
-    kind: str
-    version: int | None
-    message: str  # what was expected and what was found
-    hint: str  # the likely cause and what to do
-
-
-@dataclass
-class ValidationReport:
-    table: str
-    location: str
-    from_version: int | None
-    to_version: int | None
-    versions_checked: int
-    problems: list[Problem] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "location": self.location,
-            "from_version": self.from_version,
-            "to_version": self.to_version,
-            "versions_checked": self.versions_checked,
-            "ok": self.ok,
-            "problems": [asdict(p) for p in self.problems],
-        }
-
-
-def validate_table(
-    store: SqlStore,
-    name: str,
-    *,
-    from_version: int | None = None,
-    to_version: int | None = None,
-    reader: str = "deltalake",
-    open_location: Callable[[str], ObjectStore] | None = None,
-    storage_options: Mapping[str, str] | None = None,
-    spark: Any = None,
-) -> ValidationReport:
-    """Validate the published versions ``from_version..to_version`` of table ``name``.
-
-    The default range is the whole published history (from the base checkpoint of an imported
-    table that starts at one). Raises ``PermanentError`` for an unknown reader or a range outside
-    the published versions; everything found at the location is reported, not raised.
-    ``reader="spark"`` reads with Delta-Spark (``spark``: a session to use, else ``get_spark()``;
-    local and S3 tables).
-    """
-    if reader not in READERS:
-        raise PermanentError(
-            f"unknown reader '{reader}'", table=name, hint=f"use one of {', '.join(READERS)}"
-        )
-    table = store.get_table(name)
-    if reader == "spark" and urlparse(normalize_location(table.location)).scheme not in ("file", "s3", "s3a"):
-        raise PermanentError(
-            f"the spark reader reads local and S3 tables, not {table.location}",
-            table=name,
-            hint="use --reader deltalake for this table",
-        )
-    last = store.last_published_version(table.id)
-    start = table.first_version if table.base_checkpoint_version is None else table.base_checkpoint_version
-    floor = table.settings.get("log_floor")
-    if isinstance(floor, int) and floor > start:
-        start = floor  # older log files were removed by retention cleanup (maintenance)
-    if (
-        last is None
-        and table.base_checkpoint_version is not None
-        and store.last_checkpoint_version(table.id) is not None
-    ):
-        last = table.base_checkpoint_version  # imported as a checkpoint alone: there is no JSON to publish
-    if last is None or last < table.first_version:
-        raise PermanentError(
-            "nothing is published yet", table=name, hint=f"run `delta-mirror mirror {name}` first"
-        )
-    lo = start if from_version is None else from_version
-    hi = last if to_version is None else to_version
-    if lo > hi:
-        raise PermanentError(
-            f"empty version range {lo}..{hi}", table=name, hint="from_version must be <= to_version"
-        )
-    if lo < start or hi > last:
-        raise PermanentError(
-            f"versions {lo}..{hi} are outside the published versions {start}..{last}",
-            table=name,
-            hint="validate only published versions; run `delta-mirror mirror` first to publish the rest",
-        )
-    report = ValidationReport(name, table.location, lo, hi, hi - lo + 1)
-    objects = (open_location or (lambda loc: open_store(loc, storage_options)))(table.location)
-    complete = _check_listing(store, table, objects, lo, hi, last, report.problems)
-    reader_from = max(lo, start)  # before the base checkpoint the store keeps no file index
-    if reader_from <= hi and reader == "spark":
-        from delta_mirror.spark.reader import spark_check  # pyspark is optional (the spark extra)
-
-        counts: dict[str, int] = {}
-
-        def report_spark(kind: str, version: int | None, message: str, hint: str) -> None:
-            n = counts[kind] = counts.get(kind, 0) + 1
-            if n <= MAX_PROBLEMS_PER_KIND:
-                report.problems.append(Problem(kind, version, message, hint))
-
-        spark_check(store, table, reader_from, hi, report_spark, spark=spark, storage_options=storage_options)
-    elif reader_from <= hi:
-        _ReaderCheck(store, table, reader_from, hi, complete, report.problems, storage_options).run()
-    return report
-
-
-# -----------------------------------------------------------------------------------------------
-# Part 1: the log listing
-# -----------------------------------------------------------------------------------------------
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _check_listing(
-    store: SqlStore,
-    table: TableInfo,
-    objects: ObjectStore,
-    lo: int,
-    hi: int,
-    last_published: int,
-    problems: list[Problem],
-) -> set[int]:
-    """Compare the listing with the store; returns the versions in range with a complete checkpoint."""
-    listing = list_log(objects)
-    refs = sidecar_refs(objects)
-    latest = store.latest_version(table.id)
-    latest = last_published if latest is None else latest
-    commits = {v: path.rsplit("/", 1)[-1] for v, path in listing.commits.items()}
-
-    # Published commits in range: present, with the bytes that were published (or adopted).
-    rows = store.commit_rows(table.id, lo, hi)
-    status = {s.version: s for s in store.status_rows(table.id, "json", from_version=lo, to_version=hi)}
-    expected: dict[int, str] = {}
-    missing: list[int] = []
-    for row in rows:
-        if not row.has_json:
-            continue
-        st = status.get(row.version)
-        expected[row.version] = (
-            st.sha256 if st is not None and st.state == "SUCCESS" and st.sha256 else row.sha256
-        )
-        if row.version not in commits:
-            missing.append(row.version)
-    for first, last in _runs(missing):
-        what = (
-            f"{LOG_DIR}/{first:020d}.json is missing although version {first} is published"
-            if first == last
-            else f"the commit files of versions {first}..{last} are missing although they are published"
-        )
-        problems.append(
-            Problem(
-                "missing_commit",
-                first,
-                what,
-                "the file was deleted (by hand or by a too aggressive log cleanup) and readers now see a gap or "
-                "fail; restore it from a backup, or set the version's json status back to PENDING and run "
-                f"`delta-mirror mirror {table.name}`, which rewrites the identical bytes",
-            )
-        )
-    present = sorted(v for v in expected if v in commits)
-    for version, found in zip(present, _fetch_hashes(objects, [commits[v] for v in present]), strict=True):
-        if found is None:
-            continue  # deleted between list and get: the next run reports it as missing
-        if found != expected[version]:
-            problems.append(
-                Problem(
-                    "hash_mismatch",
-                    version,
-                    f"{LOG_DIR}/{commits[version]} has sha256 {found}, the store recorded {expected[version]}",
-                    "the commit file was replaced after publishing (never-overwrite was bypassed: a manual copy, "
-                    "another writer or a restore from an older backup) and readers may see other data than SQL. "
-                    "Find out who wrote it; if SQL is right, put back the bytes rendered from SQL "
-                    "(SqlStore.commit_bytes)",
-                )
-            )
-
-    # Versions the store knows but has not published: a file there must be our own canonical bytes.
-    pending = [
-        s
-        for s in store.status_rows(table.id, "json", from_version=last_published + 1)
-        if s.state != "SUCCESS" and s.version in commits
-    ]
-    canonical = {r.version: r.sha256 for r in store.commit_rows(table.id, last_published + 1, latest)}
-    pending = [s for s in pending if s.version in canonical]
-    for st, found in zip(pending, _fetch_hashes(objects, [commits[s.version] for s in pending]), strict=True):
-        if found is not None and found != canonical[st.version]:
-            problems.append(
-                Problem(
-                    "external_commit",
-                    st.version,
-                    f"{LOG_DIR}/{commits[st.version]} exists with sha256 {found} while the store's version "
-                    f"{st.version} (status {st.state}) renders to sha256 {canonical[st.version]}",
-                    "another writer committed to this log directly; publishing will stop with a CONFLICT. Import "
-                    "or discard the foreign commit, then `delta-mirror resume` the table",
-                )
-            )
-
-    # Files at versions the store does not know.
-    for first, last in _runs(sorted(v for v in commits if v > latest)):
-        what = (
-            f"{LOG_DIR}/{commits[first]} exists"
-            if first == last
-            else f"the commit files of versions {first}..{last} exist"
-        )
-        problems.append(
-            Problem(
-                "external_commit",
-                first,
-                f"{what} but the store's latest version is {latest}",
-                "another writer (Spark, delta-rs...) committed to the published log instead of through the "
-                "store; readers now see versions SQL does not have. Stop that writer, then import its "
-                "commits or delete them, before publishing again",
-            )
-        )
-    for name, f in sorted(listing.files.items()):
-        if f.kind is LogFileKind.COMMIT:
-            continue
-        if f.is_checkpoint and f.version > last_published:
-            problems.append(
-                Problem(
-                    "unknown_file",
-                    f.version,
-                    f"checkpoint file {LOG_DIR}/{name} is at version {f.version}, after the last published "
-                    f"version {last_published}",
-                    "another writer created it (the mirror only checkpoints published versions); readers may "
-                    "load it. Remove it once you know who wrote it",
-                )
-            )
-        elif (
-            f.kind in (LogFileKind.CRC, LogFileKind.COMPACTED) and max(f.version, f.end_version or 0) > latest
-        ):
-            problems.append(
-                Problem(
-                    "unknown_file",
-                    f.version,
-                    f"{LOG_DIR}/{name} covers versions the store does not have (latest {latest})",
-                    "another writer created it; Spark trusts .crc and .compacted.json files blindly, so remove it",
-                )
-            )
-
-    # Checkpoints: the recorded ones exist and are complete; _last_checkpoint points at one.
-    complete = {
-        v for v in listing.checkpoints if lo <= v <= hi and listing.complete_checkpoint(v, refs) is not None
-    }
-    for st in store.status_rows(table.id, "checkpoint", states=("SUCCESS",), from_version=lo, to_version=hi):
-        if st.version not in complete:
-            names = [n for cp in listing.checkpoints.get(st.version, []) for n in cp.names]
-            found = ", ".join(sorted(names)) or "no checkpoint file"
-            problems.append(
-                Problem(
-                    "missing_checkpoint",
-                    st.version,
-                    f"the store recorded a checkpoint at version {st.version} but the log has {found} there "
-                    "(a complete checkpoint is expected)",
-                    "a checkpoint file (or one of its parts / sidecars) was deleted after it was written; readers "
-                    f"fall back to an older checkpoint. Write it again with `delta-mirror checkpoint {table.name} "
-                    f"--version {st.version}`",
-                )
-            )
-    _check_last_checkpoint(store, table, objects, listing, last_published, problems)
-    return complete
-
-
-def _runs(versions: list[int]) -> list[tuple[int, int]]:
-    """Ascending versions as (first, last) runs of consecutive numbers."""
-    out: list[tuple[int, int]] = []
-    for v in versions:
-        if out and out[-1][1] == v - 1:
-            out[-1] = (out[-1][0], v)
-        else:
-            out.append((v, v))
-    return out
-
-
-def _fetch_hashes(objects: ObjectStore, names: list[str]) -> list[str | None]:
-    """SHA-256 of each file, fetched in parallel (object stores answer slowly, not narrowly)."""
-
-    def one(name: str) -> str | None:
-        data = objects.get(f"{LOG_DIR}/{name}")
-        return None if data is None else _sha(data)
-
-    if len(names) < 4:
-        return [one(n) for n in names]
-    with ThreadPoolExecutor(max_workers=_FETCH_WORKERS) as pool:
-        return list(pool.map(one, names))
-
-
-def _check_last_checkpoint(
-    store: SqlStore,
-    table: TableInfo,
-    objects: ObjectStore,
-    listing: LogListing,
-    last_published: int,
-    problems: list[Problem],
-) -> None:
-    """``_last_checkpoint`` by the one rule (:func:`judge_last_checkpoint`); absent is fine."""
-    hint = (
-        "readers trust _last_checkpoint to find the newest checkpoint; rewrite it with "
-        f"`delta-mirror checkpoint {table.name}`"
-    )
-    for p in judge_last_checkpoint(
-        objects.get(LAST_CHECKPOINT_PATH),
-        listing,
-        sidecar_refs(objects),
-        last_published=last_published,
-        newest_checkpoint=store.last_checkpoint_version(table.id),
-    ):
-        problems.append(
-            Problem("bad_last_checkpoint", p.version, f"{LAST_CHECKPOINT_PATH} {p.message}", p.cause + hint)
-        )
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-# -----------------------------------------------------------------------------------------------
-# Part 2: the reader's view
-# -----------------------------------------------------------------------------------------------
 
 _READER_HINT = (
     "deltalake could not load this version of the published log: see the log problems reported "
@@ -460,7 +111,7 @@ class _StoreState:
             self._dv(body)
 
 
-class _ReaderCheck:
+class ReaderCheck:
     """Walk ``lo..hi`` with deltalake (incrementally) and compare every version with the store."""
 
     def __init__(
@@ -647,11 +298,9 @@ class _ReaderCheck:
             )
         expected_schema = json.loads(md.get("schemaString") or "{}")
         found_schema = json.loads(dt.schema().to_json())
-        schema_diffs = _schema_diffs(expected_schema, found_schema, "")
-        if schema_diffs:
-            shown = "; ".join(schema_diffs[:5]) + (
-                f" (+{len(schema_diffs) - 5} more)" if len(schema_diffs) > 5 else ""
-            )
+        diffs = schema_diffs(expected_schema, found_schema, "")
+        if diffs:
+            shown = "; ".join(diffs[:5]) + (f" (+{len(diffs) - 5} more)" if len(diffs) > 5 else "")
             self._report(
                 "reader_schema",
                 version,
@@ -680,7 +329,7 @@ class _ReaderCheck:
             ]
             types = [(fields.get(c) or {}).get("type") for c in cols]
             self._schema_key = key
-            self._schema = _Schema(cols, physical, types, [_type_text(t) for t in types])
+            self._schema = _Schema(cols, physical, types, [type_text(t) for t in types])
             state.views.clear()
         return self._schema
 
@@ -862,66 +511,8 @@ def _utc_naive(value: datetime) -> datetime:
     return value if value.tzinfo is None else value.astimezone(UTC).replace(tzinfo=None)
 
 
-def _type_text(typ: Any) -> str:
-    return typ.replace(" ", "").lower() if isinstance(typ, str) else json.dumps(typ)
-
-
-_METADATA_KEYS = ("delta.columnMapping.id", "delta.columnMapping.physicalName")
-
-
-def _schema_diffs(expected: Any, found: Any, where: str) -> list[str]:
-    """Differences that matter to a reader: names, types, nullability, column-mapping metadata.
-
-    Other field metadata (comments, identity high-water marks...) and the spelling of primitive
-    types (``decimal(10, 2)``) are not compared.
-    """
-    label = where or "(root)"
-    if isinstance(expected, str) or isinstance(found, str):
-        if _type_text(expected) != _type_text(found):
-            return [f"{label}: type {_type_text(expected)} vs {_type_text(found)}"]
-        return []
-    if not isinstance(expected, dict) or not isinstance(found, dict):
-        return [f"{label}: {expected!r} vs {found!r}"]
-    kind = expected.get("type")
-    if kind != found.get("type"):
-        return [f"{label}: type {kind} vs {found.get('type')}"]
-    out: list[str] = []
-    if kind == "struct":
-        e_fields = expected.get("fields") or []
-        f_fields = {f.get("name"): f for f in found.get("fields") or []}
-        names = [f.get("name") for f in e_fields]
-        extra = [n for n in f_fields if n not in names]
-        if extra:
-            out.append(f"{label}: deltalake has extra fields {extra}")
-        if [n for n in f_fields if n in names] != [n for n in names if n in f_fields]:
-            out.append(f"{label}: field order {names} vs {list(f_fields)}")
-        for ef in e_fields:
-            name = ef.get("name")
-            path = f"{where}.{name}" if where else str(name)
-            ff = f_fields.get(name)
-            if ff is None:
-                out.append(f"{path}: missing in deltalake")
-                continue
-            if bool(ef.get("nullable", True)) != bool(ff.get("nullable", True)):
-                out.append(f"{path}: nullable {ef.get('nullable')} vs {ff.get('nullable')}")
-            e_meta, f_meta = ef.get("metadata") or {}, ff.get("metadata") or {}
-            for key in _METADATA_KEYS:
-                if key in e_meta and str(e_meta.get(key)) != str(f_meta.get(key)):
-                    out.append(f"{path}: metadata {key} {e_meta.get(key)!r} vs {f_meta.get(key)!r}")
-            out.extend(_schema_diffs(ef.get("type"), ff.get("type"), path))
-    elif kind == "array":
-        if bool(expected.get("containsNull", True)) != bool(found.get("containsNull", True)):
-            out.append(f"{label}: containsNull {expected.get('containsNull')} vs {found.get('containsNull')}")
-        out.extend(_schema_diffs(expected.get("elementType"), found.get("elementType"), f"{where}[]"))
-    elif kind == "map":
-        if bool(expected.get("valueContainsNull", True)) != bool(found.get("valueContainsNull", True)):
-            out.append(
-                f"{label}: valueContainsNull {expected.get('valueContainsNull')} vs "
-                f"{found.get('valueContainsNull')}"
-            )
-        out.extend(_schema_diffs(expected.get("keyType"), found.get("keyType"), f"{where}.key"))
-        out.extend(_schema_diffs(expected.get("valueType"), found.get("valueType"), f"{where}.value"))
-    return out
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _text(exc: BaseException) -> str:
@@ -935,4 +526,4 @@ def _reraise_interrupts(exc: BaseException) -> None:
         raise exc
 
 
-__all__ = ["MAX_PROBLEMS_PER_KIND", "READERS", "Problem", "ValidationReport", "validate_table"]
+__all__ = ["ReaderCheck"]

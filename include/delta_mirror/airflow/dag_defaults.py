@@ -1,0 +1,53 @@
+"""What every delta-mirror DAG shares: start date, tags, default task arguments, connection
+arguments and the templates that hand the published range from ``publish`` to ``validate``.
+
+Used by the generated DAGs (``dag_factory``) and the example DAGs (``examples``) alike.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from delta_mirror.airflow.notifications import task_failure_callback
+from delta_mirror.table_config import TableConfig
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+BASE_TAGS = ["delta-mirror"]
+STEPS = ["publish", "checkpoint", "validate"]
+# Validate what this run published; when nothing new was published, just the latest version.
+JUST_PUBLISHED_FROM = (
+    "{% set r = ti.xcom_pull(task_ids='publish') or {} %}"
+    "{{ r.get('first') if r.get('first') is not none else r.get('last_published') }}"
+)
+JUST_PUBLISHED_TO = "{{ (ti.xcom_pull(task_ids='publish') or {}).get('last_published') }}"
+
+
+def default_args(cfg: TableConfig) -> dict[str, Any]:
+    """Owner, retries and the failure notification of ``cfg`` as a DAG's ``default_args``."""
+    args: dict[str, Any] = {
+        "owner": cfg.owner,
+        "retries": cfg.retries,
+        "retry_delay": cfg.retry_delay,
+        "max_retry_delay": cfg.max_retry_delay,
+        "on_failure_callback": task_failure_callback(cfg.notify, cfg.name),
+    }
+    if cfg.retry_exponential_backoff:
+        args["retry_exponential_backoff"] = cfg.retry_exponential_backoff
+    return args
+
+
+def conn_args(cfg: TableConfig) -> dict[str, Any]:
+    """The connection arguments every delta-mirror operator takes."""
+    return {"store_conn_id": cfg.store_conn_id, "aws_conn_id": cfg.aws_conn_id}
+
+
+__all__ = [
+    "BASE_TAGS",
+    "JUST_PUBLISHED_FROM",
+    "JUST_PUBLISHED_TO",
+    "START",
+    "STEPS",
+    "conn_args",
+    "default_args",
+]

@@ -1,0 +1,71 @@
+"""Compare two Delta schemas the way a reader cares about (used by every reader check)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def type_text(typ: Any) -> str:
+    return typ.replace(" ", "").lower() if isinstance(typ, str) else json.dumps(typ)
+
+
+_METADATA_KEYS = ("delta.columnMapping.id", "delta.columnMapping.physicalName")
+
+
+def schema_diffs(expected: Any, found: Any, where: str) -> list[str]:
+    """Differences that matter to a reader: names, types, nullability, column-mapping metadata.
+
+    Other field metadata (comments, identity high-water marks...) and the spelling of primitive
+    types (``decimal(10, 2)``) are not compared.
+    """
+    label = where or "(root)"
+    if isinstance(expected, str) or isinstance(found, str):
+        if type_text(expected) != type_text(found):
+            return [f"{label}: type {type_text(expected)} vs {type_text(found)}"]
+        return []
+    if not isinstance(expected, dict) or not isinstance(found, dict):
+        return [f"{label}: {expected!r} vs {found!r}"]
+    kind = expected.get("type")
+    if kind != found.get("type"):
+        return [f"{label}: type {kind} vs {found.get('type')}"]
+    out: list[str] = []
+    if kind == "struct":
+        e_fields = expected.get("fields") or []
+        f_fields = {f.get("name"): f for f in found.get("fields") or []}
+        names = [f.get("name") for f in e_fields]
+        extra = [n for n in f_fields if n not in names]
+        if extra:
+            out.append(f"{label}: deltalake has extra fields {extra}")
+        if [n for n in f_fields if n in names] != [n for n in names if n in f_fields]:
+            out.append(f"{label}: field order {names} vs {list(f_fields)}")
+        for ef in e_fields:
+            name = ef.get("name")
+            path = f"{where}.{name}" if where else str(name)
+            ff = f_fields.get(name)
+            if ff is None:
+                out.append(f"{path}: missing in deltalake")
+                continue
+            if bool(ef.get("nullable", True)) != bool(ff.get("nullable", True)):
+                out.append(f"{path}: nullable {ef.get('nullable')} vs {ff.get('nullable')}")
+            e_meta, f_meta = ef.get("metadata") or {}, ff.get("metadata") or {}
+            for key in _METADATA_KEYS:
+                if key in e_meta and str(e_meta.get(key)) != str(f_meta.get(key)):
+                    out.append(f"{path}: metadata {key} {e_meta.get(key)!r} vs {f_meta.get(key)!r}")
+            out.extend(schema_diffs(ef.get("type"), ff.get("type"), path))
+    elif kind == "array":
+        if bool(expected.get("containsNull", True)) != bool(found.get("containsNull", True)):
+            out.append(f"{label}: containsNull {expected.get('containsNull')} vs {found.get('containsNull')}")
+        out.extend(schema_diffs(expected.get("elementType"), found.get("elementType"), f"{where}[]"))
+    elif kind == "map":
+        if bool(expected.get("valueContainsNull", True)) != bool(found.get("valueContainsNull", True)):
+            out.append(
+                f"{label}: valueContainsNull {expected.get('valueContainsNull')} vs "
+                f"{found.get('valueContainsNull')}"
+            )
+        out.extend(schema_diffs(expected.get("keyType"), found.get("keyType"), f"{where}.key"))
+        out.extend(schema_diffs(expected.get("valueType"), found.get("valueType"), f"{where}.value"))
+    return out
+
+
+__all__ = ["schema_diffs", "type_text"]
