@@ -99,6 +99,16 @@ class SqlAuthorityLogStoreTest {
     }
 
     @Test
+    void versionTakenByOurOwnBytesIsOurCommit() throws IOException {
+        // the service answered 409 although v holds exactly our bytes (an earlier attempt of ours):
+        // throwing would make Delta commit the same transaction again at v+1
+        stub.commits.put(0L, expectedBytes(ACTIONS));
+        stub.script(409, "version_taken", "version 0 of t was committed by another writer");
+        store.write(logFile(0), ACTIONS.iterator(), false, conf);
+        assertArrayEquals(expectedBytes(ACTIONS), Files.readAllBytes(logDir.resolve(name(0))));
+    }
+
+    @Test
     void refusalsRaiseTheServiceMessageAndWriteNothing() {
         conf.set(Settings.TOKEN, "s3cr3t-token");
         stub.script(423, "halted", "table sales is halted (CONFLICT at version 3): run delta-mirror resume");
