@@ -10,6 +10,7 @@ the writer tests.)
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from services import free_port
 
 KEYS = (
     "delta.mirror.commit.url",
@@ -33,6 +33,13 @@ V0 = "00000000000000000000.json"
 def _needs_logstore(logstore_loaded: bool) -> None:
     if not logstore_loaded:
         pytest.skip("the delta-mirror LogStore jar is not built: run `make jar` (needs Maven and a JDK 17)")
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def root_prefix(path: Path) -> str:
