@@ -23,6 +23,12 @@ final class Settings {
     static final String RETRIES = "delta.mirror.commit.retries";
     static final String TOKEN = "delta.mirror.commit.token";
     static final String TOKEN_ENV = "DELTA_MIRROR_COMMIT_TOKEN";
+    /**
+     * Fault injection for tests, off unless set: {@code halt-after-commit} halts the JVM (as a
+     * SIGKILL would) once the store has committed and before {@code <v>.json} is written;
+     * {@code delay-before-commit:<ms>} sleeps before each POST (to make two writers overlap).
+     */
+    static final String FAILPOINT = "delta.mirror.commit.failpoint";
 
     static final long DEFAULT_TIMEOUT_MS = 10_000;
     static final int DEFAULT_RETRIES = 8;
@@ -36,15 +42,38 @@ final class Settings {
     final int retries;
     /** Never logged, never in a message. */
     private final String token;
+    private final String failpoint;
 
     private Settings(String url, List<String> roots, boolean refuseOutside, long timeoutMs, int retries,
-                     String token) {
+                     String token, String failpoint) {
         this.url = url;
         this.roots = roots;
         this.refuseOutside = refuseOutside;
         this.timeoutMs = timeoutMs;
         this.retries = retries;
         this.token = token;
+        this.failpoint = failpoint;
+    }
+
+    /** Act on the test failpoint {@code name} when it is armed (see {@link #FAILPOINT}). */
+    void failpoint(String name) throws java.io.InterruptedIOException {
+        if (failpoint == null || !failpoint.startsWith(name)) {
+            return;
+        }
+        if (name.equals("halt-after-commit")) {
+            Runtime.getRuntime().halt(137);
+        }
+        String[] parts = failpoint.split(":", 2);
+        if (parts.length == 2) {
+            try {
+                Thread.sleep(Long.parseLong(parts[1].trim()));
+            } catch (NumberFormatException e) {
+                // not a delay: ignored
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new java.io.InterruptedIOException("interrupted at failpoint " + name);
+            }
+        }
     }
 
     static Settings from(Configuration conf) {
@@ -88,7 +117,7 @@ final class Settings {
             token = get(conf, TOKEN);
         }
         return new Settings(url, Collections.unmodifiableList(roots), refuse, timeout, retries,
-            token == null || token.isBlank() ? null : token.trim());
+            token == null || token.isBlank() ? null : token.trim(), get(conf, FAILPOINT));
     }
 
     private static String get(Configuration conf, String key) {

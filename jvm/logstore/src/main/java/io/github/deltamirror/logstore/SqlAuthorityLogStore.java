@@ -51,7 +51,9 @@ import org.apache.hadoop.fs.RawLocalFileSystem;
  *       committed them (201, or 200 for a retry of the same bytes) {@code <v>.json} is written with
  *       them, put-if-absent. 409: the winner's {@code <v>.json} is made to exist, then
  *       {@link FileAlreadyExistsException} (Delta re-lists and retries at the next version).</li>
- *   <li>{@code write(_last_checkpoint, overwrite=true)} never moves it backwards.</li>
+ *   <li>{@code write(_last_checkpoint, overwrite=true)} is left to the publisher: delta-mirror's
+ *       publisher is the one writer of the pointer (under the table's lease), so it never moves
+ *       backwards; Spark's checkpoint files themselves are written and found by listing as usual.</li>
  *   <li>{@code listFrom} first writes the {@code <v>.json} of versions committed in the store but
  *       missing on storage (a crash between the commit and the file write).</li>
  * </ul>
@@ -176,7 +178,8 @@ public class SqlAuthorityLogStore extends HadoopFileSystemLogStore {
         if (t != null && !overwrite && DELTA_FILE.matcher(name).matches()) {
             commit(t, path, Long.parseLong(name.substring(0, 20)), encode(actions), hadoopConf);
         } else if (t != null && overwrite && LAST_CHECKPOINT.equals(name)) {
-            writeLastCheckpoint(path, actions, hadoopConf);
+            // the publisher owns the pointer in governed roots (one writer: it cannot move back)
+            LOG.fine(() -> "delta-mirror: left " + path + " to the publisher");
         } else {
             delegateFor(path).write(path, actions, overwrite, hadoopConf);
         }
@@ -217,12 +220,14 @@ public class SqlAuthorityLogStore extends HadoopFileSystemLogStore {
     private void commit(Target t, Path path, long version, byte[] bytes, Configuration conf) throws IOException {
         CommitClient client = new CommitClient(t.settings);
         String what = "commit of version " + version + " of " + t.rootText;
+        t.settings.failpoint("delay-before-commit");
         long started = System.nanoTime();
         CommitClient.Response r = client.withRetries(what, t.settings.retries,
             () -> client.postCommit(version, t.rootText, bytes));
         switch (r.status) {
             case 200:
             case 201:
+                t.settings.failpoint("halt-after-commit");
                 publish(path, version, bytes, conf);
                 if (LOG.isLoggable(Level.FINE)) {
                     LOG.fine(String.format("delta-mirror: committed version %d of %s (%d bytes, HTTP %d, %d ms)",
@@ -362,39 +367,6 @@ public class SqlAuthorityLogStore extends HadoopFileSystemLogStore {
     // ---------------------------------------------------------------------------------------------
     // _last_checkpoint
 
-    private void writeLastCheckpoint(Path path, Iterator<String> actions, Configuration conf) throws IOException {
-        List<String> lines = new ArrayList<>();
-        actions.forEachRemaining(lines::add);
-        Long newVersion = checkpointVersion(String.join("\n", lines));
-        if (newVersion != null) {
-            FileSystem fs = path.getFileSystem(conf);
-            Long existing = null;
-            try {
-                existing = checkpointVersion(new String(readAll(fs, path), StandardCharsets.UTF_8));
-            } catch (FileNotFoundException e) {
-                // none yet
-            } catch (IOException e) {
-                LOG.fine(() -> "delta-mirror: unreadable " + path + " (" + e + "): overwriting it");
-            }
-            if (existing != null && existing > newVersion) {
-                final long kept = existing;
-                LOG.fine(() -> "delta-mirror: kept " + path + " at version " + kept + " (not moving back to "
-                    + newVersion + ")");
-                return;
-            }
-        }
-        delegateFor(path).write(path, lines.iterator(), true, conf);
-    }
-
-    /** The {@code version} of a {@code _last_checkpoint} document, or null when unreadable. */
-    static Long checkpointVersion(String text) {
-        Map<String, Object> obj = Json.parseObjectOrNull(text.strip());
-        if (obj == null) {
-            return null;
-        }
-        Object v = obj.get("version");
-        return v instanceof Long ? (Long) v : null;
-    }
 
     // ---------------------------------------------------------------------------------------------
     // recovery
