@@ -557,7 +557,7 @@ ALLOW_ROOTS_ENV = "DELTA_MIRROR_COMMIT_ALLOW_ROOTS"
     help="Largest request body accepted (the store's commit limits apply too).",
 )
 @click.option(
-    "--no-auth", is_flag=True, help=f"Serve without a token (only without ${TOKEN_ENV}; local tests)."
+    "--no-auth", is_flag=True, help=f"Start even without ${TOKEN_ENV}, unauthenticated (local tests only)."
 )
 @store_option
 @click.pass_obj
