@@ -921,8 +921,8 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     corpus = Path(os.environ.get("DELTA_MIRROR_CORPUS") or REPO.parent / "shared" / "corpus").resolve()
-    sys.path.insert(0, str(REPO / "tests"))
-    from services import PgServer  # the tests' throwaway PostgreSQL
+    sys.path.insert(0, str(REPO / "tests"))  # run as a script: tests/ holds the support package
+    from support.services import PgServer  # the tests' throwaway PostgreSQL
 
     started = time.perf_counter()
     RESULTS_DIR.mkdir(exist_ok=True)

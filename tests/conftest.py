@@ -17,15 +17,11 @@ Services start lazily, the first time a test requests them, and stop at the end 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from services import PG_ENV, PgServer, S3Server, ServiceUnavailable, corpus_path  # noqa: E402
+from support.services import PG_ENV, PgServer, S3Server, ServiceUnavailable, corpus_path
 
 
 def repo_root() -> Path:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 import pytest
+from support.builders import add_body, metadata_body
 
 from delta_mirror.actions import (
     KNOWN_ACTIONS,
@@ -23,28 +25,14 @@ from delta_mirror.errors import DataError, InvalidActionError
 ROOT = "s3://bucket/table"
 
 
-def _add(**extra: object) -> dict[str, object]:
-    body: dict[str, object] = {
-        "path": "part-0.parquet",
-        "partitionValues": {},
-        "size": 10,
-        "modificationTime": 1,
-        "dataChange": True,
-    }
-    body.update(extra)
-    return body
+def _add(**extra: Any) -> dict[str, Any]:
+    return add_body(**{"path": "part-0.parquet", "size": 10, **extra})
 
 
-def _metadata(**extra: object) -> dict[str, object]:
-    body: dict[str, object] = {
-        "id": "id-1",
-        "format": {"provider": "parquet", "options": {}},
-        "schemaString": json.dumps({"type": "struct", "fields": []}),
-        "partitionColumns": [],
-        "configuration": {},
-    }
-    body.update(extra)
-    return body
+def _metadata(**extra: Any) -> dict[str, Any]:
+    return metadata_body(
+        id="id-1", schema_string=json.dumps({"type": "struct", "fields": []}), created_time=None, **extra
+    )
 
 
 def _validate(kind: str, body: dict[str, object]) -> None:

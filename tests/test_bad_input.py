@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import MetaData, select, text
-from test_cli import _executable, assert_one_error_line, clean_env
+from support.builders import add_body, metadata_body, protocol_body
+from support.cli import assert_one_error_line, clean_env, executable
 
 from delta_mirror.actions import parse_actions
 from delta_mirror.cli import cli
@@ -32,30 +33,13 @@ from delta_mirror.log_path import LOG_DIR, commit_name
 from delta_mirror.publisher import Publisher
 from delta_mirror.store import SqlStore
 
-SCHEMA = json.dumps(
-    {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]}
-)
-PROTOCOL: dict[str, Any] = {"minReaderVersion": 1, "minWriterVersion": 2}
-METADATA: dict[str, Any] = {
-    "id": "0e0c5a4e-1111-4222-8333-444455556666",
-    "format": {"provider": "parquet", "options": {}},
-    "schemaString": SCHEMA,
-    "partitionColumns": [],
-    "configuration": {},
-    "createdTime": 1,
-}
+PROTOCOL: dict[str, Any] = protocol_body()
+METADATA: dict[str, Any] = metadata_body()
 EXIT = {ErrorClass.DATA: 4, ErrorClass.CONFLICT: 3, ErrorClass.PERMANENT: 1}
 
 
 def add(path: str = "n.parquet", **extra: Any) -> dict[str, Any]:
-    return {
-        "path": path,
-        "partitionValues": {},
-        "size": 1,
-        "modificationTime": 1,
-        "dataChange": True,
-        **extra,
-    }
+    return add_body(path, **extra)
 
 
 def cdc(path: str = "c.parquet") -> dict[str, Any]:
@@ -500,7 +484,7 @@ def test_a_few_refusals_through_the_real_executable_print_one_line_and_no_traceb
     assert len(picked) == 4
     for cid, raw, extra, error_class, needles in picked.values():
         proc = subprocess.run(
-            [*_executable(), "--store", world["url"], "commit", "t", "--actions", "-", *extra],
+            [*executable(), "--store", world["url"], "commit", "t", "--actions", "-", *extra],
             input=_materialise(raw, roots),
             capture_output=True,
             env=clean_env(),

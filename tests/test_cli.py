@@ -9,9 +9,7 @@ exit code (1 failure, 3 conflict, 4 invalid data, 5 transient) and a store left 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,61 +18,15 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import func, select
+from support.builders import METADATA, PROTOCOL, add, lines, remove
+from support.cli import assert_one_error_line, clean_env, executable
 
 from delta_mirror.cli import cli
 from delta_mirror.errors import PermanentError
 from delta_mirror.store import SqlStore
 from delta_mirror.store.schema import dl_actions, dl_commits, dl_files, dl_mirror_status, dl_tables
 
-SCHEMA = json.dumps(
-    {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]}
-)
-PROTOCOL = {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}
-METADATA = {
-    "metaData": {
-        "id": "0e0c5a4e-1111-4222-8333-444455556666",
-        "format": {"provider": "parquet", "options": {}},
-        "schemaString": SCHEMA,
-        "partitionColumns": [],
-        "configuration": {},
-        "createdTime": 1,
-    }
-}
-
-
-def add(path: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "add": {
-            "path": path,
-            "partitionValues": {},
-            "size": 1,
-            "modificationTime": 1,
-            "dataChange": True,
-            **extra,
-        }
-    }
-
-
-def remove(path: str) -> dict[str, Any]:
-    return {"remove": {"path": path, "deletionTimestamp": 2, "dataChange": True}}
-
-
-def lines(*actions: dict[str, Any]) -> bytes:
-    return "".join(json.dumps(a) + "\n" for a in actions).encode()
-
-
 CREATE = lines(PROTOCOL, METADATA, add("a.parquet"))
-
-
-def _executable() -> list[str]:
-    script = Path(sys.executable).parent / "delta-mirror"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "delta_mirror.cli"]
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DELTA_MIRROR_", "AWS_"))}
-    env.update(extra)
-    return env
 
 
 def run(
@@ -86,7 +38,7 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     """The real ``delta-mirror`` executable in a subprocess."""
     proc = subprocess.run(
-        [*_executable(), *args],
+        [*executable(), *args],
         input=stdin,
         capture_output=True,
         timeout=timeout,
@@ -94,19 +46,6 @@ def run(
         cwd=cwd,
     )
     return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode())
-
-
-def assert_one_error_line(stderr: str, *needles: str) -> str:
-    """Exactly one line, starting with 'error:', saying what to do (' — '), no traceback."""
-    assert "Traceback" not in stderr
-    assert stderr.endswith("\n") and stderr.count("\n") == 1, repr(stderr)
-    line = stderr.rstrip("\n")
-    assert line.startswith("error: "), line
-    assert " — " in line, f"no 'what to do' in: {line}"
-    assert "unexpected" not in line, line
-    for needle in needles:
-        assert needle in line, f"{needle!r} not in: {line}"
-    return line
 
 
 def state(url: str) -> dict[str, Any]:
@@ -162,7 +101,7 @@ def test_init_is_idempotent_and_says_where_the_store_is(store_url: str) -> None:
 def test_concurrent_init_processes_all_succeed(store_url: str) -> None:
     procs = [
         subprocess.Popen(
-            [*_executable(), "--store", store_url, "init"],
+            [*executable(), "--store", store_url, "init"],
             env=clean_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -327,7 +266,7 @@ def test_racing_cli_processes_get_exactly_one_winner_per_version(store_url: str,
         procs = [
             subprocess.Popen(
                 [
-                    *_executable(),
+                    *executable(),
                     "--store",
                     store_url,
                     "commit",

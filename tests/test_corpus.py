@@ -38,7 +38,7 @@ HEAVY = {"kernel-rs/300k-add-files-100-col-partitioned"}
 
 
 def _index() -> list[dict[str, str]]:
-    from services import corpus_path
+    from support.services import corpus_path
 
     path = corpus_path() / "INDEX.tsv"
     if not path.exists():

@@ -12,8 +12,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from support.builders import append_rows, create_data_table
 
-from delta_mirror.datafiles import create_table_actions, write_data_file
 from delta_mirror.errors import LeaseHeldError
 from delta_mirror.publisher import Publisher
 from delta_mirror.storage import open_store
@@ -25,11 +25,9 @@ SCHEMA = pa.schema([("id", pa.int64())])
 def _table(store_url: str, root: Path, versions: int, interval: int) -> SqlStore:
     store = SqlStore(store_url)
     store.init()
-    store.create_table("t", root.as_uri())
-    store.update_table(store.get_table("t").id, checkpoint_interval=interval)
-    store.commit("t", [*create_table_actions(SCHEMA)])
+    create_data_table(store, root, "t", first_rows=None, checkpoint_interval=interval)
     for i in range(versions):
-        store.commit("t", [("add", write_data_file(root, pa.table({"id": [i]}, schema=SCHEMA)))])
+        append_rows(store, root, "t", [i])
     return store
 
 

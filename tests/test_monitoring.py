@@ -9,9 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 from click.testing import CliRunner
 from sqlalchemy import update
+from support.builders import append_rows, create_data_table
 
 from delta_mirror.cli import cli
-from delta_mirror.datafiles import create_table_actions, write_data_file
 from delta_mirror.monitoring import health_report, lag_history, record_lag_sample
 from delta_mirror.publisher import Publisher
 from delta_mirror.store import SqlStore
@@ -21,15 +21,7 @@ from delta_mirror.store.sql_store import now_ms
 SCHEMA = pa.schema([("id", pa.int64())])
 
 
-def _table(store: SqlStore, root: Path, name: str = "t") -> None:
-    store.create_table(name, root.as_uri())
-    store.commit(
-        name,
-        [
-            *create_table_actions(SCHEMA),
-            ("add", write_data_file(root, pa.table({"id": [1]}, schema=SCHEMA))),
-        ],
-    )
+_table = create_data_table
 
 
 def _age_commits(store: SqlStore, table_id: int, seconds: float) -> None:
@@ -54,7 +46,7 @@ def test_lag_samples_record_the_oldest_unpublished_commit_and_are_pruned(
     assert (caught_up.lag_seconds, caught_up.versions_behind) == (0.0, 0)
 
     for i in range(2):
-        store.commit("t", [("add", write_data_file(root, pa.table({"id": [i]}, schema=SCHEMA)))])
+        append_rows(store, root, "t", [i])
     _age_commits(store, info.id, 120)
     behind = record_lag_sample(store, "t")
     assert behind.versions_behind == 2 and 119 <= behind.lag_seconds < 180
@@ -101,7 +93,7 @@ def test_health_fails_on_lag_slo_breach_halt_and_failures(store_url: str, tmp_pa
     assert entry["table"] == "t" and entry["lag_slo_seconds"] == 900 and entry["problems"] == []
 
     # Lag: 10 minutes old and unpublished is inside the default 15m SLO, outside a 5m one.
-    store.commit("t", [("add", write_data_file(root, pa.table({"id": [2]}, schema=SCHEMA)))])
+    append_rows(store, root, "t", [2])
     _age_commits(store, info.id, 600)
     assert _health(store_url)[0] == 0
     cfg = tmp_path / "dm.yaml"
@@ -114,7 +106,7 @@ def test_health_fails_on_lag_slo_breach_halt_and_failures(store_url: str, tmp_pa
     assert _health(store_url, config=cfg)[0] == 0
 
     # Failures.
-    store.commit("t", [("add", write_data_file(root, pa.table({"id": [3]}, schema=SCHEMA)))])
+    append_rows(store, root, "t", [3])
     store.ensure_status(info.id, 2, "json")
     store.mark_failed(info.id, 2, "json", "FAILED", "TRANSIENT", "simulated throttling")
     code, report = _health(store_url, "t")

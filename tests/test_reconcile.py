@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
+from support.builders import append_rows, create_data_table
 
-from delta_mirror.datafiles import create_table_actions, write_data_file
 from delta_mirror.publisher import Publisher
 from delta_mirror.reconcile import reconcile
 from delta_mirror.store import SqlStore
@@ -15,15 +15,7 @@ from delta_mirror.store import SqlStore
 SCHEMA = pa.schema([("id", pa.int64())])
 
 
-def _table(store: SqlStore, root: Path, name: str = "t") -> None:
-    store.create_table(name, root.as_uri())
-    store.commit(
-        name,
-        [
-            *create_table_actions(SCHEMA),
-            ("add", write_data_file(root, pa.table({"id": [1]}, schema=SCHEMA))),
-        ],
-    )
+_table = create_data_table
 
 
 def test_reconcile_publishes_pending_and_failed_versions(store_url: str, tmp_path: Path) -> None:
@@ -33,7 +25,7 @@ def test_reconcile_publishes_pending_and_failed_versions(store_url: str, tmp_pat
     _table(store, root)
     Publisher(store).publish("t")
     for i in range(3):
-        store.commit("t", [("add", write_data_file(root, pa.table({"id": [i]}, schema=SCHEMA)))])
+        append_rows(store, root, "t", [i])
     info = store.get_table("t")
     store.mark_failed(info.id, 1, "json", "FAILED", "TRANSIENT", "simulated throttling")
 
@@ -76,7 +68,7 @@ def test_full_reconcile_republishes_lost_commits_and_checkpoints(store_url: str,
     root = tmp_path / "t"
     _table(store, root)
     for i in range(11):
-        store.commit("t", [("add", write_data_file(root, pa.table({"id": [i]}, schema=SCHEMA)))])
+        append_rows(store, root, "t", [i])
     result = Publisher(store).publish("t")
     assert result.checkpoints, "a checkpoint is due after 10 versions"
     log = root / "_delta_log"

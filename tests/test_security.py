@@ -21,9 +21,8 @@ from urllib.parse import quote, unquote
 
 import pytest
 from sqlalchemy.engine import make_url
-from test_cli import METADATA, _executable, assert_one_error_line, clean_env
-from test_cli import PROTOCOL as PROTOCOL_ACTION
-from test_cli import add as add_action
+from support.builders import add_body, metadata_body, protocol_body
+from support.cli import assert_one_error_line, clean_env, executable
 
 from delta_mirror.errors import MirrorError, PermanentError, PublishConflictError, TableNotFoundError
 from delta_mirror.log_path import LAST_CHECKPOINT, LOG_DIR, commit_name
@@ -33,19 +32,19 @@ from delta_mirror.store import SqlStore
 
 SECRET = "Sup3r-S3cr3t-7f2c91ab"
 AWS_SECRET = "aws-S3cr3t-0b8e44d1c7"
-PROTOCOL = PROTOCOL_ACTION["protocol"]
+PROTOCOL = protocol_body()
 
 
 def metadata(**extra: Any) -> dict[str, Any]:
-    return {**METADATA["metaData"], **extra}
+    return metadata_body(**extra)
 
 
 def add(path: str, **extra: Any) -> dict[str, Any]:
-    return add_action(path, **extra)["add"]
+    return add_body(path, **extra)
 
 
 def cli(*args: str, env: dict[str, str], stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([*_executable(), *args], input=stdin, capture_output=True, env=env, timeout=120)
+    proc = subprocess.run([*executable(), *args], input=stdin, capture_output=True, env=env, timeout=120)
     return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode())
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from services import PgServer, S3Server
+from support.services import PgServer, S3Server
 
 from delta_mirror.storage import ObjectExistsError, open_store
 

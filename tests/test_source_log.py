@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support import builders
 
 from delta_mirror.errors import (
     DataError,
@@ -577,30 +578,17 @@ def test_protocol_accepts_known_features() -> None:
     check_supported({"minReaderVersion": 1, "minWriterVersion": 2}, None, table="t")
 
 
-PROTOCOL = {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}
-METADATA = {
-    "metaData": {
-        "id": "00000000-0000-0000-0000-000000000000",
-        "format": {"provider": "parquet", "options": {}},
-        "schemaString": '{"type":"struct","fields":[]}',
-        "partitionColumns": ["p"],
-        "configuration": {},
-        "createdTime": 1,
-    }
-}
-
-
-def _write_commit(root: Path, version: int, actions: list[dict[str, Any]]) -> None:
-    log = root / "_delta_log"
-    log.mkdir(parents=True, exist_ok=True)
-    text = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions)
-    (log / f"{version:020d}.json").write_text(text, encoding="utf-8")
-
-
-def _add(path: str) -> dict[str, Any]:
-    return {
-        "add": {"path": path, "partitionValues": {}, "size": 1, "modificationTime": 1, "dataChange": True}
-    }
+PROTOCOL = builders.PROTOCOL
+METADATA = builders.action(
+    "metaData",
+    builders.metadata_body(
+        id="00000000-0000-0000-0000-000000000000",
+        schema_string=builders.EMPTY_SCHEMA_STRING,
+        partition_columns=["p"],
+    ),
+)
+_write_commit = builders.write_commit
+_add = builders.add
 
 
 def test_not_a_delta_table(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 import pyarrow as pa
 import pytest
+from support.builders import metadata_body, protocol_body
 
 from delta_mirror.actions import Action
 from delta_mirror.checkpoint import CheckpointInput, build_checkpoint
@@ -31,17 +32,16 @@ from delta_mirror.validate import Problem, ValidationReport, validate_table
 
 NAME = "events"
 SCHEMA = pa.schema([("id", pa.int64()), ("country", pa.string()), ("day", pa.date32())])
-PROTOCOL: Action = ("protocol", {"minReaderVersion": 1, "minWriterVersion": 2})
+PROTOCOL: Action = ("protocol", protocol_body())
 METADATA: Action = (
     "metaData",
-    {
-        "id": "0f6f1c7e-7a4e-4a53-9d43-6a3c1f0e2b11",
-        "format": {"provider": "parquet", "options": {}},
-        "schemaString": delta_schema_string(SCHEMA),
-        "partitionColumns": ["country", "day"],
-        "configuration": {"delta.appendOnly": "false"},
-        "createdTime": 1_700_000_000_000,
-    },
+    metadata_body(
+        id="0f6f1c7e-7a4e-4a53-9d43-6a3c1f0e2b11",
+        schema_string=delta_schema_string(SCHEMA),
+        partition_columns=["country", "day"],
+        configuration={"delta.appendOnly": "false"},
+        created_time=1_700_000_000_000,
+    ),
 )
 
 

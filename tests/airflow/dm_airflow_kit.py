@@ -19,8 +19,8 @@ from typing import Any
 
 import pyarrow as pa
 import yaml
-from mailserver import MailBox, SmtpServer, body_text  # noqa: F401 - re-exported for the tests
-from services import free_port  # noqa: F401 - re-exported for the tests
+from support.mailserver import MailBox, SmtpServer, body_text  # noqa: F401 - re-exported for the tests
+from support.services import free_port  # noqa: F401 - re-exported for the tests
 
 from delta_mirror.datafiles import delta_schema_string, write_data_file
 from delta_mirror.store import SqlStore

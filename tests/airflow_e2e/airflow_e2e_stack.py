@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from mailserver import MailBox, SmtpServer, body_text  # noqa: F401 - re-exported for the tests
-from services import free_port
+from support.mailserver import MailBox, SmtpServer, body_text  # noqa: F401 - re-exported for the tests
+from support.services import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"

@@ -22,15 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from chaos_invariants import StoreReader, Verdict, check_table, log_reader
+from support.services import _wait_port, free_port
 
-TESTS = Path(__file__).resolve().parents[1]
-if str(TESTS) not in sys.path:
-    sys.path.insert(0, str(TESTS))
-
-from services import _wait_port, free_port  # noqa: E402
-
-from delta_mirror.errors import MirrorError  # noqa: E402
-from delta_mirror.store import SqlStore  # noqa: E402
+from delta_mirror.errors import MirrorError
+from delta_mirror.store import SqlStore
 
 LEASE_TTL = 1.0  # seconds a killed publisher blocks its table (DELTA_MIRROR_LEASE_TTL)
 CLIENT_TIMEOUT = "1s"  # the S3 client's request timeout (DELTA_MIRROR_STORAGE_TIMEOUT)

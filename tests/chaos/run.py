@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # run as a script: its folder and tests/ (support)
 
 from chaos_harness import ProxyProcess  # noqa: E402
 from chaos_scenarios import LARGE, SMALL, Services, run_all, summary  # noqa: E402
-from services import PgServer, S3Server  # noqa: E402
+from support.services import PgServer, S3Server  # noqa: E402
 
 
 def main() -> int:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from support.builders import metadata_body, protocol_body
 
 from delta_mirror.actions import Action
 from delta_mirror.datafiles import delta_schema_string, write_data_file
@@ -18,17 +19,16 @@ from delta_mirror.validate import validate_table
 
 NAME = "events"
 SCHEMA = pa.schema([("id", pa.int64()), ("country", pa.string())])
-PROTOCOL: Action = ("protocol", {"minReaderVersion": 1, "minWriterVersion": 2})
+PROTOCOL: Action = ("protocol", protocol_body())
 METADATA: Action = (
     "metaData",
-    {
-        "id": "5d3f0f6e-1c1e-4e0f-9a43-2b7c1f0e2b11",
-        "format": {"provider": "parquet", "options": {}},
-        "schemaString": delta_schema_string(SCHEMA),
-        "partitionColumns": ["country"],
-        "configuration": {"delta.checkpointInterval": "3"},
-        "createdTime": 1_700_000_000_000,
-    },
+    metadata_body(
+        id="5d3f0f6e-1c1e-4e0f-9a43-2b7c1f0e2b11",
+        schema_string=delta_schema_string(SCHEMA),
+        partition_columns=["country"],
+        configuration={"delta.checkpointInterval": "3"},
+        created_time=1_700_000_000_000,
+    ),
 )
 
 

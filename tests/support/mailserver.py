@@ -11,7 +11,7 @@ from collections.abc import Callable
 from email.message import EmailMessage
 from typing import Any
 
-from services import free_port
+from support.services import free_port
 
 
 class MailBox:
