@@ -105,7 +105,7 @@ def builder_for(
         return chosen, None
     from delta_mirror.spark.session import get_spark
 
-    spark = get_spark(settings.spark_master, **settings.spark_conf)
+    spark = get_spark(settings.spark_master, authority=None, **settings.spark_conf)
     return chosen, SparkCheckpointEngine(spark, num_partitions=settings.spark_partitions)
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,55 @@ def authority_conf(authority: AuthorityConfig, spark_jars: str | None = None) ->
     if authority.outside:
         conf["spark.hadoop.delta.mirror.commit.outside"] = authority.outside
     return conf
+
+
+# The LogStore's settings in the Hadoop configuration (docs/commit-service.md); it reads them at
+# every call, so they can be changed on a running session.
+_RUNTIME_KEYS = {
+    "url": "delta.mirror.commit.url",
+    "roots": "delta.mirror.commit.roots",
+    "outside": "delta.mirror.commit.outside",
+    "token": "delta.mirror.commit.token",
+}
+
+
+@contextmanager
+def governed(spark: Any, authority: AuthorityConfig, token: str | None = None) -> Iterator[None]:
+    """Route the running session's Delta commits through ``authority`` while the block runs.
+
+    For a session that already runs the LogStore (``authority_conf`` at start, e.g. with
+    ``AuthorityConfig()``): the settings go into its Hadoop configuration and the previous values
+    come back afterwards. ``token`` is only needed when the driver's environment has no
+    ``DELTA_MIRROR_COMMIT_TOKEN`` (that one wins); it is never logged.
+    """
+    impl = spark.sparkContext.getConf().get("spark.delta.logStore.file.impl", "")
+    if impl != LOGSTORE_CLASS:
+        raise PermanentError(
+            "this Spark session was started without the delta-mirror LogStore",
+            hint="start it with get_spark(authority=AuthorityConfig(...)) or the spark-submit flags "
+            "in the README (Writing from Spark)",
+        )
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    values = {
+        "url": authority.url,
+        "roots": ",".join(authority.roots),
+        "outside": authority.outside,
+        "token": token,
+    }
+    previous = {key: conf.get(name) for key, name in _RUNTIME_KEYS.items()}
+    for key, value in values.items():
+        if value:
+            conf.set(_RUNTIME_KEYS[key], value)
+        else:
+            conf.unset(_RUNTIME_KEYS[key])
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                conf.unset(_RUNTIME_KEYS[key])
+            else:
+                conf.set(_RUNTIME_KEYS[key], value)
 
 
 def ivy_dir() -> Path:
@@ -237,6 +287,7 @@ __all__ = [
     "SparkUnavailable",
     "authority_conf",
     "get_spark",
+    "governed",
     "ivy_dir",
     "logstore_jar",
     "java_missing",
