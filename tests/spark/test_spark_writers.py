@@ -31,6 +31,8 @@ REPO = Path(__file__).resolve().parents[2]
 def _needs_the_logstore(logstore_loaded: bool) -> None:
     if not logstore_loaded:
         pytest.skip("the authority LogStore jar is not built (`make jar` needs Maven and a JDK 17)")
+
+
 SAMPLE = REPO / "examples" / "events.csv"
 
 
@@ -465,3 +467,46 @@ def test_a_writer_killed_after_the_store_committed_is_recovered_by_listing_and_b
         assert files[1] == store.commit_bytes(table.id, 1)
         assert hashlib.sha256(files[1]).hexdigest() == store_state(store, name)[1][1][1]
         assert spark.read.format("delta").load(str(location)).count() == 6
+
+
+def test_spark_commits_to_an_s3_table_through_s3a_are_commits_of_the_store(
+    spark: Any, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import boto3
+
+    from delta_mirror.spark.s3a import configure_s3a
+
+    for k, v in s3.env().items():
+        monkeypatch.setenv(k, v)
+    bucket = s3.make_bucket()
+    options = s3.env()
+    store_url = f"sqlite:///{tmp_path / 'store.db'}"
+    store = SqlStore(store_url)
+    store.init()
+    uri = configure_s3a(spark, f"s3://{bucket}/sales", options)
+    with commit_service(store_url, [f"s3://{bucket}/"]) as svc, governed(spark, svc, f"s3a://{bucket}/"):
+        run_pipeline(spark, uri, str(SAMPLE), steps=("create", "append", "merge", "delete"))
+    table = store.get_table("sales")
+    assert table.location == f"s3://{bucket}/sales"
+    latest, rows = store_state(store, "sales")
+    assert latest == 3
+    client = boto3.client(
+        "s3",
+        endpoint_url=options["AWS_ENDPOINT_URL"],
+        aws_access_key_id=options["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=options["AWS_SECRET_ACCESS_KEY"],
+        region_name=options.get("AWS_REGION", "us-east-1"),
+    )
+    for version, digest in rows:
+        body = client.get_object(Bucket=bucket, Key=f"sales/_delta_log/{version:020d}.json")["Body"].read()
+        assert hashlib.sha256(body).hexdigest() == digest
+    result = Publisher(store, storage_options=options).publish("sales")
+    assert result.already_present == [0, 1, 2, 3]
+    report = validate_table(store, "sales", storage_options=options)
+    assert report.ok, report
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+
+    dt = DeltaTable(f"s3://{bucket}/sales", storage_options=options)
+    counted = pa.table(QueryBuilder().register("t", dt).execute("select count(*) as n from t"))
+    assert spark.read.format("delta").load(uri).count() == counted.column("n")[0].as_py() > 0
