@@ -1,4 +1,10 @@
-"""Example pipeline DAG: PySpark ingest → publish → validate (``delta_mirror_example_spark_ingest``).
+"""Example pipeline DAGs (manual, from the ``Param`` form).
+
+- ``delta_mirror_example_spark_pipeline``: an ordinary Delta-Spark job (create, append, MERGE,
+  DELETE, OPTIMIZE) whose commits go through the commit service into the store → publish →
+  validate with deltalake and with Delta-Spark. Needs a running ``delta-mirror serve``.
+- ``delta_mirror_example_spark_ingest``: PySpark ingest → publish → validate (the no-JVM-LogStore
+  path: our ingest function commits through the store itself).
 
 Manual (no schedule); the ``Param`` form picks the table, the source files and how to read them.
 The defaults ingest the sample ``examples/events.csv`` of the repository into
@@ -25,12 +31,14 @@ from delta_mirror.airflow.dag_defaults import (
 from delta_mirror.airflow.operators import (
     DeltaMirrorPublishOperator,
     DeltaMirrorSparkIngestOperator,
+    DeltaMirrorSparkPipelineOperator,
     DeltaMirrorValidateOperator,
 )
 from delta_mirror.config import home
 from delta_mirror.table_config import MirrorConfig
 
 DAG_ID = "delta_mirror_example_spark_ingest"
+PIPELINE_DAG_ID = "delta_mirror_example_spark_pipeline"
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "events.csv"
 SAMPLE_SCHEMA = "event_id BIGINT, user STRING, country STRING, ts TIMESTAMP, amount DECIMAL(12,2), day DATE"
 
@@ -96,12 +104,82 @@ def spark_ingest_dag(config: MirrorConfig) -> DAG:
     return dag
 
 
+# The versions the job committed (as the job reports them), for the validate steps.
+_JOB_FROM = "{{ (ti.xcom_pull(task_ids='job') or {}).get('first_version') }}"
+_JOB_TO = "{{ (ti.xcom_pull(task_ids='job') or {}).get('last_version') }}"
+
+
+def spark_pipeline_dag(config: MirrorConfig) -> DAG:
+    defaults = config.defaults
+    conn = conn_args(defaults)
+    with DAG(
+        dag_id=PIPELINE_DAG_ID,
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=default_args(defaults),
+        tags=[*BASE_TAGS, "example", "spark"],
+        params={
+            "table": Param("events_pipeline", type="string", description="Table name in the store."),
+            "source": Param(str(SAMPLE), type="string", description="Source file, folder or glob."),
+            "format": Param("csv", type="string", enum=["csv", "parquet", "json"]),
+            "schema": Param(SAMPLE_SCHEMA, type=["null", "string"], description="Source schema as DDL."),
+            "location": Param(
+                str(home() / "tables" / "events_pipeline"),
+                type="string",
+                description="Table root (registered in the store on the first run).",
+            ),
+            "delete_where": Param("amount < 50", type="string", description="The DELETE step's predicate."),
+            "commit_conn_id": Param(
+                None,
+                type=["null", "string"],
+                description="HTTP connection to `delta-mirror serve` (token as password); "
+                "null: DELTA_MIRROR_COMMIT_URL / DELTA_MIRROR_COMMIT_TOKEN.",
+            ),
+        },
+        doc_md="Example data pipeline as an **ordinary Delta-Spark job**: `CREATE TABLE`, append, "
+        "`MERGE` upsert, `DELETE`, `OPTIMIZE` — every commit goes through the delta-mirror LogStore to "
+        "the commit service, which commits Spark's exact bytes into the SQL store (the authority); then "
+        "**publish** (the commit files are already there: nothing to write, only checkpoints) and "
+        "**validate** the job's versions with deltalake and with Delta-Spark. Needs a running "
+        "`delta-mirror serve` (README, Writing from Spark). A retried job does not append twice "
+        "(`txnAppId`/`txnVersion`).",
+    ) as dag:
+        job = DeltaMirrorSparkPipelineOperator(
+            task_id="job",
+            table="{{ params.table }}",
+            location="{{ params.location }}",
+            source="{{ params.source }}",
+            source_format="{{ params.format }}",
+            schema="{{ params.schema }}",
+            partition_by="country",
+            delete_where="{{ params.delete_where }}",
+            commit_conn_id="{{ params.commit_conn_id }}",
+            **conn,
+        )
+        publish = DeltaMirrorPublishOperator(task_id="publish", table="{{ params.table }}", **conn)
+        validators = [
+            DeltaMirrorValidateOperator(
+                task_id=f"validate_{reader}",
+                table="{{ params.table }}",
+                reader=reader,
+                from_version=_JOB_FROM,
+                to_version=_JOB_TO,
+                **conn,
+            )
+            for reader in ("deltalake", "spark")
+        ]
+        job >> publish >> validators
+    return dag
+
+
 #: Every example DAG builder; a new example is one more entry here.
-EXAMPLES: tuple[Callable[[MirrorConfig], DAG], ...] = (spark_ingest_dag,)
+EXAMPLES: tuple[Callable[[MirrorConfig], DAG], ...] = (spark_ingest_dag, spark_pipeline_dag)
 
 
 def example_dags(config: MirrorConfig) -> list[Any]:
     return [build(config) for build in EXAMPLES]
 
 
-__all__ = ["DAG_ID", "EXAMPLES", "example_dags", "spark_ingest_dag"]
+__all__ = ["DAG_ID", "EXAMPLES", "PIPELINE_DAG_ID", "example_dags", "spark_ingest_dag", "spark_pipeline_dag"]

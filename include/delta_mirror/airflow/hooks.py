@@ -113,3 +113,35 @@ class DeltaMirrorHook(BaseHook):
         if region:
             opts["AWS_REGION"] = str(region)
         return opts
+
+    def commit_service(self, commit_conn_id: str | None = None) -> tuple[str, str | None]:
+        """The commit service's base URL and token (``delta-mirror serve``, for Spark writers).
+
+        From an HTTP connection (host with or without ``http(s)://``, port, the token as password;
+        an ``url`` extra wins), else ``DELTA_MIRROR_COMMIT_URL`` / ``DELTA_MIRROR_COMMIT_TOKEN``.
+        """
+        conn_id = _conn_id(commit_conn_id)
+        if conn_id is None:
+            url = os.environ.get("DELTA_MIRROR_COMMIT_URL", "").strip()
+            token = os.environ.get("DELTA_MIRROR_COMMIT_TOKEN") or None
+        else:
+            conn = self.get_connection(conn_id)
+            extra = conn.extra_dejson
+            host = str(conn.host or "")
+            if extra.get("url"):
+                url = str(extra["url"])
+            elif "://" in host:
+                url = host + (f":{conn.port}" if conn.port else "")
+            else:
+                url = f"{conn.schema or 'http'}://{host}" + (f":{conn.port}" if conn.port else "")
+            token = conn.password or None
+        _mask(token)
+        if not url:
+            from delta_mirror.errors import PermanentError
+
+            raise PermanentError(
+                "no commit service is configured for Spark writers",
+                hint="set commit_conn_id (an HTTP connection to `delta-mirror serve`, token as password) "
+                "or DELTA_MIRROR_COMMIT_URL",
+            )
+        return url.rstrip("/"), token

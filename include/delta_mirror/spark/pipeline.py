@@ -42,8 +42,18 @@ class PipelineResult:
     versions: dict[str, int | None] = field(default_factory=dict)
     rows: int = 0
 
+    @property
+    def first_version(self) -> int | None:
+        done = [v for v in self.versions.values() if v is not None]
+        return min(done) if done else None
+
+    @property
+    def last_version(self) -> int | None:
+        done = [v for v in self.versions.values() if v is not None]
+        return max(done) if done else None
+
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "first_version": self.first_version, "last_version": self.last_version}
 
 
 def _latest_version(spark: Any, location: str) -> int | None:
