@@ -12,46 +12,27 @@ import hashlib
 import http.client
 import json
 import os
-import signal
 import subprocess
-import sys
 import threading
-import time
-import urllib.parse
-import uuid
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import func, select
+from support.commit_service import TOKEN_ENV, CommitService, load_scaled
+from support.commit_service import cli_path as cli
+from support.services import free_port
 
 from delta_mirror.storage import normalize_commit_root
 from delta_mirror.store import SqlStore
 from delta_mirror.store.schema import dl_actions, dl_commits, dl_files, dl_mirror_status, dl_tables
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from services import free_port  # noqa: E402
-
-TOKEN_ENV = "DELTA_MIRROR_COMMIT_TOKEN"
+Service = CommitService
 MAX_BODY = 64 * 1024
 SCHEMA = json.dumps(
     {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]}
 )
-
-
-def cli() -> str:
-    return str(Path(sys.executable).parent / "delta-mirror")
-
-
-def load_scaled(seconds: float) -> float:
-    """A deadline stretched by the machine's load per core (1x to 6x)."""
-    per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
-    return seconds * min(6.0, max(1.0, per_core))
-
-
-# -- commit files as Delta-Spark writes them --------------------------------------------------------
 
 
 def line(kind: str, body: dict[str, Any]) -> str:
@@ -104,95 +85,6 @@ V0 = commit_file(protocol(), metadata(), add("part-0.parquet"), operation="CREAT
 # -- the service as a process -----------------------------------------------------------------------
 
 
-@dataclass
-class Answer:
-    status: int
-    body: bytes
-    headers: dict[str, str]
-
-    def json(self) -> dict[str, Any]:
-        return dict(json.loads(self.body))
-
-
-class Service:
-    """``delta-mirror serve`` as a child process; kill -9 and start again on the same port."""
-
-    def __init__(self, store_url: str, allow_root: str, log_path: Path) -> None:
-        self.store_url, self.allow_root, self.log_path = store_url, allow_root, log_path
-        self.token = f"tok-{uuid.uuid4().hex}"
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, ready: int = 200) -> Service:
-        args = [cli(), "--store", self.store_url, "serve", "--port", str(self.port)]
-        args += ["--allow-root", self.allow_root, "--max-body-bytes", str(MAX_BODY)]
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                args, env={**os.environ, TOKEN_ENV: self.token}, stdout=log, stderr=log
-            )
-        deadline = time.monotonic() + load_scaled(30)
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"serve exited {self.proc.returncode}: {self.log()}")
-            try:
-                if self.request("GET", "/health", token=None).status == ready:
-                    return self
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"serve not ready on port {self.port}: {self.log()}")
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(load_scaled(15))
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: bytes | Iterable[bytes] | None = None,
-        *,
-        token: str | None | bool = True,
-        conn: http.client.HTTPConnection | None = None,
-    ) -> Answer:
-        headers = {}
-        if token is not None and token is not False:
-            headers["Authorization"] = f"Bearer {self.token if token is True else token}"
-        own = conn is None
-        conn = conn or http.client.HTTPConnection("127.0.0.1", self.port, timeout=load_scaled(30))
-        try:
-            chunked = body is not None and not isinstance(body, bytes)
-            conn.request(method, path, body=body, headers=headers, encode_chunked=chunked)
-            r = conn.getresponse()
-            return Answer(r.status, r.read(), {k.lower(): v for k, v in r.getheaders()})
-        finally:
-            if own:
-                conn.close()
-
-    def post(self, root: str, version: int, data: bytes | Iterable[bytes], **kw: Any) -> Answer:
-        return self.request(
-            "POST", f"/v1/commits/{version}?root={urllib.parse.quote(root, safe='')}", data, **kw
-        )
-
-    def get(self, root: str, version: int, **kw: Any) -> Answer:
-        return self.request("GET", f"/v1/commits/{version}?root={urllib.parse.quote(root, safe='')}", **kw)
-
-    def latest(self, root: str, **kw: Any) -> Answer:
-        return self.request("GET", f"/v1/latest?root={urllib.parse.quote(root, safe='')}", **kw)
-
-
 @pytest.fixture
 def lake(tmp_path: Path) -> Path:
     path = tmp_path / "lake"
@@ -210,7 +102,12 @@ def store(store_url: str) -> Iterator[SqlStore]:
 
 @pytest.fixture
 def service(store: SqlStore, lake: Path, tmp_path: Path) -> Iterator[Service]:
-    svc = Service(store.url, f"file:{lake}/", tmp_path / "serve.log").start()
+    svc = Service(
+        store.url,
+        [f"file:{lake}/"],
+        extra_args=["--max-body-bytes", str(MAX_BODY)],
+        log_path=tmp_path / "serve.log",
+    ).start()
     yield svc
     svc.stop()
     assert svc.token not in svc.log(), "the token must never be logged"
@@ -380,7 +277,7 @@ def test_the_body_limit_holds_for_a_chunked_body_without_a_length(
 
 def test_an_unreachable_store_is_503_with_retry_after(lake: Path, tmp_path: Path) -> None:
     dead = f"postgresql+psycopg://mirror:hunter2@127.0.0.1:{free_port()}/mirror"
-    service = Service(dead, f"file:{lake}/", tmp_path / "serve.log").start(ready=503)
+    service = Service(dead, [f"file:{lake}/"], log_path=tmp_path / "serve.log").start(ready=503)
     try:
         health = service.request("GET", "/health", token=None)
         post = service.post(hadoop_root(lake / "t"), 0, V0)

@@ -26,14 +26,9 @@ def spark() -> Any:
     why = spark_missing()
     if why is not None:
         pytest.skip(f"the example pipeline needs Spark: {why}")
-    import logging
+    from support.spark import shared_spark
 
-    from delta_mirror.spark.session import get_spark
-
-    logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines at exit hit closed streams
-    return get_spark(
-        **{"spark.databricks.delta.snapshotPartitions": "1", "spark.sql.shuffle.partitions": "1"}
-    )
+    return shared_spark()
 
 
 def test_the_example_dag_ingests_publishes_and_validates_the_sample(

@@ -1,139 +1,26 @@
-"""Test kit for Spark writers through the SQL authority: the real commit service as a process, and
-the shared SparkSession switched to the authority for a set of table roots.
+"""Test kit for Spark writers through the SQL authority: the shared SparkSession switched to the
+commit service for a set of table roots, and writers in processes of their own.
 
-The service is ``delta-mirror serve`` on 127.0.0.1 (a free port); readiness is polled on
-``/health`` with a deadline that grows with the machine's load. The LogStore reads its settings
-from the Hadoop configuration at every call, so one session moves between "governed" and
-"passthrough" (a plain Delta-Spark writer) without a restart.
+The LogStore reads its settings from the Hadoop configuration at every call, so one session moves
+between "governed" and "passthrough" (a plain Delta-Spark writer) without a restart.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from support.services import free_port
+from support.commit_service import TOKEN_ENV, CommitService, load_scaled
 
 from delta_mirror.spark.session import AuthorityConfig
 from delta_mirror.spark.session import governed as session_governed
-
-TOKEN_ENV = "DELTA_MIRROR_COMMIT_TOKEN"
-
-
-def load_scaled(seconds: float) -> float:
-    """``seconds`` stretched by how busy the machine is (load per core, at least 1x, at most 6x)."""
-    try:
-        per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
-    except OSError:
-        per_core = 1.0
-    return seconds * min(6.0, max(1.0, per_core))
-
-
-def cli_path() -> str:
-    return str(Path(sys.executable).parent / "delta-mirror")
-
-
-class CommitService:
-    """``delta-mirror serve`` as a child process (kill and restart on the same port)."""
-
-    def __init__(
-        self,
-        store_url: str,
-        allow_roots: Sequence[str] = (),
-        *,
-        extra_args: Sequence[str] = (),
-        log_dir: Path | None = None,
-    ) -> None:
-        self.store_url = store_url
-        self.allow_roots = list(allow_roots)
-        self.extra_args = list(extra_args)
-        self.token = f"tok-{uuid.uuid4().hex}"
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = (log_dir or Path(os.environ.get("TMPDIR", "/tmp"))) / f"serve-{self.port}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> CommitService:
-        args = [
-            cli_path(),
-            "--store",
-            self.store_url,
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-        ]
-        for root in self.allow_roots:
-            args += ["--allow-root", root]
-        args += self.extra_args
-        env = {**os.environ, TOKEN_ENV: self.token}
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
-        self.wait_ready()
-        return self
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + load_scaled(60)
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"commit service exited {self.proc.returncode}: {self.log()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"commit service not ready at {self.url}: {self.log()}")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=load_scaled(15))
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-4000:]
-        except OSError:
-            return ""
-
-    def latest(self, root: str) -> dict[str, Any]:
-        req = urllib.request.Request(
-            f"{self.url}/v1/latest?root={urllib.request.quote(root, safe='')}",
-            headers={"Authorization": f"Bearer {self.token}"},
-        )
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return dict(json.loads(r.read()))
-
-
-@contextmanager
-def commit_service(store_url: str, allow_roots: Sequence[str] = (), **kwargs: Any) -> Iterator[CommitService]:
-    service = CommitService(store_url, allow_roots, **kwargs).start()
-    try:
-        yield service
-    finally:
-        service.stop()
 
 
 @contextmanager

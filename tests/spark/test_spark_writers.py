@@ -16,7 +16,8 @@ from typing import Any
 from urllib.parse import unquote
 
 import pytest
-from authority_kit import WriterProcess, commit_service, go, governed, load_scaled, spark_root
+from authority_kit import WriterProcess, go, governed, spark_root
+from support.commit_service import cli_path, commit_service, load_scaled
 
 from delta_mirror.publisher import Publisher
 from delta_mirror.reconcile import reconcile
@@ -348,9 +349,9 @@ def test_the_service_answers_for_a_table_spark_created_under_an_allowed_root(
     with commit_service(store_url, [root.as_uri()]) as svc, governed(spark, svc, spark_root(root)):
         append_rows(spark, location, range(3))
         deadline = time.monotonic() + load_scaled(5)
-        answer = svc.latest(f"file:{location}")
+        answer = svc.latest(f"file:{location}").json()
         while answer.get("version") != 0 and time.monotonic() < deadline:
-            answer = svc.latest(f"file:{location}")
+            answer = svc.latest(f"file:{location}").json()
     assert answer == {"table": "fresh", "version": 0}
 
 
@@ -418,8 +419,6 @@ def test_a_writer_killed_after_the_store_committed_is_recovered_by_listing_and_b
     spark: Any, tmp_path: Path
 ) -> None:
     import subprocess
-
-    from authority_kit import cli_path
 
     store_url = f"sqlite:///{tmp_path / 'store.db'}"
     store = SqlStore(store_url)
