@@ -36,6 +36,9 @@ Figures:
 5. ``commit_service`` (``benchmarks/commit_service.py``): a real ``delta-mirror serve`` under 8
    concurrent HTTP clients committing 1-add commits to 16 tables, on PostgreSQL and SQLite:
    commits/s and p50/p99 latency (targets on PostgreSQL: >= 300 commits/s, p99 <= 100 ms).
+6. ``spark_writers`` (``benchmarks/spark_writers.py``): per-commit latency (median, p95) of 50
+   one-row Delta-Spark appends with Delta's stock LogStore vs through the delta-mirror LogStore and
+   ``delta-mirror serve`` on PostgreSQL (target: <= 1.15 x stock, or <= +30 ms median).
 
 The PostgreSQL server is the tests' throwaway server (``tests/services.py``: fsync off, so the
 numbers measure CPU and round trips, not a disk). The corpus is read in place and never written.
@@ -489,6 +492,7 @@ def _pyarrow_max_memory() -> float | None:
 # script's folder, in the parent and in every child).
 import commit_service  # noqa: E402
 import spark_checkpoint  # noqa: E402
+import spark_writers  # noqa: E402
 
 PIECES.update(spark_checkpoint.PIECES)
 
@@ -901,7 +905,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=0, help="runs per checkpoint figure (median reported)")
     parser.add_argument(
         "--only",
-        default="publish,checkpoint,history,spark_checkpoint,commit_service",
+        default="publish,checkpoint,history,spark_checkpoint,commit_service,spark_writers",
         help="figures to run (comma separated); a partial run updates only its figures in latest.json",
     )
     parser.add_argument(
@@ -963,12 +967,16 @@ def main() -> int:
         def run_commit_service() -> None:
             out["commit_service"] = commit_service.figure(bench, log)
 
+        def run_spark_writers() -> None:
+            out["spark_writers"] = spark_writers.figure(bench, log)
+
         for key, fn in (
             ("publish", run_publish),
             ("checkpoint", run_checkpoint),
             ("history", run_history),
             ("spark_checkpoint", run_spark_checkpoint),
             ("commit_service", run_commit_service),
+            ("spark_writers", run_spark_writers),
         ):
             if key in only:
                 figures.append((key, fn))
@@ -995,7 +1003,7 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     targets: dict[str, bool] = {}
-    for fig in ("publish", "checkpoint_300k", "long_history", "commit_service"):
+    for fig in ("publish", "checkpoint_300k", "long_history", "commit_service", "spark_writers"):
         for k, v in (out.get(fig) or {}).get("targets", {}).items():
             targets[f"{fig}.{k}"] = v
     out["targets"] = targets
@@ -1012,6 +1020,7 @@ def main() -> int:
         "history",
         "spark_checkpoint",
         "commit_service",
+        "spark_writers",
     }
     if partial and result_file.exists():
         # keep the figures this run did not measure (each says when it was measured)
