@@ -151,3 +151,16 @@ def mailbox(smtp_server: SmtpServer, monkeypatch: pytest.MonkeyPatch, airflow_en
 def pytest_configure(config: pytest.Config) -> None:
     # Airflow's in-process execution API (dag.test) uses Starlette's TestClient, which warns about httpx.
     config.addinivalue_line("filterwarnings", "ignore:Using `httpx` with `starlette.testclient`")
+
+
+@pytest.fixture(scope="session")
+def spark() -> object:
+    """The run's one SparkSession (``support.spark``) for DAGs whose tasks run Spark in-process."""
+    from delta_mirror.spark.session import spark_missing
+
+    why = spark_missing()
+    if why is not None:
+        pytest.skip(f"this DAG runs Spark: {why}")
+    from support.spark import shared_spark
+
+    return shared_spark()

@@ -13,22 +13,11 @@ from typing import Any
 import pytest
 from dm_airflow_kit import run_dag
 
-from delta_mirror.spark.session import spark_missing
 from delta_mirror.store import SqlStore
 from delta_mirror.validate import validate_table
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 DAG_ID = "delta_mirror_example_spark_ingest"
-
-
-@pytest.fixture(scope="module")
-def spark() -> Any:
-    why = spark_missing()
-    if why is not None:
-        pytest.skip(f"the example pipeline needs Spark: {why}")
-    from support.spark import shared_spark
-
-    return shared_spark()
 
 
 def test_the_example_dag_ingests_publishes_and_validates_the_sample(

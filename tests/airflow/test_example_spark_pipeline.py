@@ -16,24 +16,18 @@ import pytest
 from dm_airflow_kit import run_dag
 from support.commit_service import commit_service
 
-from delta_mirror.spark.session import spark_missing
 from delta_mirror.store import SqlStore
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 DAG_ID = "delta_mirror_example_spark_pipeline"
 
 
-@pytest.fixture(scope="module")
-def spark() -> Any:
-    why = spark_missing()
-    if why is not None:
-        pytest.skip(f"the example Spark job needs Spark: {why}")
-    from support.spark import runs_logstore, shared_spark
+@pytest.fixture(autouse=True)
+def _needs_the_logstore(spark: Any) -> None:
+    from support.spark import runs_logstore
 
-    session = shared_spark()
-    if not runs_logstore(session):
+    if not runs_logstore(spark):
         pytest.skip("the authority LogStore jar is not built (`make jar` needs Maven and a JDK 17)")
-    return session
 
 
 def test_the_example_job_dag_commits_through_the_service_then_publishes_and_validates(

@@ -41,6 +41,14 @@ SAMPLE = REPO / "examples" / "events.csv"
 # helpers
 
 
+def sqlite_store(tmp_path: Path) -> tuple[str, SqlStore]:
+    """A fresh, initialised SQLite store under ``tmp_path``: its URL and the store."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    store = SqlStore(url)
+    store.init()
+    return url, store
+
+
 def log_dir(location: Path) -> Path:
     return location / "_delta_log"
 
@@ -160,9 +168,7 @@ def test_spark_operations_are_commits_of_the_store_published_byte_for_byte(
 
 
 def test_deletion_vectors_written_by_spark_are_indexed_by_path_and_vector(spark: Any, tmp_path: Path) -> None:
-    store_url = f"sqlite:///{tmp_path / 'store.db'}"
-    store = SqlStore(store_url)
-    store.init()
+    store_url, store = sqlite_store(tmp_path)
     root = tmp_path / "lake"
     location = root / "dv"
     with commit_service(store_url, [root.as_uri()]) as svc, governed(spark, svc, spark_root(root)):
@@ -192,9 +198,7 @@ def pointer_version(location: Path) -> int | None:
 def test_spark_checkpoints_are_kept_and_the_publisher_alone_moves_last_checkpoint_forward(
     spark: Any, tmp_path: Path
 ) -> None:
-    store_url = f"sqlite:///{tmp_path / 'store.db'}"
-    store = SqlStore(store_url)
-    store.init()
+    store_url, store = sqlite_store(tmp_path)
     root = tmp_path / "lake"
     location = root / "cp"
     seen: list[int] = []
@@ -227,9 +231,7 @@ def test_spark_checkpoints_are_kept_and_the_publisher_alone_moves_last_checkpoin
 
 
 def test_a_service_killed_mid_job_is_waited_for_and_no_version_is_lost(spark: Any, tmp_path: Path) -> None:
-    store_url = f"sqlite:///{tmp_path / 'store.db'}"
-    store = SqlStore(store_url)
-    store.init()
+    store_url, store = sqlite_store(tmp_path)
     root = tmp_path / "lake"
     location = root / "flaky"
     with commit_service(store_url, [root.as_uri()]) as svc, governed(spark, svc, spark_root(root)):
@@ -255,9 +257,7 @@ def test_a_service_killed_mid_job_is_waited_for_and_no_version_is_lost(spark: An
 
 
 def test_refused_commits_leave_the_store_and_the_log_unchanged(spark: Any, tmp_path: Path) -> None:
-    store_url = f"sqlite:///{tmp_path / 'store.db'}"
-    store = SqlStore(store_url)
-    store.init()
+    store_url, store = sqlite_store(tmp_path)
     root = tmp_path / "lake"
     location = root / "guarded"
     with commit_service(store_url, [root.as_uri()], extra_args=["--max-body-bytes", "6000"]) as svc:
@@ -318,9 +318,7 @@ def test_refused_commits_leave_the_store_and_the_log_unchanged(spark: Any, tmp_p
 def test_a_rogue_writer_without_the_logstore_is_refused_then_halted_by_reconcile(
     spark: Any, tmp_path: Path
 ) -> None:
-    store_url = f"sqlite:///{tmp_path / 'store.db'}"
-    store = SqlStore(store_url)
-    store.init()
+    store_url, store = sqlite_store(tmp_path)
     root = tmp_path / "lake"
     location = root / "rogue"
     with commit_service(store_url, [root.as_uri()]) as svc:
@@ -342,8 +340,7 @@ def test_a_rogue_writer_without_the_logstore_is_refused_then_halted_by_reconcile
 def test_the_service_answers_for_a_table_spark_created_under_an_allowed_root(
     spark: Any, tmp_path: Path
 ) -> None:
-    store_url = f"sqlite:///{tmp_path / 'store.db'}"
-    SqlStore(store_url).init()
+    store_url, _ = sqlite_store(tmp_path)
     root = tmp_path / "lake"
     location = root / "fresh"
     with commit_service(store_url, [root.as_uri()]) as svc, governed(spark, svc, spark_root(root)):
@@ -420,9 +417,7 @@ def test_a_writer_killed_after_the_store_committed_is_recovered_by_listing_and_b
 ) -> None:
     import subprocess
 
-    store_url = f"sqlite:///{tmp_path / 'store.db'}"
-    store = SqlStore(store_url)
-    store.init()
+    store_url, store = sqlite_store(tmp_path)
     root = tmp_path / "lake"
     sync = tmp_path / "sync"
     sync.mkdir()
@@ -479,9 +474,7 @@ def test_spark_commits_to_an_s3_table_through_s3a_are_commits_of_the_store(
         monkeypatch.setenv(k, v)
     bucket = s3.make_bucket()
     options = s3.env()
-    store_url = f"sqlite:///{tmp_path / 'store.db'}"
-    store = SqlStore(store_url)
-    store.init()
+    store_url, store = sqlite_store(tmp_path)
     uri = configure_s3a(spark, f"s3://{bucket}/sales", options)
     with commit_service(store_url, [f"s3://{bucket}/"]) as svc, governed(spark, svc, f"s3a://{bucket}/"):
         run_pipeline(spark, uri, str(SAMPLE), steps=("create", "append", "merge", "delete"))

@@ -43,6 +43,25 @@ SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "events.csv"
 SAMPLE_SCHEMA = "event_id BIGINT, user STRING, country STRING, ts TIMESTAMP, amount DECIMAL(12,2), day DATE"
 
 
+def _table_and_source_params(table: str) -> dict[str, Param]:
+    """The form fields both example DAGs share: the table, where it lives, its source files."""
+    return {
+        "table": Param(table, type="string", description="Table name in the store."),
+        "source": Param(str(SAMPLE), type="string", description="Source file, folder or glob."),
+        "format": Param("csv", type="string", enum=["csv", "parquet", "json"]),
+        "schema": Param(
+            SAMPLE_SCHEMA,
+            type=["null", "string"],
+            description="Source schema as DDL (null: inferred for CSV/JSON, Parquet's own).",
+        ),
+        "location": Param(
+            str(home() / "tables" / table),
+            type="string",
+            description="Table root, used when the first run creates the table.",
+        ),
+    }
+
+
 def spark_ingest_dag(config: MirrorConfig) -> DAG:
     defaults = config.defaults
     conn = conn_args(defaults)
@@ -55,19 +74,7 @@ def spark_ingest_dag(config: MirrorConfig) -> DAG:
         default_args=default_args(defaults),
         tags=[*BASE_TAGS, "example", "spark"],
         params={
-            "table": Param("events_example", type="string", description="Table name in the store."),
-            "source": Param(str(SAMPLE), type="string", description="Source file, folder or glob."),
-            "format": Param("csv", type="string", enum=["csv", "parquet", "json"]),
-            "schema": Param(
-                SAMPLE_SCHEMA,
-                type=["null", "string"],
-                description="Source schema as DDL (null: inferred for CSV/JSON, Parquet's own).",
-            ),
-            "location": Param(
-                str(home() / "tables" / "events_example"),
-                type="string",
-                description="Table root, used when the first ingest creates the table.",
-            ),
+            **_table_and_source_params("events_example"),
             "partition_by": Param(
                 ["country"], type="array", items={"type": "string"}, description="For a new table."
             ),
@@ -121,15 +128,7 @@ def spark_pipeline_dag(config: MirrorConfig) -> DAG:
         default_args=default_args(defaults),
         tags=[*BASE_TAGS, "example", "spark"],
         params={
-            "table": Param("events_pipeline", type="string", description="Table name in the store."),
-            "source": Param(str(SAMPLE), type="string", description="Source file, folder or glob."),
-            "format": Param("csv", type="string", enum=["csv", "parquet", "json"]),
-            "schema": Param(SAMPLE_SCHEMA, type=["null", "string"], description="Source schema as DDL."),
-            "location": Param(
-                str(home() / "tables" / "events_pipeline"),
-                type="string",
-                description="Table root (registered in the store on the first run).",
-            ),
+            **_table_and_source_params("events_pipeline"),
             "delete_where": Param("amount < 50", type="string", description="The DELETE step's predicate."),
             "commit_conn_id": Param(
                 None,
