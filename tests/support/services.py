@@ -360,6 +360,6 @@ class S3Server:
 
 def corpus_path() -> Path:
     """``DELTA_MIRROR_CORPUS``, else ``../shared/corpus`` beside the repository (may not exist)."""
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     default = repo.parent / "shared" / "corpus"
     return Path(os.environ.get("DELTA_MIRROR_CORPUS") or default).resolve()
