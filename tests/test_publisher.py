@@ -90,7 +90,7 @@ def _publisher(store: SqlStore, **kwargs: Any) -> tuple[Publisher, list[_Recordi
 
     def open_location(location: str) -> ObjectStore:
         opened.append(_Recording(open_store(location), **kwargs))
-        return opened[-1]  # type: ignore[return-value]
+        return opened[-1]
 
     return Publisher(store, retry=NO_RETRY, open_location=open_location), opened
 
