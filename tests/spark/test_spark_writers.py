@@ -167,7 +167,9 @@ def test_spark_operations_are_commits_of_the_store_published_byte_for_byte(
     assert report.ok, report
 
 
-def test_deletion_vectors_written_by_spark_are_indexed_by_path_and_vector(spark: Any, tmp_path: Path) -> None:
+def test_deletion_vectors_and_restore_written_by_spark_are_versions_of_the_store(
+    spark: Any, tmp_path: Path
+) -> None:
     store_url, store = sqlite_store(tmp_path)
     root = tmp_path / "lake"
     location = root / "dv"
@@ -186,7 +188,16 @@ def test_deletion_vectors_written_by_spark_are_indexed_by_path_and_vector(spark:
     active = store.active_files(table.id, latest)
     assert {(f.path, bool(f.dv_id)) for f in active} == {(a["path"], True) for a in dv_adds}
     assert [r[0] for r in deltalake_rows(location)] == [i for i in range(1, 25) if i % 3]
-    assert Publisher(store).publish("dv").already_present == [0, 1, 2]
+
+    # RESTORE commits through Delta's large-commit path (commitLarge): a version of the store too
+    with commit_service(store_url, [root.as_uri()]) as svc, governed(spark, svc, spark_root(root)):
+        from delta.tables import DeltaTable
+
+        DeltaTable.forPath(spark, str(location)).restoreToVersion(1)
+    assert store.latest_version(table.id) == 3
+    assert operations(location)[3] == "RESTORE"
+    assert [r[0] for r in deltalake_rows(location)] == list(range(1, 25))
+    assert Publisher(store).publish("dv").already_present == [0, 1, 2, 3]
     assert validate_table(store, "dv").ok
 
 
