@@ -26,11 +26,9 @@ from delta_mirror.delta.last_checkpoint import LastCheckpoint
 from delta_mirror.delta.log_listing import CheckpointFiles, LogListing, list_log, sidecar_refs
 from delta_mirror.delta.protocol import (
     CATALOG_FEATURES,
-    COORDINATED_COMMITS_PREFIX,
     KNOWN_READER_FEATURES,
-    MAX_READER_VERSION,
-    MAX_WRITER_VERSION,
     CheckpointKind,
+    unsupported_reasons,
 )
 from delta_mirror.errors import (
     DataError,
@@ -410,51 +408,7 @@ def _other_files(listing: LogListing) -> list[str]:
 
 def check_supported(protocol: Mapping[str, Any], metadata: Mapping[str, Any] | None, *, table: str) -> None:
     """Refuse tables whose protocol we cannot carry unchanged, naming the feature (README, "Unsupported tables")."""
-    problems: list[str] = []
-    reader_features = protocol.get("readerFeatures")
-    writer_features = protocol.get("writerFeatures")
-    readers = [str(f) for f in reader_features] if isinstance(reader_features, list) else []
-    writers = [str(f) for f in writer_features] if isinstance(writer_features, list) else []
-    catalog = sorted({f for f in [*readers, *writers] if f in CATALOG_FEATURES})
-    if catalog:
-        problems.append(
-            f"it uses the {', '.join(catalog)} table feature (a catalog owns its commits; plain "
-            "filesystem readers cannot read it)"
-        )
-    configuration = (metadata or {}).get("configuration")
-    if isinstance(configuration, dict):
-        coordinated = sorted(k for k in configuration if str(k).startswith(COORDINATED_COMMITS_PREFIX))
-        if coordinated:
-            problems.append(f"it uses coordinated commits ({', '.join(coordinated)})")
-    unknown = [f for f in readers if f not in KNOWN_READER_FEATURES and f not in CATALOG_FEATURES]
-    if unknown:
-        problems.append(f"it requires unknown reader feature(s) {', '.join(repr(f) for f in unknown)}")
-    reader_version = protocol.get("minReaderVersion")
-    writer_version = protocol.get("minWriterVersion")
-    if not isinstance(reader_version, int) or isinstance(reader_version, bool):
-        problems.append(f"its protocol has an invalid minReaderVersion {reader_version!r}")
-    elif reader_version > MAX_READER_VERSION:
-        problems.append(
-            f"it requires minReaderVersion {reader_version} (at most {MAX_READER_VERSION} exists)"
-        )
-    elif reader_features is not None and reader_version != 3:
-        problems.append(
-            f"its protocol lists readerFeatures with minReaderVersion {reader_version} (must be 3)"
-        )
-    if not isinstance(writer_version, int) or isinstance(writer_version, bool):
-        problems.append(f"its protocol has an invalid minWriterVersion {writer_version!r}")
-    elif writer_version > MAX_WRITER_VERSION:
-        problems.append(
-            f"it requires minWriterVersion {writer_version} (at most {MAX_WRITER_VERSION} exists)"
-        )
-    elif writer_features is not None and writer_version != 7:
-        problems.append(
-            f"its protocol lists writerFeatures with minWriterVersion {writer_version} (must be 7)"
-        )
-    elif reader_version == 3 and writer_version != 7:
-        problems.append(
-            f"its protocol has minReaderVersion 3 with minWriterVersion {writer_version} (must be 7)"
-        )
+    problems = unsupported_reasons(protocol, metadata)
     if problems:
         raise UnsupportedTableError(
             "cannot import: " + "; ".join(problems),

@@ -102,6 +102,57 @@ def writer_features(protocol: Mapping[str, Any]) -> list[str]:
     return [str(f) for f in features] if isinstance(features, list) else []
 
 
+def unsupported_reasons(protocol: Mapping[str, Any], metadata: Mapping[str, Any] | None) -> list[str]:
+    """Why a table with this protocol (and metadata) cannot be carried unchanged under SQL
+    authority: catalog-owned commits, unknown reader features, impossible versions. Empty: fine."""
+    problems: list[str] = []
+    reader_features = protocol.get("readerFeatures")
+    writer_features = protocol.get("writerFeatures")
+    readers = [str(f) for f in reader_features] if isinstance(reader_features, list) else []
+    writers = [str(f) for f in writer_features] if isinstance(writer_features, list) else []
+    catalog = sorted({f for f in [*readers, *writers] if f in CATALOG_FEATURES})
+    if catalog:
+        problems.append(
+            f"it uses the {', '.join(catalog)} table feature (a catalog owns its commits; plain "
+            "filesystem readers cannot read it)"
+        )
+    configuration = (metadata or {}).get("configuration")
+    if isinstance(configuration, dict):
+        coordinated = sorted(k for k in configuration if str(k).startswith(COORDINATED_COMMITS_PREFIX))
+        if coordinated:
+            problems.append(f"it uses coordinated commits ({', '.join(coordinated)})")
+    unknown = [f for f in readers if f not in KNOWN_READER_FEATURES and f not in CATALOG_FEATURES]
+    if unknown:
+        problems.append(f"it requires unknown reader feature(s) {', '.join(repr(f) for f in unknown)}")
+    reader_version = protocol.get("minReaderVersion")
+    writer_version = protocol.get("minWriterVersion")
+    if not isinstance(reader_version, int) or isinstance(reader_version, bool):
+        problems.append(f"its protocol has an invalid minReaderVersion {reader_version!r}")
+    elif reader_version > MAX_READER_VERSION:
+        problems.append(
+            f"it requires minReaderVersion {reader_version} (at most {MAX_READER_VERSION} exists)"
+        )
+    elif reader_features is not None and reader_version != FEATURES_READER_VERSION:
+        problems.append(
+            f"its protocol lists readerFeatures with minReaderVersion {reader_version} (must be 3)"
+        )
+    if not isinstance(writer_version, int) or isinstance(writer_version, bool):
+        problems.append(f"its protocol has an invalid minWriterVersion {writer_version!r}")
+    elif writer_version > MAX_WRITER_VERSION:
+        problems.append(
+            f"it requires minWriterVersion {writer_version} (at most {MAX_WRITER_VERSION} exists)"
+        )
+    elif writer_features is not None and writer_version != FEATURES_WRITER_VERSION:
+        problems.append(
+            f"its protocol lists writerFeatures with minWriterVersion {writer_version} (must be 7)"
+        )
+    elif reader_version == 3 and writer_version != FEATURES_WRITER_VERSION:
+        problems.append(
+            f"its protocol has minReaderVersion 3 with minWriterVersion {writer_version} (must be 7)"
+        )
+    return problems
+
+
 class CheckpointKind(StrEnum):
     """The three checkpoint layouts (the values are the stored ``checkpoint_kind`` texts).
 
@@ -159,5 +210,6 @@ __all__ = [
     "parse_interval_ms",
     "property_duration_ms",
     "reader_features",
+    "unsupported_reasons",
     "writer_features",
 ]
