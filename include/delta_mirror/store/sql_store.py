@@ -9,9 +9,11 @@ Invariants kept here:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -38,6 +40,7 @@ from delta_mirror.errors import (
     CommitTooLargeError,
     DataError,
     InvalidActionError,
+    MirrorError,
     PermanentError,
     TableExistsError,
     TableHaltedError,
@@ -148,6 +151,77 @@ class CommitResult:
     existing: bool = False
 
 
+@dataclass(frozen=True)
+class _Verbatim:
+    """A verbatim commit, parsed and hashed once."""
+
+    location: str
+    version: int
+    data: bytes
+    lines: list[str]
+    actions: list[Action]
+    sha256: str
+    raw_ict: Any
+
+    @property
+    def ict(self) -> int | None:
+        return self.raw_ict if type(self.raw_ict) is int else None
+
+
+# Roots remembered by ``SqlStore.commit_verbatim`` (forgotten all at once past this many).
+_KNOWN_ROOTS = 4096
+
+# ``SqlStore._commit_verbatim_fast`` on PostgreSQL: every row of a verbatim commit in one statement
+# (one round trip, its own transaction). ``t`` yields the table only while it is as the caller last
+# saw it and ``v`` is its next version; each write hangs off the claimed ``dl_commits`` row ``c``.
+# The sub-statements share one snapshot: the UPDATE of superseded entries never sees the new rows.
+_PG_VERBATIM_COMMIT = """
+WITH t AS (
+    SELECT id FROM dl_tables
+    WHERE id = %(tid)s AND location = %(loc)s AND name = %(name)s AND first_version = %(fv)s
+      AND base_checkpoint_version IS NOT DISTINCT FROM %(bcv)s::bigint AND state <> 'HALTED'
+      AND COALESCE((SELECT max(version) + 1 FROM dl_commits WHERE table_id = %(tid)s), first_version)
+          = %(v)s::bigint
+), c AS (
+    INSERT INTO dl_commits
+        (table_id, version, committed_at, in_commit_timestamp, action_count, size_bytes, sha256, has_json,
+         source)
+    SELECT id, %(v)s::bigint, %(ts)s::bigint, %(ict)s::bigint, %(n)s::int, %(size)s::bigint, %(sha)s::text,
+        true, 'spark'
+    FROM t
+    RETURNING table_id
+), a AS (
+    INSERT INTO dl_actions (table_id, version, part, seq, action_type, payload)
+    SELECT c.table_id, %(v)s::bigint, %(part)s::smallint, x.seq, x.kind, x.payload
+    FROM c, unnest(%(a_seq)s::int[], %(a_kind)s::text[], %(a_payload)s::text[]) AS x(seq, kind, payload)
+), s AS (
+    UPDATE dl_files f SET remove_version = %(v)s::bigint
+    FROM c, unnest(%(f_path)s::text[], %(f_dv)s::text[]) AS x(path, dv_id)
+    WHERE %(v)s::bigint > 0 AND f.table_id = c.table_id AND f.path = x.path AND f.dv_id = x.dv_id
+      AND f.remove_version IS NULL
+), f AS (
+    INSERT INTO dl_files (table_id, path, dv_id, add_version, add_part, add_seq, size, partition_values)
+    SELECT c.table_id, x.path, x.dv_id, %(v)s::bigint, %(part)s::smallint, x.seq, x.size, x.pv
+    FROM c, unnest(%(f_path)s::text[], %(f_dv)s::text[], %(f_seq)s::int[], %(f_size)s::bigint[],
+                   %(f_pv)s::text[]) AS x(path, dv_id, seq, size, pv)
+), m AS (
+    INSERT INTO dl_mirror_status (table_id, version, artifact, state, attempts, enqueued_at)
+    SELECT table_id, %(v)s::bigint, 'json', 'PENDING', 0, %(ts)s::bigint FROM c
+)
+SELECT count(*) FROM c
+"""
+
+# The same claim on SQLite (the other rows follow in the same transaction).
+_SQLITE_VERBATIM_CLAIM = """
+INSERT INTO dl_commits
+    (table_id, version, committed_at, in_commit_timestamp, action_count, size_bytes, sha256, has_json, source)
+SELECT id, :v, :ts, :ict, :n, :size, :sha, 1, 'spark' FROM dl_tables
+WHERE id = :tid AND location = :loc AND name = :name AND first_version = :fv
+  AND base_checkpoint_version IS :bcv AND state <> 'HALTED'
+  AND COALESCE((SELECT max(version) + 1 FROM dl_commits WHERE table_id = :tid), first_version) = :v
+"""
+
+
 def default_table_name(location: str) -> str:
     """The name a table created from its root gets: the root's last path segment, made a valid name."""
     from urllib.parse import unquote, urlparse
@@ -213,6 +287,12 @@ class SqlStore:
         self.url = resolve_store_url(url)
         self.engine = db.make_engine(self.url)
         self.reader = db.reader(self.engine)  # read-only transactions (never block writers on SQLite)
+        # Verbatim commits (see ``_commit_verbatim_fast``): the tables last seen at each root, a hint
+        # that the commit statement itself re-checks, and on SQLite one writer at a time per process
+        # (queued on a lock here rather than polling SQLite's busy timeout).
+        self._verbatim_tables: dict[str, TableInfo] = {}
+        self._sqlite_writes = threading.Lock() if self.engine.dialect.name == "sqlite" else None
+        self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
 
     @property
     def display_url(self) -> str:
@@ -498,12 +578,41 @@ class SqlStore:
         refuses (``TableHaltedError``). With ``create_name``, version 0 of an unknown location
         creates the table in the same transaction, named ``create_name``, or ``create_name-<first 8
         hex digits of SHA-256(location)>`` when that name is taken.
+
+        The common commit (a table seen before at this root, the next version, no remove and no
+        protocol change) takes ``_commit_verbatim_fast``: one statement on PostgreSQL. Anything
+        else, or anything that statement finds changed, takes the transaction path below, which
+        decides every refusal in its usual order.
         """
         label = create_name or location
         lines, actions = split_commit(data, table=label, version=version)
         _check_commit_size(label, version, len(actions), len(data))
-        digest = hashlib.sha256(data).hexdigest()
-        ict = next((body for kind, body in actions if kind == "commitInfo"), {}).get("inCommitTimestamp")
+        commit = _Verbatim(
+            location,
+            version,
+            data,
+            lines,
+            actions,
+            hashlib.sha256(data).hexdigest(),
+            next((body for kind, body in actions if kind == "commitInfo"), {}).get("inCommitTimestamp"),
+        )
+        try:
+            with self._sqlite_writes or contextlib.nullcontext():
+                known = self._verbatim_tables.get(location)
+                if known is not None and self._fast_path_applies(known, commit):
+                    done = self._commit_verbatim_fast(known, commit)
+                    if done is not None:
+                        return done
+                return self._commit_verbatim_in_transaction(commit, create_name)
+        except CommitConflictError:
+            # A racing retry of the same bytes may have won: that is this commit, already done.
+            existing = self._existing_commit(location, version)
+            if existing is not None and existing.sha256 == commit.sha256 and existing.size == len(data):
+                return existing
+            raise
+
+    def _commit_verbatim_in_transaction(self, commit: _Verbatim, create_name: str | None) -> CommitResult:
+        location, version, data, actions = commit.location, commit.version, commit.data, commit.actions
         try:
             with (
                 db.translated(self.url, f"committing to the table at {location}"),
@@ -518,8 +627,8 @@ class SqlStore:
                     "spark",
                     action_count=len(actions),
                     size=len(data),
-                    sha256=digest,
-                    in_commit_timestamp=ict if type(ict) is int else None,
+                    sha256=commit.sha256,
+                    in_commit_timestamp=commit.ict,
                 )
                 self._check_commit_rules(conn, table, version, actions)
                 self._write_actions(
@@ -531,16 +640,132 @@ class SqlStore:
                     strict=True,
                     table_name=table.name,
                     location=table.location,
-                    lines=lines,
+                    lines=commit.lines,
                 )
                 _enqueue_json(conn, table.id, version, ts)
-                return CommitResult(table.name, version, digest, len(data))
-        except CommitConflictError:
-            # A racing retry of the same bytes may have won: that is this commit, already done.
-            existing = self._existing_commit(location, version)
-            if existing is not None and existing.sha256 == digest and existing.size == len(data):
-                return existing
+        except TableNotFoundError:
+            self._verbatim_tables.pop(location, None)
             raise
+        if len(self._verbatim_tables) >= _KNOWN_ROOTS:
+            self._verbatim_tables.clear()
+        self._verbatim_tables[location] = table
+        return CommitResult(table.name, version, commit.sha256, len(data))
+
+    def _fast_path_applies(self, table: TableInfo, commit: _Verbatim) -> bool:
+        """No rule that reads the store (removes, a protocol after the first version), and every
+        other rule passes for the table as last seen (the statement checks it still is)."""
+        version = commit.version
+        if any(
+            k == "remove" or (k == "protocol" and version > table.first_version) for k, _ in commit.actions
+        ):
+            return False
+        try:
+            self._check_commit_rules(None, table, version, commit.actions)
+        except MirrorError:
+            return False  # refused by the transaction path, in the order it decides refusals
+        return True
+
+    def _commit_verbatim_fast(self, table: TableInfo, commit: _Verbatim) -> CommitResult | None:
+        """Claim the version and write the commit in one statement (PostgreSQL; on SQLite one short
+        transaction), valid only while the table is still ``table`` (same id, name, root, first
+        version and base checkpoint, not halted) and ``commit.version`` is its next version; else
+        nothing is written and None tells the caller to take the transaction path.
+
+        The same rows as the transaction path: the ``dl_commits`` row (whose primary key decides a
+        race: ``CommitConflictError``), the actions, the file index (a re-added (path, deletion
+        vector) supersedes the active entry), the ``PENDING`` status row.
+        """
+        version = commit.version
+        adds, _ = _file_rows(table.id, version, PART_COMMIT, commit.actions)
+        params: dict[str, Any] = {
+            "tid": table.id,
+            "loc": table.location,
+            "name": table.name,
+            "fv": table.first_version,
+            "bcv": table.base_checkpoint_version,
+            "v": version,
+            "ts": now_ms(),
+            "ict": commit.ict,
+            "n": len(commit.actions),
+            "size": len(commit.data),
+            "sha": commit.sha256,
+            "part": PART_COMMIT,
+        }
+        with db.translated(self.url, f"committing to the table at {table.location}"):
+            try:
+                if self._sqlite_writes is None:
+                    params.update(
+                        a_seq=list(range(len(commit.actions))),
+                        a_kind=[k for k, _ in commit.actions],
+                        a_payload=list(commit.lines),
+                        f_path=[a["path"] for a in adds],
+                        f_dv=[a["dv_id"] for a in adds],
+                        f_seq=[a["add_seq"] for a in adds],
+                        f_size=[a["size"] for a in adds],
+                        f_pv=[a["partition_values"] for a in adds],
+                    )
+                    with self._autocommit.connect() as conn:
+                        claimed = conn.exec_driver_sql(_PG_VERBATIM_COMMIT, params).scalar()
+                else:
+                    claimed = self._commit_verbatim_sqlite(params, commit, adds)
+            except IntegrityError as exc:  # here, not in ``translated``: a lost race is no database error
+                if not db.is_unique_violation(exc):
+                    raise
+                raise CommitConflictError(
+                    "another writer committed this version first",
+                    table=table.name,
+                    version=version,
+                    hint="re-read the table and retry the commit on the new latest version",
+                ) from None
+        if not claimed:
+            return None
+        return CommitResult(table.name, version, commit.sha256, len(commit.data))
+
+    def _commit_verbatim_sqlite(
+        self, params: dict[str, Any], commit: _Verbatim, adds: list[dict[str, Any]]
+    ) -> bool:
+        with self.engine.begin() as conn:
+            if conn.exec_driver_sql(_SQLITE_VERBATIM_CLAIM, params).rowcount != 1:
+                return False
+            tid, version = params["tid"], params["v"]
+            conn.exec_driver_sql(
+                "INSERT INTO dl_actions (table_id, version, part, seq, action_type, payload)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (tid, version, PART_COMMIT, seq, kind, line)
+                    for seq, ((kind, _), line) in enumerate(zip(commit.actions, commit.lines, strict=True))
+                ],
+            )
+            if adds and version > 0:
+                conn.exec_driver_sql(
+                    "UPDATE dl_files SET remove_version = ? WHERE table_id = ? AND path = ? AND dv_id = ?"
+                    " AND remove_version IS NULL",
+                    [(version, tid, a["path"], a["dv_id"]) for a in adds],
+                )
+            if adds:
+                conn.exec_driver_sql(
+                    "INSERT INTO dl_files (table_id, path, dv_id, add_version, add_part, add_seq, size,"
+                    " partition_values) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (
+                            tid,
+                            a["path"],
+                            a["dv_id"],
+                            version,
+                            PART_COMMIT,
+                            a["add_seq"],
+                            a["size"],
+                            a["partition_values"],
+                        )
+                        for a in adds
+                    ],
+                )
+            conn.exec_driver_sql(
+                "INSERT INTO dl_mirror_status (table_id, version, artifact, state, attempts, enqueued_at)"
+                " VALUES (?, ?, 'json', 'PENDING', 0, ?)",
+                (tid, version, params["ts"]),
+            )
+            return True
 
     def _verbatim_table(
         self, conn: Connection, location: str, version: int, create_name: str | None
@@ -715,14 +940,15 @@ class SqlStore:
         return [(kind, spark_ordered(kind, body)) for kind, body in actions]
 
     def _check_commit_rules(
-        self, conn: Connection, table: TableInfo, version: int, actions: Sequence[Action]
+        self, conn: Connection | None, table: TableInfo, version: int, actions: Sequence[Action]
     ) -> None:
         """Every writer's commit obeys these (native and verbatim alike); nothing is changed here.
 
         Each action passes ``validate_action`` (paths inside the root); at most one metaData,
         protocol and commitInfo, each file added or removed once; a table's first commit has
         protocol and metaData; no refused feature or ``delta.coordinatedCommits.*`` property; no
-        protocol downgrade; removes name active (path, deletion vector) files.
+        protocol downgrade; removes name active (path, deletion vector) files. Only the last two read
+        the store (``conn``): without one, a commit that needs them is a caller's bug.
         """
         name = table.name
         counts: dict[str, int] = {}
@@ -759,6 +985,7 @@ class SqlStore:
                     )
         for kind, body in actions:
             if kind == "protocol" and version > table.first_version:
+                assert conn is not None
                 self._check_no_downgrade(conn, table, version, body, actions)
             if kind == "protocol":
                 features = set(body.get("readerFeatures") or []) | set(body.get("writerFeatures") or [])
@@ -781,6 +1008,7 @@ class SqlStore:
                         )
         removes = [(b["path"], dv_id(b.get("deletionVector"))) for k, b in actions if k == "remove"]
         if removes:
+            assert conn is not None
             active = self._active_keys(conn, table.id, [p for p, _ in removes])
             for path, dv in removes:
                 if (path, dv) not in active:
