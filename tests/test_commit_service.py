@@ -373,6 +373,49 @@ def test_serve_refuses_to_start_without_a_token_unless_no_auth(store: SqlStore) 
     assert out.stderr.count("\n") == 1 and TOKEN_ENV in out.stderr and "--no-auth" in out.stderr
 
 
+def test_several_worker_processes_share_one_store_and_log_no_request_lines(
+    store: SqlStore, lake: Path, tmp_path: Path
+) -> None:
+    """``--workers 3``: racing writers through any of the processes land on contiguous versions, each
+    exactly once; without ``--access-log`` no line per request is logged (and never the token)."""
+    svc = Service(store.url, [f"file:{lake}/"], extra_args=["--workers", "3"], log_path=tmp_path / "w.log")
+    svc.start()
+    try:
+        root = hadoop_root(lake / "t")
+        assert svc.post(root, 0, V0).status == 201
+        outcomes: list[tuple[int, int]] = []
+
+        def writer(w: int) -> None:
+            conn = http.client.HTTPConnection("127.0.0.1", svc.port, timeout=load_scaled(30))
+            version = 1
+            try:
+                for n in range(8):
+                    while True:  # as Delta does after a 409: the next version
+                        answer = svc.post(root, version, commit_file(add(f"w{w}-{n}.parquet")), conn=conn)
+                        if answer.status != 409:
+                            break
+                        version += 1
+                    outcomes.append((answer.status, version))
+                    version += 1
+            finally:
+                conn.close()
+
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(load_scaled(120))
+        assert sorted(outcomes) == [(201, v) for v in range(1, 33)]
+        table = store.table_at(normalize_commit_root(root))
+        assert store.latest_version(table.id) == 32
+        assert len(store.active_files(table.id, 32)) == 33
+    finally:
+        svc.stop()
+    log = svc.log()
+    assert "3 worker processes" in log and svc.token not in log
+    assert "POST /v1/commits" not in log
+
+
 def test_roots_are_normalised_as_hadoop_and_s3_spell_them() -> None:
     assert normalize_commit_root("file:/data/sales") == "file:///data/sales"
     assert normalize_commit_root("file:///data/sales/") == "file:///data/sales"

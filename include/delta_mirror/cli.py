@@ -559,10 +559,25 @@ ALLOW_ROOTS_ENV = "DELTA_MIRROR_COMMIT_ALLOW_ROOTS"
 @click.option(
     "--no-auth", is_flag=True, help=f"Start even without ${TOKEN_ENV}, unauthenticated (local tests only)."
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Service processes sharing the port (the service is stateless: the store decides races).",
+)
+@click.option("--access-log", is_flag=True, help="Log one line per request (off: it costs CPU per commit).")
 @store_option
 @click.pass_obj
 def serve(
-    ctx: Ctx, host: str, port: int, allow_roots: tuple[str, ...], max_body_bytes: int, no_auth: bool
+    ctx: Ctx,
+    host: str,
+    port: int,
+    allow_roots: tuple[str, ...],
+    max_body_bytes: int,
+    no_auth: bool,
+    workers: int,
+    access_log: bool,
 ) -> None:
     """Run the commit service (docs/commit-service.md): writers POST their exact commit bytes."""
     import os
@@ -581,7 +596,7 @@ def serve(
     with _errors(ctx):
         import uvicorn
 
-        from delta_mirror.commit_service import create_app
+        from delta_mirror.commit_service import SERVE_SETTINGS_ENV, create_app
 
         store = ctx.store(initialised=False)
         try:
@@ -594,10 +609,35 @@ def serve(
         click.echo(
             f"commit service on http://{host}:{port} for the store {store.display_url}"
             f" (tables may be created under: {', '.join(app.state.service.allowed_roots) or 'no root'};"
-            f" authentication {'on' if token else 'OFF'})",
+            f" authentication {'on' if token else 'OFF'}"
+            + (f"; {workers} worker processes" if workers > 1 else "")
+            + ")",
             err=True,
         )
-        uvicorn.run(app, host=host, port=port, log_level="debug" if ctx.debug else "info", lifespan="on")
+        options: dict[str, Any] = {
+            "host": host,
+            "port": port,
+            "log_level": "debug" if ctx.debug else "info",
+            "access_log": access_log,
+            "lifespan": "on",
+        }
+        if workers == 1:
+            uvicorn.run(app, **options)
+            return
+        # Each worker builds its own app and store (a uvicorn factory) from these settings.
+        store.close()
+        os.environ[SERVE_SETTINGS_ENV] = json.dumps(
+            {
+                "store": store.url,
+                "auth": token is not None,
+                "allowed_roots": roots,
+                "max_body_bytes": max_body_bytes,
+                "debug": ctx.debug,
+            }
+        )
+        uvicorn.run(
+            "delta_mirror.commit_service:app_from_environment", factory=True, workers=workers, **options
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

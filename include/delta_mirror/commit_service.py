@@ -40,9 +40,15 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 64 << 20
 RETRY_AFTER_SECONDS = 1
-# Store calls in flight at once: within the PostgreSQL pool (5 + 10 overflow), so none waits for a
-# connection; more requests queue here without holding a thread.
+# Store calls in flight at once, at most: no more than the store's connection pool keeps open
+# (``_store_threads``), so no call waits for a connection and none opens and closes an overflow
+# connection per request; more requests queue here without holding a thread.
 STORE_THREADS = 12
+# ``delta-mirror serve --workers N``: the settings each worker process builds its app from (JSON in
+# the workers' inherited environment, as private as the service's own; the token is not in it, the
+# workers read DELTA_MIRROR_COMMIT_TOKEN as the service does).
+SERVE_SETTINGS_ENV = "DELTA_MIRROR_SERVE_SETTINGS"
+TOKEN_ENV = "DELTA_MIRROR_COMMIT_TOKEN"
 T = TypeVar("T")
 
 
@@ -107,7 +113,7 @@ class CommitService:
         self._token = token.encode("utf-8") if token else None
         self.allowed_roots = tuple(normalize_commit_root(r) for r in allowed_roots)
         self.max_body_bytes = max_body_bytes
-        self._limiter = anyio.CapacityLimiter(STORE_THREADS)
+        self._limiter = anyio.CapacityLimiter(_store_threads(store))
 
     async def _run(self, fn: Callable[[], T]) -> T:
         return await anyio.to_thread.run_sync(fn, limiter=self._limiter)
@@ -137,24 +143,26 @@ class CommitService:
     def allowed(self, root: str) -> bool:
         return any(root == p or root.startswith(p.rstrip("/") + "/") for p in self.allowed_roots)
 
-    async def body(self, request: Request, version: int) -> bytes:
-        """The request body, refused (413) as soon as it passes the limit, whatever the header says."""
-        too_large = CommitTooLargeError(
+    def _too_large(self, version: int) -> CommitTooLargeError:
+        return CommitTooLargeError(
             f"the request body is over the service's limit of {self.max_body_bytes:,} bytes",
             version=version,
             hint="raise `delta-mirror serve --max-body-bytes`, or commit less at once",
         )
+
+    async def body(self, request: Request, version: int) -> bytes:
+        """The request body, refused (413) as soon as it passes the limit, whatever the header says."""
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.max_body_bytes:
-            raise too_large
+            raise self._too_large(version)
         chunks: list[bytes] = []
         size = 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > self.max_body_bytes:
-                raise too_large
+                raise self._too_large(version)
             chunks.append(chunk)
-        return b"".join(chunks)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     # -- routes -----------------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
@@ -232,6 +240,12 @@ class CommitService:
         return JSONResponse(body, 200 if result.existing else 201)
 
 
+def _store_threads(store: SqlStore) -> int:
+    """``STORE_THREADS``, or fewer when the store's pool keeps fewer connections open."""
+    size = getattr(store.engine.pool, "size", None)
+    return max(1, min(STORE_THREADS, size())) if callable(size) else STORE_THREADS
+
+
 def _handled(route: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         try:
@@ -292,6 +306,25 @@ def create_app(
     return app
 
 
+def app_from_environment() -> Starlette:
+    """The app of one ``delta-mirror serve --workers N`` worker process (a uvicorn factory): the
+    settings from ``SERVE_SETTINGS_ENV``, the token from ``DELTA_MIRROR_COMMIT_TOKEN``."""
+    import json
+    import os
+
+    settings = json.loads(os.environ[SERVE_SETTINGS_ENV])
+    logging.basicConfig(  # as the CLI configures the parent process
+        level=logging.DEBUG if settings.get("debug") else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    return create_app(
+        settings["store"],
+        token=(os.environ.get(TOKEN_ENV) or None) if settings["auth"] else None,
+        allowed_roots=settings["allowed_roots"],
+        max_body_bytes=settings["max_body_bytes"],
+    )
+
+
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "ERROR_STATUS",
@@ -300,6 +333,7 @@ __all__ = [
     "NotCommittedError",
     "RootNotAllowedError",
     "UnauthorizedError",
+    "app_from_environment",
     "create_app",
     "error_response",
 ]
