@@ -1,6 +1,6 @@
 """Figure ``commit_service``: throughput and latency of ``delta-mirror serve`` under concurrent writers.
 
-A real ``delta-mirror serve`` process (uvicorn, one process) over PostgreSQL (the tests' throwaway
+A real ``delta-mirror serve`` process (uvicorn, one process unless ``--workers N``) over PostgreSQL (the tests' throwaway
 server, as the other figures) and over SQLite. ``CLIENTS`` threads, each with one keep-alive HTTP
 connection, POST small commits (``commitInfo`` + one ``add``, about 400 bytes: what a Delta-Spark
 append of one file looks like) to ``TABLES`` tables; each client owns ``TABLES / CLIENTS`` tables
@@ -8,7 +8,7 @@ and commits to them in turn, so every POST is a fresh version (201), never a con
 are created with their version 0 first (not timed). Measured: commits per second over the wall
 time of the whole run, and the latency of each POST (p50 / p99), as the client sees it.
 
-Standalone: ``.venv/bin/python benchmarks/commit_service.py [--quick]`` (prints JSON).
+Standalone: ``.venv/bin/python benchmarks/commit_service.py [--quick] [--workers N]`` (prints JSON).
 """
 
 from __future__ import annotations
@@ -102,11 +102,12 @@ def _free_port() -> int:
 
 
 class _Serve:
-    def __init__(self, store_url: str, lake: Path, log_path: Path) -> None:
+    def __init__(self, store_url: str, lake: Path, log_path: Path, workers: int = 1) -> None:
         self.token = uuid.uuid4().hex
         self.port = _free_port()
         cli = str(Path(sys.executable).parent / "delta-mirror")
         args = [cli, "--store", store_url, "serve", "--port", str(self.port), "--allow-root", f"file:{lake}/"]
+        args += ["--workers", str(workers)]
         self.log_path = log_path
         with log_path.open("ab") as log:
             env = {**os.environ, "DELTA_MIRROR_COMMIT_TOKEN": self.token}
@@ -146,7 +147,9 @@ class _Serve:
                 self.proc.wait(30)
 
 
-def measure(store_url: str, work: Path, total: int, log: Callable[[str], None]) -> dict[str, Any]:
+def measure(
+    store_url: str, work: Path, total: int, log: Callable[[str], None], workers: int = 1
+) -> dict[str, Any]:
     """One run: init the store, start the service, create the tables, then the timed POSTs."""
     sys.path.insert(0, str(REPO / "include"))
     from delta_mirror.store import SqlStore
@@ -156,7 +159,7 @@ def measure(store_url: str, work: Path, total: int, log: Callable[[str], None]) 
     store.close()
     lake = work / "lake"
     lake.mkdir(parents=True, exist_ok=True)
-    service = _Serve(store_url, lake, work / "serve.log")
+    service = _Serve(store_url, lake, work / "serve.log", workers)
     try:
         roots = [urllib.parse.quote(f"file:{lake}/t{i:02d}", safe="") for i in range(TABLES)]
         for root in roots:
@@ -191,16 +194,21 @@ def measure(store_url: str, work: Path, total: int, log: Callable[[str], None]) 
         import psutil
 
         serve = psutil.Process(service.proc.pid)
+
+        def service_cpu() -> float:  # the service process and its workers
+            procs = [serve, *serve.children(recursive=True)]
+            return sum(sum(p.cpu_times()[:2]) for p in procs)
+
         threads = [threading.Thread(target=client, args=(c,)) for c in range(CLIENTS)]
         for t in threads:
             t.start()
         barrier.wait()
-        cpu0, own0 = serve.cpu_times(), psutil.Process().cpu_times()
+        cpu0, own0 = service_cpu(), psutil.Process().cpu_times()
         started = time.perf_counter()
         for t in threads:
             t.join()
         wall = time.perf_counter() - started
-        cpu1, own1 = serve.cpu_times(), psutil.Process().cpu_times()
+        cpu1, own1 = service_cpu(), psutil.Process().cpu_times()
         load = os.getloadavg()[0]
     finally:
         service.stop()
@@ -211,6 +219,7 @@ def measure(store_url: str, work: Path, total: int, log: Callable[[str], None]) 
         return round(flat[min(done - 1, int(p * done))] * 1000, 2) if flat else float("nan")
 
     result = {
+        "workers": workers,
         "clients": CLIENTS,
         "tables": TABLES,
         "commits": done,
@@ -222,7 +231,7 @@ def measure(store_url: str, work: Path, total: int, log: Callable[[str], None]) 
         "mean_ms": round(statistics.fmean(flat) * 1000, 2) if flat else None,
         "failures": failures[:5],
         # CPU time per commit of the service process and of the clients (load-independent-ish)
-        "service_cpu_ms_per_commit": round((sum(cpu1[:2]) - sum(cpu0[:2])) / max(done, 1) * 1000, 3),
+        "service_cpu_ms_per_commit": round((cpu1 - cpu0) / max(done, 1) * 1000, 3),
         "client_cpu_ms_per_commit": round((sum(own1[:2]) - sum(own0[:2])) / max(done, 1) * 1000, 3),
         "loadavg_1m_at_end": round(load, 2),
     }
@@ -233,19 +242,21 @@ def measure(store_url: str, work: Path, total: int, log: Callable[[str], None]) 
 def figure(bench: Any, log: Callable[[str], None]) -> dict[str, Any]:
     """Both stores; targets on PostgreSQL (``bench`` from run.py: ``new_db()``, ``tmp``, ``opts``)."""
     total = COMMITS[1] if bench.opts.quick else COMMITS[0]
+    workers = getattr(bench.opts, "workers", 1)
     out: dict[str, Any] = {
         "method": f"{CLIENTS} client threads with keep-alive connections POST 1-add commits to {TABLES} "
-        "tables (each client owns 2 tables: no conflicts) through one `delta-mirror serve` process; "
+        "tables (each client owns 2 tables: no conflicts) through `delta-mirror serve` "
+        f"({'one process' if workers == 1 else f'--workers {workers}'}); "
         "commits_per_s = POSTs / wall time of the run, latency per POST as the client sees it; clients "
         "and service share the machine",
         "payload_bytes": len(_commit(1, "part-0-000000.snappy.parquet")),
     }
     log("commit_service: PostgreSQL")
-    out["postgres"] = measure(bench.new_db(), bench.tmp / "commit-service-pg", total, log)
+    out["postgres"] = measure(bench.new_db(), bench.tmp / "commit-service-pg", total, log, workers)
     log("commit_service: SQLite")
     sqlite_dir = bench.tmp / "commit-service-sqlite"
     sqlite_dir.mkdir(parents=True, exist_ok=True)
-    out["sqlite"] = measure(f"sqlite:///{sqlite_dir / 'store.db'}", sqlite_dir, total, log)
+    out["sqlite"] = measure(f"sqlite:///{sqlite_dir / 'store.db'}", sqlite_dir, total, log, workers)
     pg = out["postgres"]
     out["targets"] = {
         "pg_commits_per_s_ge_300": bool(
@@ -264,6 +275,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--workers", type=int, default=1, help="delta-mirror serve --workers N")
     opts = parser.parse_args()
     sys.path.insert(0, str(REPO / "tests"))
     from services import PgServer
