@@ -68,6 +68,16 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _version_taken(table: str, version: int | None) -> CommitConflictError:
+    """The loser of a race for a version (the ``dl_commits`` primary key decided it)."""
+    return CommitConflictError(
+        "another writer committed this version first",
+        table=table,
+        version=version,
+        hint="re-read the table and retry the commit on the new latest version",
+    )
+
+
 def check_table_name(name: str) -> None:
     if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
         raise PermanentError(
@@ -517,12 +527,7 @@ class SqlStore:
                     return self._commit(conn, table, actions, expected_version, operation)
             except IntegrityError as exc:
                 if db.is_unique_violation(exc):
-                    raise CommitConflictError(
-                        "another writer committed this version first",
-                        table=name,
-                        version=expected_version,
-                        hint="re-read the table and retry the commit on the new latest version",
-                    ) from None
+                    raise _version_taken(name, expected_version) from None
                 raise
 
     def _create_in(
@@ -711,12 +716,7 @@ class SqlStore:
             except IntegrityError as exc:  # here, not in ``translated``: a lost race is no database error
                 if not db.is_unique_violation(exc):
                     raise
-                raise CommitConflictError(
-                    "another writer committed this version first",
-                    table=table.name,
-                    version=version,
-                    hint="re-read the table and retry the commit on the new latest version",
-                ) from None
+                raise _version_taken(table.name, version) from None
         if not claimed:
             return None
         return CommitResult(table.name, version, commit.sha256, len(commit.data))
@@ -924,12 +924,7 @@ class SqlStore:
         except IntegrityError as exc:
             if not db.is_unique_violation(exc):
                 raise
-            raise CommitConflictError(
-                "another writer committed this version first",
-                table=table.name,
-                version=version,
-                hint="re-read the table and retry the commit on the new latest version",
-            ) from None
+            raise _version_taken(table.name, version) from None
         return ts
 
     def _validate_native(
