@@ -54,7 +54,7 @@ LOCAL_ENV := AIRFLOW_HOME=$(CURDIR)/.airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR
 	DELTA_MIRROR_CONFIG=$(CURDIR)/config/delta_mirror.yaml PATH=$(CURDIR)/$(VENV)/bin:$$PATH
 
 demo: venv
-	$(LOCAL_ENV) $(PY) -m delta_mirror.demo prepare airflow show
+	$(LOCAL_ENV) $(PY) -m delta_mirror.dev.demo prepare airflow show
 
 # The Airflow UI with the project's DAGs (http://localhost:8080; the admin password is printed).
 airflow: venv

@@ -260,7 +260,7 @@ def p_disable_auto_checkpoint(a: dict[str, Any]) -> Callable[[], dict[str, Any]]
 
 @piece("publish_ours")
 def p_publish_ours(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
-    from delta_mirror.publisher import Publisher
+    from delta_mirror.jobs.publisher import Publisher
 
     store = _open_store(a["url"])
     store.get_table(a["name"])  # warm the engine (dialect init, first connection)
@@ -278,7 +278,7 @@ def p_publish_ours(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
 
 @piece("import")
 def p_import(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
-    from delta_mirror.importer import import_table
+    from delta_mirror.jobs.importer import import_table
 
     store = _open_store(a["url"], init=True)
     store.list_tables()
@@ -297,7 +297,7 @@ def p_import(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
 
 @piece("checkpoint_ours")
 def p_checkpoint_ours(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
-    from delta_mirror.publisher import Publisher
+    from delta_mirror.jobs.publisher import Publisher
 
     store = _open_store(a["url"])
     store.get_table(a["name"])  # warm the engine

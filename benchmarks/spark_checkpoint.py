@@ -92,8 +92,8 @@ def p_setup(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
     """Create the table, generate ``versions`` x ``per_version`` adds with bulk SQL, publish them."""
     from sqlalchemy import text
 
-    from delta_mirror.actions import canonical_line, spark_ordered
-    from delta_mirror.publisher import Publisher
+    from delta_mirror.delta.actions import canonical_line, spark_ordered
+    from delta_mirror.jobs.publisher import Publisher
     from delta_mirror.store.sql_store import SqlStore, now_ms
 
     store = SqlStore(a["url"])
@@ -173,7 +173,7 @@ def p_setup(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
 
 
 def p_local(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
-    from delta_mirror.publisher import Publisher
+    from delta_mirror.jobs.publisher import Publisher
     from delta_mirror.store.sql_store import SqlStore
 
     tree = TreeRss()
@@ -197,7 +197,7 @@ def _spark(tree: TreeRss) -> tuple[Any, float]:
 
 
 def p_spark(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
-    from delta_mirror.publisher import Publisher
+    from delta_mirror.jobs.publisher import Publisher
     from delta_mirror.spark.checkpoint_engine import SparkCheckpointEngine
     from delta_mirror.store.sql_store import SqlStore
 

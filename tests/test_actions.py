@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from support.builders import add_body, metadata_body
 
-from delta_mirror.actions import (
+from delta_mirror.delta.actions import (
     KNOWN_ACTIONS,
     SPARK_KEY_ORDER,
     canonical_line,

@@ -26,11 +26,11 @@ from sqlalchemy import MetaData, select, text
 from support.builders import add_body, metadata_body, protocol_body
 from support.cli import assert_one_error_line, clean_env, executable
 
-from delta_mirror.actions import parse_actions
 from delta_mirror.cli import cli
+from delta_mirror.delta.actions import parse_actions
+from delta_mirror.delta.log_path import LOG_DIR, commit_name
 from delta_mirror.errors import ErrorClass, MirrorError
-from delta_mirror.log_path import LOG_DIR, commit_name
-from delta_mirror.publisher import Publisher
+from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.store import SqlStore
 
 PROTOCOL: dict[str, Any] = protocol_body()

@@ -8,7 +8,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from delta_mirror.breaker import (
+from delta_mirror.dev.datafiles import create_table_actions
+from delta_mirror.errors import TransientError
+from delta_mirror.health.breaker import (
     CLOSED,
     HALF_OPEN,
     OPEN,
@@ -17,10 +19,8 @@ from delta_mirror.breaker import (
     CircuitOpenError,
     table_key,
 )
-from delta_mirror.datafiles import create_table_actions
-from delta_mirror.errors import TransientError
-from delta_mirror.publisher import Publisher, RetryPolicy
-from delta_mirror.status import table_status
+from delta_mirror.health.status import table_status
+from delta_mirror.jobs.publisher import Publisher, RetryPolicy
 from delta_mirror.store import SqlStore
 
 SCHEMA = pa.schema([("id", pa.int64())])
@@ -93,7 +93,7 @@ def test_a_failed_probe_while_half_open_opens_the_breaker_again(store_url: str) 
 
 
 def test_an_open_breaker_makes_health_fail(store_url: str) -> None:
-    from delta_mirror.monitoring import judge
+    from delta_mirror.health.monitoring import judge
 
     store = _store_with_table(store_url, "s3://bucket/t")
     CircuitBreakers(store, BreakerPolicy(threshold=1)).record_failure(table_key("t"), "503 SlowDown")

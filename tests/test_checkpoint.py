@@ -1,4 +1,4 @@
-"""Checkpoints built by delta_mirror.checkpoint must be read by deltalake exactly like the log they replace.
+"""Checkpoints built by delta_mirror.delta.checkpoint must be read by deltalake exactly like the log they replace.
 
 Each round trip: take a real table, reconcile its JSON commits into a CheckpointInput, build the
 checkpoint, publish it into a *copy* of the table with every JSON commit at or before the
@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import CommitProperties, DeltaTable, QueryBuilder, TableFeatures, Transaction, write_deltalake
 
-from delta_mirror.checkpoint import (
+from delta_mirror.delta.checkpoint import (
     CHECKPOINT_SCHEMA,
     SIDECAR_SCHEMA,
     V2_CHECKPOINT_SCHEMA,
@@ -30,9 +30,9 @@ from delta_mirror.checkpoint import (
     build_checkpoint,
     spark_hash_partition,
 )
-from delta_mirror.checkpoint import file_actions as ck
+from delta_mirror.delta.checkpoint import file_actions as ck
+from delta_mirror.delta.log_path import LogFileKind, parse_log_file
 from delta_mirror.errors import InvalidActionError, PermanentError
-from delta_mirror.log_path import LogFileKind, parse_log_file
 
 V2_PROTOCOL = (
     '{"protocol":{"minReaderVersion":3,"minWriterVersion":7,'

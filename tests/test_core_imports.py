@@ -25,7 +25,7 @@ def test_every_core_module_imports_without_pulling_in_airflow() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
-    assert "delta_mirror.publisher" in CORE_MODULES and "delta_mirror.store.sql_store" in CORE_MODULES
+    assert "delta_mirror.jobs.publisher" in CORE_MODULES and "delta_mirror.store.sql_store" in CORE_MODULES
 
 
 def test_core_modules_declare_their_public_names() -> None:
@@ -33,8 +33,22 @@ def test_core_modules_declare_their_public_names() -> None:
 
     for name in CORE_MODULES:
         module = importlib.import_module(name)
-        if name.endswith("__main__") or name in ("delta_mirror.demo", "delta_mirror.cli"):
+        if name.endswith("__main__") or name in ("delta_mirror.dev.demo", "delta_mirror.cli"):
             continue
         assert hasattr(module, "__all__"), f"{name} has no __all__"
         for public in module.__all__:
             assert hasattr(module, public), f"{name}.__all__ names missing {public}"
+
+
+def test_the_public_api_is_reexported_from_the_package_and_loaded_lazily() -> None:
+    code = (
+        "import json, sys, delta_mirror\n"
+        "heavy = sorted(m for m in ('sqlalchemy', 'pyarrow', 'deltalake') if m in sys.modules)\n"
+        "missing = [n for n in delta_mirror.__all__ if getattr(delta_mirror, n, None) is None]\n"
+        "print(json.dumps([heavy, missing]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [[], []]
+    assert {"SqlStore", "Publisher", "import_table", "validate_table", "reconcile"} <= set(
+        delta_mirror.__all__
+    )

@@ -20,13 +20,13 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, QueryBuilder
 
+from delta_mirror.delta.log_path import LogFileKind, parse_log_file
 from delta_mirror.errors import MirrorError
-from delta_mirror.importer import import_table
-from delta_mirror.log_path import LogFileKind, parse_log_file
-from delta_mirror.publisher import Publisher
+from delta_mirror.jobs.importer import import_table
+from delta_mirror.jobs.publisher import Publisher
+from delta_mirror.jobs.validate import validate_table
 from delta_mirror.storage import open_store, storage_options_for
 from delta_mirror.store import SqlStore
-from delta_mirror.validate import validate_table
 
 # Tables refused for a documented, protocol-level reason (README: "Unsupported tables").
 REFUSED = {

@@ -15,7 +15,7 @@ import pytest
 from support.builders import append_rows, create_data_table
 
 from delta_mirror.errors import LeaseHeldError
-from delta_mirror.publisher import Publisher
+from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.storage import open_store
 from delta_mirror.store import SqlStore
 

@@ -12,8 +12,8 @@ from sqlalchemy import update
 from support.builders import append_rows, create_data_table
 
 from delta_mirror.cli import cli
-from delta_mirror.monitoring import health_report, lag_history, record_lag_sample
-from delta_mirror.publisher import Publisher
+from delta_mirror.health.monitoring import health_report, lag_history, record_lag_sample
+from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.store import SqlStore
 from delta_mirror.store.schema import dl_commits
 from delta_mirror.store.sql_store import now_ms

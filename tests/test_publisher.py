@@ -12,10 +12,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from delta_mirror.datafiles import create_table_actions, write_data_file
+from delta_mirror.delta.log_path import LOG_DIR, commit_name
+from delta_mirror.dev.datafiles import create_table_actions, write_data_file
 from delta_mirror.errors import PermanentError, PublishConflictError, TransientError
-from delta_mirror.log_path import LOG_DIR, commit_name
-from delta_mirror.publisher import Publisher, RetryPolicy
+from delta_mirror.jobs.publisher import Publisher, RetryPolicy
 from delta_mirror.storage import ObjectMeta, ObjectStore, open_store
 from delta_mirror.store import SqlStore
 

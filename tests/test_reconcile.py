@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 from support.builders import append_rows, create_data_table
 
-from delta_mirror.publisher import Publisher
-from delta_mirror.reconcile import reconcile
+from delta_mirror.jobs.publisher import Publisher
+from delta_mirror.jobs.reconcile import reconcile
 from delta_mirror.store import SqlStore
 
 SCHEMA = pa.schema([("id", pa.int64())])

@@ -24,9 +24,9 @@ from sqlalchemy.engine import make_url
 from support.builders import add_body, metadata_body, protocol_body
 from support.cli import assert_one_error_line, clean_env, executable
 
+from delta_mirror.delta.log_path import LAST_CHECKPOINT, LOG_DIR, commit_name
 from delta_mirror.errors import MirrorError, PermanentError, PublishConflictError, TableNotFoundError
-from delta_mirror.log_path import LAST_CHECKPOINT, LOG_DIR, commit_name
-from delta_mirror.publisher import Publisher
+from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.storage import open_store
 from delta_mirror.store import SqlStore
 

@@ -1,4 +1,4 @@
-"""Reading source Delta logs for import (``delta_mirror.source_log``).
+"""Reading source Delta logs for import (``delta_mirror.delta.source_log``).
 
 Most tests run over the shared corpus of real tables (``DELTA_MIRROR_CORPUS``); they read it in
 place and never write into it. Scenarios that need a modified log (early commits cleaned up, a
@@ -22,20 +22,20 @@ import pyarrow.parquet as pq
 import pytest
 from support import builders
 
-from delta_mirror.errors import (
-    DataError,
-    InvalidActionError,
-    MirrorError,
-    NotADeltaTableError,
-    UnsupportedTableError,
-)
-from delta_mirror.source_log import (
+from delta_mirror.delta.source_log import (
     SourceLog,
     canonical_line,
     check_supported,
     checkpoint_actions,
     parse_commit_bytes,
     read_source_log,
+)
+from delta_mirror.errors import (
+    DataError,
+    InvalidActionError,
+    MirrorError,
+    NotADeltaTableError,
+    UnsupportedTableError,
 )
 from delta_mirror.storage import open_store
 

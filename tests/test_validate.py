@@ -19,16 +19,16 @@ import pyarrow as pa
 import pytest
 from support.builders import metadata_body, protocol_body
 
-from delta_mirror.actions import Action
-from delta_mirror.checkpoint import CheckpointInput, build_checkpoint
-from delta_mirror.datafiles import delta_schema_string, write_data_file
+from delta_mirror.delta.actions import Action
+from delta_mirror.delta.checkpoint import CheckpointInput, build_checkpoint
+from delta_mirror.delta.log_path import LAST_CHECKPOINT, LOG_DIR, checkpoint_name, commit_name
+from delta_mirror.dev.datafiles import delta_schema_string, write_data_file
 from delta_mirror.errors import PermanentError
-from delta_mirror.importer import import_table
-from delta_mirror.log_path import LAST_CHECKPOINT, LOG_DIR, checkpoint_name, commit_name
-from delta_mirror.publisher import Publisher
+from delta_mirror.jobs.importer import import_table
+from delta_mirror.jobs.publisher import Publisher
+from delta_mirror.jobs.validate import Problem, ValidationReport, validate_table
 from delta_mirror.storage import ObjectStore, local_path, open_store
 from delta_mirror.store.sql_store import SqlStore
-from delta_mirror.validate import Problem, ValidationReport, validate_table
 
 NAME = "events"
 SCHEMA = pa.schema([("id", pa.int64()), ("country", pa.string()), ("day", pa.date32())])

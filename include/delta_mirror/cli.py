@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from delta_mirror import __version__
+from delta_mirror.version import __version__
 
 if TYPE_CHECKING:
     from delta_mirror.table_config import CheckpointSettings
@@ -153,7 +153,7 @@ def init(ctx: Ctx) -> None:
 @click.pass_obj
 def import_(ctx: Ctx, source_uri: str, name: str, location: str | None, as_json: bool) -> None:
     """Import an existing Delta table's log into the store."""
-    from delta_mirror.importer import import_table
+    from delta_mirror.jobs.importer import import_table
 
     with _errors(ctx, name):
         result = import_table(
@@ -203,8 +203,8 @@ def commit(
     operation: str | None,
 ) -> None:
     """Commit actions as the table's next version; prints the version."""
-    from delta_mirror.actions import parse_actions
     from delta_mirror.config import max_commit_bytes
+    from delta_mirror.delta.actions import parse_actions
     from delta_mirror.storage import normalize_location
 
     with _errors(ctx, name):
@@ -234,8 +234,8 @@ def commit(
 
 def _check_new_location(name: str, location: str) -> None:
     """A new table's location must be reachable and hold no Delta log (that one is imported instead)."""
+    from delta_mirror.delta.log_path import LOG_DIR, parse_log_file
     from delta_mirror.errors import TableExistsError
-    from delta_mirror.log_path import LOG_DIR, parse_log_file
     from delta_mirror.storage import local_path, open_store
 
     folder = local_path(location)
@@ -292,7 +292,7 @@ def mirror(
     ctx: Ctx, name: str, to_version: int | None, as_json: bool, engine: str | None, config_path: str | None
 ) -> None:
     """Publish pending versions (and checkpoints when due) to the table's location."""
-    from delta_mirror.publisher import Publisher
+    from delta_mirror.jobs.publisher import Publisher
     from delta_mirror.spark.checkpoint_engine import ConfiguredBuilder
 
     with _errors(ctx, name):
@@ -330,7 +330,7 @@ def mirror(
 @click.pass_obj
 def checkpoint(ctx: Ctx, name: str, version: int | None, engine: str | None, config_path: str | None) -> None:
     """Write a checkpoint (default: at the last published version)."""
-    from delta_mirror.publisher import Publisher
+    from delta_mirror.jobs.publisher import Publisher
     from delta_mirror.spark.checkpoint_engine import builder_for
 
     with _errors(ctx, name):
@@ -355,7 +355,7 @@ def validate(
     ctx: Ctx, name: str, from_version: int | None, to_version: int | None, reader: str, as_json: bool
 ) -> None:
     """Compare a reader's view of the published table and the log listing with the store."""
-    from delta_mirror.validate import validate_table
+    from delta_mirror.jobs.validate import validate_table
 
     with _errors(ctx, name):
         if from_version is not None and to_version is not None and from_version > to_version:
@@ -366,7 +366,7 @@ def validate(
             )
         store = ctx.store()
         report = validate_table(store, name, from_version=from_version, to_version=to_version, reader=reader)
-        from delta_mirror.monitoring import record_validation
+        from delta_mirror.health.monitoring import record_validation
 
         record_validation(store, name, {**report.to_json(), "reader": reader})
 
@@ -392,7 +392,7 @@ def validate(
 @click.pass_obj
 def status(ctx: Ctx, name: str | None, as_json: bool) -> None:
     """Mirror status and lag per table."""
-    from delta_mirror.status import table_status
+    from delta_mirror.health.status import table_status
 
     with _errors(ctx, name):
         store = ctx.store()
@@ -438,7 +438,7 @@ def status(ctx: Ctx, name: str | None, as_json: bool) -> None:
 @click.pass_obj
 def reconcile(ctx: Ctx, name: str | None, strategy: str, as_json: bool) -> None:
     """Re-drive failed, stuck and lagging versions (every table, or NAME)."""
-    from delta_mirror.reconcile import reconcile as run_reconcile
+    from delta_mirror.jobs.reconcile import reconcile as run_reconcile
 
     with _errors(ctx):
         report = run_reconcile(ctx.store(), [name] if name else None, strategy=strategy)
@@ -476,7 +476,7 @@ def health(ctx: Ctx, name: str | None, as_json: bool, config_path: str | None, r
     """Exit 1 when a table breaches its lag SLO, is halted or has failed versions (for probes and cron)."""
     from pathlib import Path
 
-    from delta_mirror.monitoring import DEFAULT_LAG_RETENTION, health_report, record_lag_sample
+    from delta_mirror.health.monitoring import DEFAULT_LAG_RETENTION, health_report, record_lag_sample
     from delta_mirror.table_config import default_config_path, load_config
 
     with _errors(ctx, name):

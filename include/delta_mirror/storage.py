@@ -19,8 +19,8 @@ import obstore
 from obstore import exceptions as obe
 from obstore.store import LocalStore, S3Store, from_url
 
+from delta_mirror.delta.log_path import LOG_DIR
 from delta_mirror.errors import PermanentError, TransientError
-from delta_mirror.log_path import LOG_DIR
 
 TIMEOUT_ENV = "DELTA_MIRROR_STORAGE_TIMEOUT"
 

@@ -22,7 +22,7 @@ import yaml
 from support.mailserver import MailBox, SmtpServer, body_text  # noqa: F401 - re-exported for the tests
 from support.services import free_port  # noqa: F401 - re-exported for the tests
 
-from delta_mirror.datafiles import delta_schema_string, write_data_file
+from delta_mirror.dev.datafiles import delta_schema_string, write_data_file
 from delta_mirror.store import SqlStore
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from delta_mirror.errors import (
     PermanentError,
     TransientError,
 )
-from delta_mirror.troubleshooting import troubleshooting
+from delta_mirror.health.troubleshooting import troubleshooting
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from dm_airflow_kit import run_dag
 
+from delta_mirror.jobs.validate import validate_table
 from delta_mirror.store import SqlStore
-from delta_mirror.validate import validate_table
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 DAG_ID = "delta_mirror_example_spark_ingest"

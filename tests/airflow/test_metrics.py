@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from dm_airflow_kit import airflow_cli, make_table
 
-from delta_mirror.publisher import Publisher
+from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.store import SqlStore
 
 

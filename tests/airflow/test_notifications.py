@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from dm_airflow_kit import MailBox, body_text, make_table, run_dag
 
-from delta_mirror.publisher import Publisher
+from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.store import SqlStore
 from delta_mirror.table_config import Notify
 
@@ -116,7 +116,7 @@ def test_a_task_failure_in_a_shared_dag_names_the_dag_and_what_to_do(
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise PermanentError("the store schema is too new", hint="upgrade delta-mirror")
 
-    monkeypatch.setattr("delta_mirror.reconcile.reconcile", broken)
+    monkeypatch.setattr("delta_mirror.jobs.reconcile.reconcile", broken)
     dm_config({}, notify={"email": ["oncall@dm-tests.example"]}, retries=1)
 
     run = run_dag("delta_mirror_reconcile")

@@ -61,7 +61,7 @@ def test_core_errors_become_retryable_or_failing_airflow_exceptions(
 
     from delta_mirror.airflow.errors import DeltaMirrorFailure, DeltaMirrorTransientError
     from delta_mirror.airflow.operators import DeltaMirrorPublishOperator
-    from delta_mirror.publisher import Publisher
+    from delta_mirror.jobs.publisher import Publisher
 
     def fail(self: Publisher, name: str, to_version: int | None = None) -> None:
         raise error

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from dm_airflow_kit import S3Writer, make_table, read_rows, run_dag
 
+from delta_mirror.jobs.validate import validate_table
 from delta_mirror.store import SqlStore
-from delta_mirror.validate import validate_table
 
 pytestmark = pytest.mark.usefixtures("airflow_db")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from dm_airflow_kit import make_table
 
-from delta_mirror.publisher import Publisher
+from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.store import SqlStore
 
 

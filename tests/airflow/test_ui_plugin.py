@@ -20,8 +20,8 @@ import httpx
 import pytest
 from dm_airflow_kit import make_table
 
-from delta_mirror.monitoring import record_lag_sample
-from delta_mirror.publisher import Publisher
+from delta_mirror.health.monitoring import record_lag_sample
+from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.store import SqlStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -117,8 +117,8 @@ def api_server(
     for name in ("behind", "current"):
         record_lag_sample(store, name)
     store.add_lag_sample(behind.id, 50.0, 0, sampled_at=hour_ago - 3 * 86_400_000)  # only in the 7-day view
-    from delta_mirror.monitoring import record_validation
-    from delta_mirror.validate import validate_table
+    from delta_mirror.health.monitoring import record_validation
+    from delta_mirror.jobs.validate import validate_table
 
     record_validation(store, "current", validate_table(store, "current").to_json())
     store.close()

@@ -23,11 +23,11 @@ import pyarrow as pa
 import pytest
 from airflow_e2e_stack import AirflowStack, SmtpServer, body_text, metadata_url, save_artifacts
 
-from delta_mirror.actions import Action
-from delta_mirror.datafiles import delta_schema_string, write_data_file
-from delta_mirror.log_path import LOG_DIR, checkpoint_name, commit_name
+from delta_mirror.delta.actions import Action
+from delta_mirror.delta.log_path import LOG_DIR, checkpoint_name, commit_name
+from delta_mirror.dev.datafiles import delta_schema_string, write_data_file
+from delta_mirror.jobs.validate import validate_table
 from delta_mirror.store.sql_store import SqlStore
-from delta_mirror.validate import validate_table
 
 pytestmark = [pytest.mark.airflow_e2e, pytest.mark.timeout(420)]
 

@@ -27,7 +27,7 @@ import pytest
 from airflow_e2e_stack import AirflowStack, save_artifacts
 from sqlalchemy.engine import make_url
 
-from delta_mirror.log_path import LOG_DIR, commit_name
+from delta_mirror.delta.log_path import LOG_DIR, commit_name
 from delta_mirror.store.sql_store import SqlStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "airflow"))

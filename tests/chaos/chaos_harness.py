@@ -146,7 +146,7 @@ def add_action(i: int) -> tuple[str, dict[str, Any]]:
 def create_table(store: SqlStore, name: str, location: str, *, interval: int, part_size: int | None) -> None:
     import pyarrow as pa
 
-    from delta_mirror.datafiles import create_table_actions
+    from delta_mirror.dev.datafiles import create_table_actions
 
     store.create_table(
         name,
@@ -318,7 +318,7 @@ def validate_all(
     store_url: str, names: list[str], s3_env: dict[str, str] | None = None
 ) -> dict[str, list[str]]:
     """The product's own ``validate`` (deltalake + listing) per table: the problems it reports."""
-    from delta_mirror.validate import validate_table
+    from delta_mirror.jobs.validate import validate_table
 
     saved = {k: os.environ.get(k) for k in (s3_env or {})}
     os.environ.update(s3_env or {})

@@ -22,9 +22,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from delta_mirror.checkpoint import CHECKPOINT_SCHEMA, SIDECAR_SCHEMA, V2_CHECKPOINT_SCHEMA, CheckpointResult
-from delta_mirror.log_path import LOG_DIR
-from delta_mirror.publisher import Publisher
+from delta_mirror.delta.checkpoint import (
+    CHECKPOINT_SCHEMA,
+    SIDECAR_SCHEMA,
+    V2_CHECKPOINT_SCHEMA,
+    CheckpointResult,
+)
+from delta_mirror.delta.log_path import LOG_DIR
+from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.spark.checkpoint_engine import SparkCheckpointEngine, choose_engine
 from delta_mirror.store import SqlStore
 

@@ -22,10 +22,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from delta_mirror.errors import CommitConflictError, DataError
-from delta_mirror.publisher import Publisher
+from delta_mirror.jobs.publisher import Publisher
+from delta_mirror.jobs.validate import validate_table
 from delta_mirror.spark.ingest import ingest, main
 from delta_mirror.store import SqlStore
-from delta_mirror.validate import validate_table
 
 DDL = "event_id BIGINT, user STRING, country STRING, ts TIMESTAMP, amount DECIMAL(12,2), score DOUBLE, day DATE, ok BOOLEAN"
 ARROW = pa.schema(

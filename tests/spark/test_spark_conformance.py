@@ -36,11 +36,11 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, QueryBuilder
 
-from delta_mirror.importer import import_table
-from delta_mirror.log_path import LAST_CHECKPOINT, LOG_DIR, SIDECAR_DIR, commit_name
-from delta_mirror.publisher import Publisher
+from delta_mirror.delta.log_path import LAST_CHECKPOINT, LOG_DIR, SIDECAR_DIR, commit_name
+from delta_mirror.jobs.importer import import_table
+from delta_mirror.jobs.publisher import Publisher
+from delta_mirror.jobs.validate import validate_table
 from delta_mirror.store.sql_store import SqlStore
-from delta_mirror.validate import validate_table
 
 
 def _dml(spark: Any, path: Path) -> None:

@@ -17,13 +17,13 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from delta_mirror.actions import Action
 from delta_mirror.cli import cli
-from delta_mirror.datafiles import create_table_actions, delta_schema_string, write_data_file
-from delta_mirror.log_path import LOG_DIR
-from delta_mirror.publisher import Publisher
+from delta_mirror.delta.actions import Action
+from delta_mirror.delta.log_path import LOG_DIR
+from delta_mirror.dev.datafiles import create_table_actions, delta_schema_string, write_data_file
+from delta_mirror.jobs.publisher import Publisher
+from delta_mirror.jobs.validate import validate_table
 from delta_mirror.store.sql_store import SqlStore
-from delta_mirror.validate import validate_table
 
 NAME = "native"
 SCHEMA = pa.schema([("id", pa.int64()), ("country", pa.string())])

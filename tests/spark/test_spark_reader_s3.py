@@ -14,12 +14,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from delta_mirror.datafiles import create_table_actions, write_data_file
-from delta_mirror.log_path import LOG_DIR, commit_name
-from delta_mirror.publisher import Publisher
+from delta_mirror.delta.log_path import LOG_DIR, commit_name
+from delta_mirror.dev.datafiles import create_table_actions, write_data_file
+from delta_mirror.jobs.publisher import Publisher
+from delta_mirror.jobs.validate import validate_table
 from delta_mirror.spark.s3a import redact, s3a_settings
 from delta_mirror.store.sql_store import SqlStore
-from delta_mirror.validate import validate_table
 
 NAME = "s3events"
 SCHEMA = pa.schema([("id", pa.int64()), ("country", pa.string())])

@@ -19,11 +19,11 @@ import pytest
 from authority_kit import WriterProcess, go, governed, spark_root
 from support.commit_service import cli_path, commit_service, load_scaled
 
-from delta_mirror.publisher import Publisher
-from delta_mirror.reconcile import reconcile
+from delta_mirror.jobs.publisher import Publisher
+from delta_mirror.jobs.reconcile import reconcile
+from delta_mirror.jobs.validate import validate_table
 from delta_mirror.spark.pipeline import SAMPLE_SCHEMA, run_pipeline
 from delta_mirror.store import SqlStore
-from delta_mirror.validate import validate_table
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, func, inspect, select, text
 
-from delta_mirror.actions import canonical_line, dv_id
+from delta_mirror.delta.actions import canonical_line, dv_id
 from delta_mirror.errors import (
     CommitConflictError,
     CommitTooLargeError,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from delta_mirror.datafiles import create_table_actions, write_data_file
+from delta_mirror.dev.datafiles import create_table_actions, write_data_file
 
 if TYPE_CHECKING:
     from delta_mirror.store import SqlStore

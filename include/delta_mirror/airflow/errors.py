@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from delta_mirror.errors import ErrorClass, MirrorError
-from delta_mirror.troubleshooting import troubleshooting
+from delta_mirror.health.troubleshooting import troubleshooting
 
 F = TypeVar("F", bound=Callable[..., Any])
 

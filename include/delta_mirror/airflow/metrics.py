@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from airflow.sdk.observability.stats import Stats
 
-from delta_mirror.status import TableStatus
+from delta_mirror.health.status import TableStatus
 
 PREFIX = "delta_mirror"
 

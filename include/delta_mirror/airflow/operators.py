@@ -87,7 +87,7 @@ class _DeltaMirrorOperator(BaseOperator):
         return DeltaMirrorHook(store_conn_id=self.store_conn_id, aws_conn_id=self.aws_conn_id)
 
     def publisher(self, **kwargs: Any) -> Any:
-        from delta_mirror.publisher import Publisher
+        from delta_mirror.jobs.publisher import Publisher
 
         return Publisher(self.hook.store, storage_options=self.hook.storage_options, **kwargs)
 
@@ -185,7 +185,7 @@ class DeltaMirrorValidateOperator(_DeltaMirrorOperator):
     @translated
     def run(self, context: Any) -> dict[str, Any]:
         from delta_mirror.errors import DataError
-        from delta_mirror.validate import validate_table
+        from delta_mirror.jobs.validate import validate_table
 
         report = validate_table(
             self.hook.store,
@@ -195,7 +195,7 @@ class DeltaMirrorValidateOperator(_DeltaMirrorOperator):
             reader=self.reader,
             storage_options=self.hook.storage_options,
         )
-        from delta_mirror.monitoring import record_validation
+        from delta_mirror.health.monitoring import record_validation
 
         record_validation(self.hook.store, self.table, {**report.to_json(), "reader": self.reader})
         for p in report.problems:
@@ -239,8 +239,8 @@ class DeltaMirrorReconcileOperator(BaseOperator):
 
     @translated
     def execute(self, context: Any) -> dict[str, object]:
-        from delta_mirror.publisher import Publisher
-        from delta_mirror.reconcile import reconcile
+        from delta_mirror.jobs.publisher import Publisher
+        from delta_mirror.jobs.reconcile import reconcile
 
         tables = self.tables
         if tables:
@@ -290,7 +290,7 @@ class DeltaMirrorLagOperator(BaseOperator):
     def _retention(self, name: str) -> Any:
         from datetime import timedelta
 
-        from delta_mirror.monitoring import DEFAULT_LAG_RETENTION
+        from delta_mirror.health.monitoring import DEFAULT_LAG_RETENTION
 
         value = self.lag_history_retention
         if isinstance(value, dict):
@@ -300,7 +300,7 @@ class DeltaMirrorLagOperator(BaseOperator):
     @translated
     def execute(self, context: Any) -> list[dict[str, object]]:
         from delta_mirror.airflow.metrics import emit_table_metrics
-        from delta_mirror.status import table_status
+        from delta_mirror.health.status import table_status
 
         store = DeltaMirrorHook(store_conn_id=self.store_conn_id).store
         if self.tables:
@@ -317,7 +317,7 @@ class DeltaMirrorLagOperator(BaseOperator):
             status = table_status(store, table)
             emit_table_metrics(status)
             if self.record_samples:
-                from delta_mirror.monitoring import record_lag_sample
+                from delta_mirror.health.monitoring import record_lag_sample
 
                 record_lag_sample(store, table, retention=self._retention(table.name), status=status)
             self.log.info(
@@ -345,7 +345,7 @@ class DeltaMirrorMaintenanceOperator(_DeltaMirrorOperator):
 
     @translated
     def run(self, context: Any) -> dict[str, object]:
-        from delta_mirror.maintenance import cleanup_log
+        from delta_mirror.jobs.maintenance import cleanup_log
 
         dry_run = str(self.cleanup_dry_run).strip().lower() not in ("false", "0", "no")
         retention = int(self.log_retention_seconds * 1000) if self.log_retention_seconds is not None else None

@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 from airflow.plugins_manager import AirflowPlugin
 
-from delta_mirror.monitoring import (
+from delta_mirror.health.monitoring import (
     DEFAULT_LAG_SLO,
     health_report,
     lag_slo_for,

@@ -1,15 +1,9 @@
 """The Delta protocol model: names, rules and files of ``_delta_log/`` (no SQL; I/O only through
-an ``ObjectStore``)."""
+an ``ObjectStore``).
 
-from delta_mirror.delta.last_checkpoint import LastCheckpoint, judge_last_checkpoint
-from delta_mirror.delta.log_listing import CheckpointFiles, LogListing, list_log
-from delta_mirror.delta.protocol import CheckpointKind
+Import the topic modules directly (``delta_mirror.delta.protocol``, ``.actions``, ``.log_path``,
+``.log_listing``, ``.last_checkpoint``, ``.source_log``, ``.checkpoint``); this package re-exports
+nothing, so ``delta_mirror.storage`` can use ``log_path`` without loading the listing that uses it.
+"""
 
-__all__ = [
-    "CheckpointFiles",
-    "CheckpointKind",
-    "LastCheckpoint",
-    "LogListing",
-    "judge_last_checkpoint",
-    "list_log",
-]
+__all__: list[str] = []

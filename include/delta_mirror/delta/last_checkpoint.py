@@ -14,8 +14,8 @@ from typing import Any, TypeGuard
 from urllib.parse import unquote
 
 from delta_mirror.delta.log_listing import LogListing, SidecarRefs
+from delta_mirror.delta.log_path import LAST_CHECKPOINT, LOG_DIR
 from delta_mirror.delta.protocol import CheckpointKind
-from delta_mirror.log_path import LAST_CHECKPOINT, LOG_DIR
 
 LAST_CHECKPOINT_PATH = f"{LOG_DIR}/{LAST_CHECKPOINT}"
 

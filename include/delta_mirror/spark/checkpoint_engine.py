@@ -1,7 +1,7 @@
 """The Spark checkpoint engine: a table's checkpoint built by Spark from the store's active file set.
 
 For tables too big for one process (README, "Spark checkpoint engine"). It produces what the local engine
-(``delta_mirror.checkpoint``) produces — same Parquet schema, same rows, same multi-part split, same
+(``delta_mirror.delta.checkpoint``) produces — same Parquet schema, same rows, same multi-part split, same
 V2 layout — and hands the files to the publisher, which commits them exactly as it commits local
 ones: put-if-absent into ``_delta_log/``, only after the version's commit is published, then
 ``_last_checkpoint``, never backwards (``Publisher(checkpoint_builder=SparkCheckpointEngine(...))``).
@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from delta_mirror.checkpoint.layouts import (
+from delta_mirror.delta.checkpoint.layouts import (
     CheckpointHeader,
     checkpoint_header,
     checkpoint_result,
@@ -55,13 +55,13 @@ from delta_mirror.checkpoint.layouts import (
     num_checkpoint_parts,
     v2_checkpoint_files,
 )
-from delta_mirror.checkpoint.model import CheckpointFile, CheckpointResult
-from delta_mirror.checkpoint.schema import CHECKPOINT_SCHEMA, SIDECAR_SCHEMA
+from delta_mirror.delta.checkpoint.model import CheckpointFile, CheckpointResult
+from delta_mirror.delta.checkpoint.schema import CHECKPOINT_SCHEMA, SIDECAR_SCHEMA
+from delta_mirror.delta.log_path import LOG_DIR, checkpoint_name, multipart_checkpoint_name
 from delta_mirror.errors import InvalidActionError, PermanentError
-from delta_mirror.log_path import LOG_DIR, checkpoint_name, multipart_checkpoint_name
 
 if TYPE_CHECKING:
-    from delta_mirror.publisher import CheckpointPlan
+    from delta_mirror.jobs.publisher import CheckpointPlan
     from delta_mirror.store.sql_store import SqlStore
     from delta_mirror.table_config import CheckpointSettings
 
@@ -122,7 +122,7 @@ class ConfiguredBuilder:
         self.used: list[str] = []
 
     def __call__(self, store: SqlStore, plan: CheckpointPlan) -> CheckpointResult:
-        from delta_mirror.publisher import local_checkpoint_builder
+        from delta_mirror.jobs.publisher import local_checkpoint_builder
 
         chosen, builder = builder_for(store, self.name, self.engine, self.settings)
         self.used.append(chosen)

@@ -53,7 +53,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--lease-ttl", type=float, default=3600.0, help="seconds (a big build takes a while)")
     args = parser.parse_args(argv)
 
-    from delta_mirror.publisher import Publisher
+    from delta_mirror.jobs.publisher import Publisher
     from delta_mirror.spark.checkpoint_engine import SparkCheckpointEngine
     from delta_mirror.store import SqlStore
 

@@ -43,9 +43,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from delta_mirror import ENGINE_INFO
-from delta_mirror.actions import Action
-from delta_mirror.datafiles import create_table_actions
+from delta_mirror.delta.actions import Action
+from delta_mirror.dev.datafiles import create_table_actions
 from delta_mirror.errors import (
     CommitConflictError,
     DataError,
@@ -58,6 +57,7 @@ from delta_mirror.spark.data_files import DEFAULT_INDEXED_COLUMNS, WrittenFile, 
 from delta_mirror.spark.table_schema import conform, new_table_schema, plain_schema
 from delta_mirror.storage import normalize_location
 from delta_mirror.store.sql_store import SqlStore, TableInfo
+from delta_mirror.version import ENGINE_INFO
 
 SOURCE_FORMATS = ("csv", "parquet", "json")
 MODES = ("append", "overwrite")

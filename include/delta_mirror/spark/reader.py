@@ -25,9 +25,9 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from delta_mirror.errors import PermanentError
+from delta_mirror.jobs.validate.schema_diff import schema_diffs  # the same comparison as for deltalake
 from delta_mirror.storage import local_path, normalize_location, open_store, storage_options_for
 from delta_mirror.store.sql_store import SqlStore, TableInfo
-from delta_mirror.validate.schema_diff import schema_diffs  # the same comparison as for deltalake
 
 _HINT = (
     "Delta-Spark (the reference reader) sees the published table differently from SQL: a commit or "

@@ -23,8 +23,9 @@ from typing import Any
 from sqlalchemy import Connection, and_, delete, func, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 
-from delta_mirror import ENGINE_INFO
-from delta_mirror.actions import (
+from delta_mirror.config import max_commit_actions, max_commit_bytes, redact_url
+from delta_mirror.config import store_url as resolve_store_url
+from delta_mirror.delta.actions import (
     Action,
     canonical_line,
     dv_id,
@@ -33,8 +34,6 @@ from delta_mirror.actions import (
     split_commit,
     validate_action,
 )
-from delta_mirror.config import max_commit_actions, max_commit_bytes, redact_url
-from delta_mirror.config import store_url as resolve_store_url
 from delta_mirror.errors import (
     CommitConflictError,
     CommitTooLargeError,
@@ -56,6 +55,7 @@ from delta_mirror.store.schema import (
     dl_mirror_status,
     dl_tables,
 )
+from delta_mirror.version import ENGINE_INFO
 
 TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")  # fullmatch: '$' would allow a trailing '\n'
 # Without an expected version a writer that loses a race retries on the next version this often.

@@ -14,10 +14,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from delta_mirror.actions import Action
+from delta_mirror.delta.actions import Action
 from delta_mirror.delta.log_listing import list_log
+from delta_mirror.delta.source_log import SourceLog, read_source_log
 from delta_mirror.errors import PermanentError
-from delta_mirror.source_log import SourceLog, read_source_log
 from delta_mirror.storage import normalize_location, open_store
 from delta_mirror.store import db
 from delta_mirror.store.schema import PART_SNAPSHOT

@@ -25,11 +25,11 @@ from typing import Any
 from urllib.parse import urlparse
 
 from delta_mirror.errors import PermanentError
+from delta_mirror.jobs.validate.listing import check_listing
+from delta_mirror.jobs.validate.reader_view import ReaderCheck
+from delta_mirror.jobs.validate.report import MAX_PROBLEMS_PER_KIND, READERS, Problem, ValidationReport
 from delta_mirror.storage import ObjectStore, normalize_location, open_store
 from delta_mirror.store.sql_store import SqlStore
-from delta_mirror.validate.listing import check_listing
-from delta_mirror.validate.reader_view import ReaderCheck
-from delta_mirror.validate.report import MAX_PROBLEMS_PER_KIND, READERS, Problem, ValidationReport
 
 
 def validate_table(

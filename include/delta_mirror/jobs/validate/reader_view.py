@@ -19,12 +19,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from delta_mirror.actions import dv_id
+from delta_mirror.delta.actions import dv_id
 from delta_mirror.delta.protocol import parse_interval_ms
+from delta_mirror.jobs.validate.report import MAX_PROBLEMS_PER_KIND, Problem
+from delta_mirror.jobs.validate.schema_diff import schema_diffs, type_text
 from delta_mirror.storage import local_path, normalize_location, storage_options_for
 from delta_mirror.store.sql_store import FileEntry, SqlStore, TableInfo, now_ms
-from delta_mirror.validate.report import MAX_PROBLEMS_PER_KIND, Problem
-from delta_mirror.validate.schema_diff import schema_diffs, type_text
 
 _BATCH = 200  # versions per store query while walking a range
 _BACKTRACE = re.compile(r"\n\s*0: ")

@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from delta_mirror.checkpoint.schema import _LONG
+from delta_mirror.delta.checkpoint.schema import _LONG
 
 _SPARK_HASH_SEED = 42
 

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from delta_mirror.checkpoint.model import CheckpointInput
-from delta_mirror.checkpoint.schema import _ADD, _INT, _LONG, _MAP, _MAP_FIELDS, _REMOVE, _STR
+from delta_mirror.delta.checkpoint.model import CheckpointInput
+from delta_mirror.delta.checkpoint.schema import _ADD, _INT, _LONG, _MAP, _MAP_FIELDS, _REMOVE, _STR
 from delta_mirror.errors import InvalidActionError
 
 _CHUNK_CHARS = 16 << 20  # text parsed per Arrow JSON call: bounds memory, keeps threads busy

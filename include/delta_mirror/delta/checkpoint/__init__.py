@@ -28,7 +28,7 @@ Why it looks the way it does:
 
 from __future__ import annotations
 
-from delta_mirror.checkpoint.layouts import (
+from delta_mirror.delta.checkpoint.layouts import (
     CheckpointHeader,
     build_checkpoint,
     checkpoint_header,
@@ -37,9 +37,9 @@ from delta_mirror.checkpoint.layouts import (
     num_checkpoint_parts,
     v2_checkpoint_files,
 )
-from delta_mirror.checkpoint.model import CheckpointFile, CheckpointInput, CheckpointResult
-from delta_mirror.checkpoint.schema import CHECKPOINT_SCHEMA, SIDECAR_SCHEMA, V2_CHECKPOINT_SCHEMA
-from delta_mirror.checkpoint.spark_hash import spark_hash_partition
+from delta_mirror.delta.checkpoint.model import CheckpointFile, CheckpointInput, CheckpointResult
+from delta_mirror.delta.checkpoint.schema import CHECKPOINT_SCHEMA, SIDECAR_SCHEMA, V2_CHECKPOINT_SCHEMA
+from delta_mirror.delta.checkpoint.spark_hash import spark_hash_partition
 
 __all__ = [
     "CHECKPOINT_SCHEMA",

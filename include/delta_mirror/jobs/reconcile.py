@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from delta_mirror.delta.log_path import LOG_DIR, commit_name
 from delta_mirror.errors import LeaseHeldError, MirrorError
-from delta_mirror.log_audit import audit_log
-from delta_mirror.log_path import LOG_DIR, commit_name
-from delta_mirror.publisher import Publisher
+from delta_mirror.jobs.log_audit import audit_log
+from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.store.sql_store import SqlStore, TableInfo, now_ms
 
 STRATEGIES = ("incremental", "full", "smart")

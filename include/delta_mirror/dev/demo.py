@@ -16,12 +16,12 @@ import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 
 from delta_mirror.config import home
-from delta_mirror.datafiles import create_table_actions, write_data_file
+from delta_mirror.dev.datafiles import create_table_actions, write_data_file
 from delta_mirror.errors import TableNotFoundError
-from delta_mirror.publisher import Publisher
+from delta_mirror.jobs.publisher import Publisher
+from delta_mirror.jobs.validate import validate_table
 from delta_mirror.storage import local_path
 from delta_mirror.store import SqlStore
-from delta_mirror.validate import validate_table
 
 TABLE = "demo"
 

@@ -67,7 +67,7 @@ def table_status(store: SqlStore, table: TableInfo) -> TableStatus:
 
 
 def _breaker(store: SqlStore, table: TableInfo) -> str:
-    from delta_mirror.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreakers, endpoint_key, table_key
+    from delta_mirror.health.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreakers, endpoint_key, table_key
 
     breakers = CircuitBreakers(store)
     states = {breakers.get(k).state for k in (table_key(table.name), endpoint_key(table.location))}

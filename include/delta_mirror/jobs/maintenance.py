@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from delta_mirror.delta.log_listing import list_log
+from delta_mirror.delta.log_path import LogFileKind
 from delta_mirror.delta.protocol import DEFAULT_LOG_RETENTION_MS, LOG_RETENTION, property_duration_ms
-from delta_mirror.log_path import LogFileKind
 from delta_mirror.storage import ObjectMeta, open_store
 from delta_mirror.store.sql_store import SqlStore, now_ms
 

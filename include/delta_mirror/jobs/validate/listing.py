@@ -8,10 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from delta_mirror.delta.last_checkpoint import LAST_CHECKPOINT_PATH, judge_last_checkpoint
 from delta_mirror.delta.log_listing import LogListing, list_log, sidecar_refs
-from delta_mirror.log_path import LOG_DIR, LogFileKind
+from delta_mirror.delta.log_path import LOG_DIR, LogFileKind
+from delta_mirror.jobs.validate.report import Problem
 from delta_mirror.storage import ObjectStore
 from delta_mirror.store.sql_store import SqlStore, TableInfo
-from delta_mirror.validate.report import Problem
 
 _FETCH_WORKERS = 8
 

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from delta_mirror.delta.log_path import LOG_DIR
 from delta_mirror.errors import InvalidActionError
-from delta_mirror.log_path import LOG_DIR
 
 KNOWN_ACTIONS = (
     "commitInfo",
@@ -313,7 +313,7 @@ def check_data_path(path: str, *, table: str, version: int | None, where: str, l
 
 def _check_protocol_features(body: Mapping[str, Any], where: str, table: str, version: int | None) -> None:
     """Versions that exist, reader features we know (as import does), reader ⊆ writer features."""
-    from delta_mirror.source_log import CATALOG_FEATURES, KNOWN_READER_FEATURES
+    from delta_mirror.delta.source_log import CATALOG_FEATURES, KNOWN_READER_FEATURES
 
     reader, writer = body["minReaderVersion"], body["minWriterVersion"]
     if reader > 3 or writer > 7:

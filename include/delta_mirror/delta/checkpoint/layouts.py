@@ -14,26 +14,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from delta_mirror.checkpoint.file_actions import (
+from delta_mirror.delta.checkpoint.file_actions import (
     _action,
     _column_table,
     _Context,
     _file_chunks,
     _partition_keys,
 )
-from delta_mirror.checkpoint.model import CheckpointFile, CheckpointInput, CheckpointResult
-from delta_mirror.checkpoint.schema import CHECKPOINT_SCHEMA, SIDECAR_SCHEMA, V2_CHECKPOINT_SCHEMA
-from delta_mirror.checkpoint.spark_hash import _SPARK_HASH_SEED, spark_hash_partition
+from delta_mirror.delta.checkpoint.model import CheckpointFile, CheckpointInput, CheckpointResult
+from delta_mirror.delta.checkpoint.schema import CHECKPOINT_SCHEMA, SIDECAR_SCHEMA, V2_CHECKPOINT_SCHEMA
+from delta_mirror.delta.checkpoint.spark_hash import _SPARK_HASH_SEED, spark_hash_partition
 from delta_mirror.delta.last_checkpoint import LastCheckpoint
-from delta_mirror.delta.protocol import CheckpointKind
-from delta_mirror.errors import InvalidActionError, PermanentError
-from delta_mirror.log_path import (
+from delta_mirror.delta.log_path import (
     LOG_DIR,
     SIDECAR_DIR,
     checkpoint_name,
     multipart_checkpoint_name,
     uuid_checkpoint_name,
 )
+from delta_mirror.delta.protocol import CheckpointKind
+from delta_mirror.errors import InvalidActionError, PermanentError
 
 _ROW_GROUP_ROWS = 1 << 17
 _ROW_GROUP_BYTES = 64 << 20

@@ -24,12 +24,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from delta_mirror.actions import check_stored_commit, render_commit
-from delta_mirror.breaker import BreakerPolicy, CircuitBreakers, endpoint_key, table_key
-from delta_mirror.checkpoint.layouts import build_checkpoint
-from delta_mirror.checkpoint.model import CheckpointInput, CheckpointResult
+from delta_mirror.delta.actions import check_stored_commit, render_commit
+from delta_mirror.delta.checkpoint.layouts import build_checkpoint
+from delta_mirror.delta.checkpoint.model import CheckpointInput, CheckpointResult
 from delta_mirror.delta.last_checkpoint import LAST_CHECKPOINT_PATH, LastCheckpoint, judge_last_checkpoint
 from delta_mirror.delta.log_listing import list_log, sidecar_refs
+from delta_mirror.delta.log_path import LOG_DIR, commit_name
 from delta_mirror.delta.protocol import (
     DEFAULT_TOMBSTONE_RETENTION_MS,
     DELETED_FILE_RETENTION,
@@ -45,7 +45,7 @@ from delta_mirror.errors import (
     TransientError,
 )
 from delta_mirror.failpoints import failpoint
-from delta_mirror.log_path import LOG_DIR, commit_name
+from delta_mirror.health.breaker import BreakerPolicy, CircuitBreakers, endpoint_key, table_key
 from delta_mirror.storage import ObjectExistsError, ObjectStore, open_store
 from delta_mirror.store.sql_store import Snapshot, SqlStore, TableInfo, now_ms
 

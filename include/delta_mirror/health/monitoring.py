@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from delta_mirror.status import TableStatus, table_status
+from delta_mirror.health.status import TableStatus, table_status
 from delta_mirror.store.sql_store import SqlStore, TableInfo, now_ms
 
 DEFAULT_LAG_SLO = timedelta(minutes=15)
@@ -136,7 +136,7 @@ def health_report(store: SqlStore, names: list[str] | None = None, config: Any =
 
 def _troubleshooting(error_class: str | None) -> str | None:
     from delta_mirror.errors import ErrorClass
-    from delta_mirror.troubleshooting import TROUBLESHOOTING
+    from delta_mirror.health.troubleshooting import TROUBLESHOOTING
 
     try:
         return TROUBLESHOOTING[ErrorClass(error_class)] if error_class else None

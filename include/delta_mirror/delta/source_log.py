@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from delta_mirror.delta.last_checkpoint import LastCheckpoint
 from delta_mirror.delta.log_listing import CheckpointFiles, LogListing, list_log, sidecar_refs
+from delta_mirror.delta.log_path import LOG_DIR, SIDECAR_DIR, LogFileKind
 from delta_mirror.delta.protocol import (
     CATALOG_FEATURES,
     KNOWN_READER_FEATURES,
@@ -37,7 +38,6 @@ from delta_mirror.errors import (
     TransientError,
     UnsupportedTableError,
 )
-from delta_mirror.log_path import LOG_DIR, SIDECAR_DIR, LogFileKind
 from delta_mirror.storage import ObjectStore
 
 # Action types whose payload must be a JSON object; unknown types are kept as they are.
