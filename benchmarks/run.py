@@ -985,7 +985,7 @@ def main() -> int:
                 fn()
             except KeyboardInterrupt:
                 raise
-            except Exception as exc:  # noqa: BLE001 - recorded, the other figures still run
+            except Exception as exc:
                 log(f"figure {key} failed: {exc}\n{traceback.format_exc()}")
                 errors[key] = f"{type(exc).__name__}: {exc}"
         if bench.profiles:

@@ -116,9 +116,9 @@ def publish(table: Path, result: CheckpointResult, version: int, dest: Path) -> 
         dropped = {"_last_checkpoint"}
         for name in names:
             lf = parse_log_file(name)
-            if lf is not None and lf.kind != LogFileKind.LAST_CHECKPOINT and lf.version <= version:
-                dropped.add(name)
-            elif name.startswith(".") and name.endswith(".crc"):
+            if (lf is not None and lf.kind != LogFileKind.LAST_CHECKPOINT and lf.version <= version) or (
+                name.startswith(".") and name.endswith(".crc")
+            ):
                 dropped.add(name)
         return dropped
 
@@ -325,7 +325,7 @@ def _assert_nested_nullable(typ: Any) -> None:
 
 def test_schema_uses_spark_field_order_and_parquet_names() -> None:
     assert CHECKPOINT_SCHEMA.names == ["txn", "add", "remove", "metaData", "protocol", "domainMetadata"]
-    assert V2_CHECKPOINT_SCHEMA.names == CHECKPOINT_SCHEMA.names + ["checkpointMetadata", "sidecar"]
+    assert V2_CHECKPOINT_SCHEMA.names == [*CHECKPOINT_SCHEMA.names, "checkpointMetadata", "sidecar"]
     assert SIDECAR_SCHEMA.names == ["add", "remove"]
     add = CHECKPOINT_SCHEMA.field("add").type
     assert [f.name for f in add] == [

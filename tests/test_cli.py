@@ -109,7 +109,7 @@ def test_concurrent_init_processes_all_succeed(store_url: str) -> None:
         for _ in range(3)
     ]
     for p in procs:
-        out, err = p.communicate(timeout=60)
+        _out, err = p.communicate(timeout=60)
         assert p.returncode == 0, err.decode()
     assert state(store_url)["counts"]["dl_tables"] == 0
 

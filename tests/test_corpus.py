@@ -97,7 +97,7 @@ def _as_jackson_writes(data: bytes) -> bool:
 def _open_or_none(path: str, version: int | None = None) -> DeltaTable | None:
     try:
         return DeltaTable(path, version=version)
-    except Exception:  # noqa: BLE001 - deltalake cannot read it (e.g. geometry type, no schemaString)
+    except Exception:
         return None
 
 

@@ -69,7 +69,6 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ENGINE_INFO",
-    "__version__",
     "CommitResult",
     "ConflictError",
     "DataError",
@@ -85,6 +84,7 @@ __all__ = [
     "TableStatus",
     "TransientError",
     "ValidationReport",
+    "__version__",
     "cleanup_log",
     "health_report",
     "import_table",

@@ -63,7 +63,7 @@ def _errors(ctx: Ctx, table: str | None = None) -> Iterator[None]:
         sys.exit(130)
     except click.ClickException:
         raise
-    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
+    except Exception as exc:
         if ctx.debug:
             raise
         where = f"table '{table}': " if table else ""

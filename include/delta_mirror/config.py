@@ -34,7 +34,7 @@ def redact_url(url: str) -> str:
         parsed = make_url(url)
         query = {k: ("***" if k.lower() in _SECRET_QUERY_KEYS else v) for k, v in parsed.query.items()}
         return parsed.set(query=query).render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
-    except Exception:  # noqa: BLE001 - an unparsable URL is reported by the caller
+    except Exception:
         return "<unparsable store URL>"
 
 

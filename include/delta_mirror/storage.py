@@ -150,14 +150,14 @@ class ObstoreStore:
         self._check_write(path)
         try:
             obstore.put(self._store, path, data, mode="create", use_multipart=False)
-        except Exception as exc:  # noqa: BLE001 - translated below
+        except Exception as exc:
             raise _translate(exc, self.uri, path) from exc
 
     def put(self, path: str, data: bytes) -> None:
         self._check_write(path)
         try:
             obstore.put(self._store, path, data, use_multipart=False)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _translate(exc, self.uri, path) from exc
 
     def get(self, path: str) -> bytes | None:
@@ -167,7 +167,7 @@ class ObstoreStore:
             return None
         except obe.NotFoundError:
             return None
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _translate(exc, self.uri, path) from exc
 
     def head(self, path: str) -> ObjectMeta | None:
@@ -175,7 +175,7 @@ class ObstoreStore:
             meta = obstore.head(self._store, path)
         except (FileNotFoundError, obe.NotFoundError):
             return None
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _translate(exc, self.uri, path) from exc
         return ObjectMeta(str(meta["path"]), int(meta["size"]), meta.get("last_modified"))
 
@@ -187,7 +187,7 @@ class ObstoreStore:
                     out.append(ObjectMeta(str(meta["path"]), int(meta["size"]), meta.get("last_modified")))
         except (FileNotFoundError, obe.NotFoundError):
             return []
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _translate(exc, self.uri, prefix) from exc
         out.sort(key=lambda m: m.path)
         return out
@@ -198,7 +198,7 @@ class ObstoreStore:
             obstore.delete(self._store, path)
         except (FileNotFoundError, obe.NotFoundError):
             return
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _translate(exc, self.uri, path) from exc
 
 
@@ -302,7 +302,7 @@ def open_store(location: str, options: Mapping[str, str] | None = None) -> Obsto
         return ObstoreStore(uri, from_url(uri, **dict(options or {})))  # type: ignore[call-overload]
     except PermanentError:
         raise
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise PermanentError(
             f"cannot open storage at {uri}: {exc}", hint="check the location and its options"
         ) from exc

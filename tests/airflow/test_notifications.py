@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from dm_airflow_kit import MailBox, body_text, make_table, run_dag
@@ -147,7 +147,7 @@ class RecordingNotifier:
     """Stands in for e.g. ``SlackNotifier``: built from ``notifier_kwargs`` plus the ``text``."""
 
     template_fields = ("text", "channel")
-    sent: list[dict[str, Any]] = []
+    sent: ClassVar[list[dict[str, Any]]] = []
 
     def __init__(self, text: str = "", channel: str = "") -> None:
         self.text, self.channel = text, channel

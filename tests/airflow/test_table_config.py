@@ -195,5 +195,5 @@ def test_load_config_reads_delta_mirror_config(tmp_path: Path, monkeypatch: pyte
     assert list(load_config().tables) == ["a"]
     assert load_config().source == str(path)
     monkeypatch.setenv("DELTA_MIRROR_CONFIG", str(tmp_path / "missing.yaml"))
-    with pytest.raises(ConfigError, match="cannot read the table config .*missing.yaml"):
+    with pytest.raises(ConfigError, match=r"cannot read the table config .*missing\.yaml"):
         load_config()

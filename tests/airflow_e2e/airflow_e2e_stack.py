@@ -12,6 +12,7 @@ own), so nothing is left behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -188,10 +189,8 @@ class AirflowStack:
         if wait(timeout):
             return []
         for pid in self.leftover_pids():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         if wait(5.0):
             return []
         killed: list[int] = []
@@ -199,10 +198,8 @@ class AirflowStack:
             left = self.leftover_pids()
             if not left:
                 break
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             for pid in left:
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -210,10 +207,8 @@ class AirflowStack:
                 except ProcessLookupError:
                     pass
             time.sleep(0.3)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
         return sorted(set(killed))
 
     def leftover_pids(self) -> list[int]:

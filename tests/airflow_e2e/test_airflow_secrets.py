@@ -31,7 +31,7 @@ from delta_mirror.delta.log_path import LOG_DIR, commit_name
 from delta_mirror.store.sql_store import SqlStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "airflow"))
-from dm_airflow_kit import S3Writer, config_yaml, make_table  # noqa: E402
+from dm_airflow_kit import S3Writer, config_yaml, make_table
 
 pytestmark = [pytest.mark.airflow_e2e, pytest.mark.postgres, pytest.mark.s3, pytest.mark.timeout(420)]
 

@@ -226,7 +226,7 @@ class CheckpointWatch(threading.Thread):
             try:
                 raw = log.read("_last_checkpoint")
                 version = int(json.loads(raw)["version"]) if raw else None
-            except Exception:  # noqa: BLE001 - a torn read is judged by the final check
+            except Exception:
                 continue
             if version is None:
                 continue

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import re
@@ -113,10 +114,8 @@ def _abort(writer: asyncio.StreamWriter) -> None:
     """Close with a TCP reset (SO_LINGER 0), not a clean FIN."""
     sock = writer.get_extra_info("socket")
     if sock is not None:
-        try:
+        with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        except OSError:
-            pass
     writer.transport.abort()
 
 
@@ -210,7 +209,7 @@ class FaultProxy:
             if head is None:
                 raise ConnectionError("upstream closed")
             first, rheaders = head
-            _, status, reason = (first.split(" ", 2) + [""])[:3]
+            _, status, reason = ([*first.split(" ", 2), ""])[:3]
             te = next((v for k, v in rheaders if k.lower() == "transfer-encoding"), "")
             if req.method == "HEAD":
                 body = b""

@@ -130,7 +130,7 @@ class CommitWatch(CheckpointWatch):
                         data = log.read(n)
                         if data is not None:
                             self.first[(name, n)] = hashlib.sha256(data).hexdigest()
-            except Exception:  # noqa: BLE001 - the final sample is authoritative
+            except Exception:
                 continue
 
     def overwritten(self, skip: set[tuple[str, str]] = frozenset()) -> list[str]:  # type: ignore[assignment]

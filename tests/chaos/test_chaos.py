@@ -16,8 +16,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from chaos_harness import ProxyProcess  # noqa: E402
-from chaos_scenarios import (  # noqa: E402
+from chaos_harness import ProxyProcess
+from chaos_scenarios import (
     SMALL,
     ScenarioResult,
     Services,

@@ -132,9 +132,11 @@ def test_a_governed_table_with_the_service_unreachable_fails_and_writes_no_commi
     port = free_port()  # nothing listens there
     governed = tmp_path / "lake"
     location = governed / "events"
-    with session_settings(spark, url=f"http://127.0.0.1:{port}", roots=root_prefix(governed), retries="2"):
-        with pytest.raises(Exception) as failed:
-            write_rows(spark, location, 3)
+    with (
+        session_settings(spark, url=f"http://127.0.0.1:{port}", roots=root_prefix(governed), retries="2"),
+        pytest.raises(Exception) as failed,
+    ):
+        write_rows(spark, location, 3)
     text = str(failed.value)
     assert "java.io.IOException: delta-mirror: commit of version 0 of file:" in text, text[:2000]
     assert f"the commit service at http://127.0.0.1:{port} is unreachable after 2 attempt(s)" in text
@@ -149,10 +151,12 @@ def test_a_refusal_reaches_the_spark_user_with_the_services_message(spark: Any, 
     governed = tmp_path / "lake"
     location = governed / "events"
     message = "table events is halted (CONFLICT at version 0): see delta-mirror status events"
-    with refusing_service(423, "halted", message) as (url, seen):
-        with hadoop_settings(spark, url=url, roots=root_prefix(governed)):
-            with pytest.raises(Exception) as failed:
-                write_rows(spark, location, 3)
+    with (
+        refusing_service(423, "halted", message) as (url, seen),
+        hadoop_settings(spark, url=url, roots=root_prefix(governed)),
+        pytest.raises(Exception) as failed,
+    ):
+        write_rows(spark, location, 3)
     text = str(failed.value)
     assert f"delta-mirror: commit of version 0 of file:{location}" in text, text[:2000]
     assert f"HTTP 423 halted: {message}" in text

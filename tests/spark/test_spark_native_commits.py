@@ -70,7 +70,7 @@ def native(tmp_path: Path) -> tuple[SqlStore, Path, dict[int, list[tuple[Any, ..
         publisher.publish(NAME, to_version=version)
     rows: dict[int, list[tuple[Any, ...]]] = {0: [(1, "a b"), (2, "a b")]}
     rows[1] = rows[0] + [(3, "ü%"), (4, "fr"), (5, "fr")]
-    rows[2] = rows[1][2:] + [(6, "de")]
+    rows[2] = [*rows[1][2:], (6, "de")]
     rows[3] = [(*r, None) for r in rows[2]]
     rows[4] = rows[3] + [(7, "fr", 7.5), (8, "fr", None)]
     return store, root, rows

@@ -89,7 +89,7 @@ def spark_rows(spark: Any, location: Path) -> list[tuple[Any, ...]]:
 
 def fails_with(fn: Any, *needles: str) -> str:
     """Run ``fn``, expecting the Spark write to fail; returns the error text (must hold each needle)."""
-    with pytest.raises(Exception) as info:  # noqa: PT011 - Py4J wraps the JVM's IOException
+    with pytest.raises(Exception) as info:
         fn()
     text = str(info.value)
     for needle in needles:

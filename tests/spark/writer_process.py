@@ -75,7 +75,7 @@ def main() -> int:
             try:
                 run_op(spark, location, op)
                 outcomes.append("ok")
-            except Exception as exc:  # noqa: BLE001 - reported to the test
+            except Exception as exc:
                 outcomes.append(outcome(exc))
         sys.stdout.write("RESULT " + json.dumps({"phase": phase["name"], "outcomes": outcomes}) + "\n")
         sys.stdout.flush()

@@ -34,7 +34,7 @@ def protocol_body(reader: int = 1, writer: int = 2, **extra: Any) -> dict[str, A
 
 def metadata_body(
     *,
-    id: str = TABLE_ID,  # noqa: A002 - the field's name
+    id: str = TABLE_ID,
     schema_string: str = SCHEMA_STRING,
     partition_columns: Sequence[str] = (),
     configuration: dict[str, str] | None = None,

@@ -127,7 +127,7 @@ class CommitService:
         path: str,
         body: bytes | Iterable[bytes] | None = None,
         *,
-        token: str | None | bool = True,
+        token: str | bool | None = True,
         conn: http.client.HTTPConnection | None = None,
     ) -> Answer:
         headers = {}

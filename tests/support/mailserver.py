@@ -21,7 +21,7 @@ class MailBox:
         self.messages: list[EmailMessage] = []
         self._cond = threading.Condition()
 
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 - aiosmtpd API
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         raw = envelope.original_content or envelope.content
         if isinstance(raw, str):
             raw = raw.encode()

@@ -7,6 +7,7 @@ and are stopped at the end of the session. ``conftest.py`` wraps them in fixture
 from __future__ import annotations
 
 import atexit
+import contextlib
 import glob
 import os
 import pwd
@@ -246,10 +247,8 @@ class PgServer:
         if not self.owned or self.tmpdir is None:
             return
         if (self.datadir / "postmaster.pid").exists():
-            try:
+            with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
                 self._cmd("pg_ctl", "-D", str(self.datadir), "-m", "immediate", "-w", "stop")
-            except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
-                pass
         shutil.rmtree(self.tmpdir, ignore_errors=True)
         self.tmpdir = None
 
@@ -353,7 +352,7 @@ class S3Server:
         self._proc.terminate()
         try:
             self._proc.wait(timeout=10)
-        except Exception:  # noqa: BLE001
+        except Exception:
             self._proc.kill()
         self._log.close()
 

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import timedelta
 from typing import Any
@@ -163,7 +164,7 @@ def table_dag(cfg: TableConfig) -> DAG:
                 lag_history_retention=cfg.lag_history_retention.total_seconds(),
             )
         )
-        for upstream, downstream in zip(tasks, tasks[1:], strict=False):
+        for upstream, downstream in itertools.pairwise(tasks):
             upstream >> downstream
     return dag
 

@@ -6,6 +6,7 @@ registered with Airflow's secrets masker and never logged.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from functools import cached_property
 from typing import Any
@@ -21,7 +22,7 @@ def _mask(value: str | None) -> None:
             from airflow.sdk.log import mask_secret
 
             mask_secret(value)
-        except Exception:  # noqa: BLE001 - masking is best effort outside a task
+        except Exception:
             pass
 
 
@@ -59,10 +60,9 @@ class DeltaMirrorHook(BaseHook):
         if extra.get("sqlalchemy_url"):
             url_text = str(extra["sqlalchemy_url"])
             _mask(url_text)
-            try:  # the password on its own too (a driver error may quote it without the URL)
+            # the password on its own too (a driver error may quote it without the URL)
+            with contextlib.suppress(Exception):
                 _mask(make_url(url_text).password)  # type: ignore[arg-type]
-            except Exception:  # noqa: BLE001 - an unparsable URL is reported by the store
-                pass
             return url_text
 
         url = URL.create(

@@ -62,7 +62,7 @@ class StoreCommitTrigger(BaseEventTrigger):
         while True:
             try:
                 latest, published = await asyncio.to_thread(self._check)
-            except Exception as exc:  # noqa: BLE001 - a store hiccup must not kill the watcher
+            except Exception as exc:
                 self.log.warning("polling the store for %s failed: %s", self.table, exc)
                 latest, published = None, None
             if watermark is None and latest is not None:

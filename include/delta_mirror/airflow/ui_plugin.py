@@ -18,7 +18,7 @@ import html
 import os
 import threading
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 from airflow.plugins_manager import AirflowPlugin
@@ -392,8 +392,10 @@ class DeltaMirrorPlugin(AirflowPlugin):
     """Registered by ``plugins/delta_mirror_plugin.py`` (Airflow's plugins folder)."""
 
     name = "delta_mirror"
-    fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "Delta Mirror"}]
-    external_views = [
+    fastapi_apps: ClassVar[list[dict[str, Any]]] = [
+        {"app": create_app(), "url_prefix": URL_PREFIX, "name": "Delta Mirror"}
+    ]
+    external_views: ClassVar[list[dict[str, Any]]] = [
         {
             "name": "Delta Mirror",
             "href": f"{URL_PREFIX}/",
@@ -405,8 +407,8 @@ class DeltaMirrorPlugin(AirflowPlugin):
 
 __all__ = [
     "DEFAULT_LAG_SLO",
-    "DeltaMirrorPlugin",
     "URL_PREFIX",
+    "DeltaMirrorPlugin",
     "create_app",
     "health_data",
     "lag_chart_svg",

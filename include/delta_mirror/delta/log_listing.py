@@ -164,7 +164,7 @@ def sidecar_refs(objects: ObjectStore) -> SidecarRefs:
                     for row in pf.read(columns=["sidecar"]).column("sidecar").to_pylist():
                         if row is not None:
                             paths.append(str(row.get("path")))
-        except Exception:  # noqa: BLE001 - an unreadable checkpoint is simply not complete
+        except Exception:
             return None
         return [unquote(p.rstrip("/").rsplit("/", 1)[-1]) for p in paths]
 

@@ -255,6 +255,6 @@ __all__ = [
     "lag_history",
     "lag_slo_for",
     "overview_row",
-    "table_detail",
     "record_lag_sample",
+    "table_detail",
 ]

@@ -131,9 +131,9 @@ def _reconcile_table(
         entry.error = table.halted_reason
         return entry
     try:
-        if strategy == "full" or (strategy == "smart" and _troubled(store, publisher, table)):
-            if not _repair(store, publisher, table, entry):
-                return entry
+        repair = strategy == "full" or (strategy == "smart" and _troubled(store, publisher, table))
+        if repair and not _repair(store, publisher, table, entry):
+            return entry
     except MirrorError as exc:
         # The listing itself failed (the location is unreachable or broken): the re-drive below
         # still runs, so the failure is counted on the versions and escalated like any other.

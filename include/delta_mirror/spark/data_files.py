@@ -24,6 +24,7 @@ out; booleans and binary get ``nullCount`` only, as in Delta-Spark.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -292,10 +293,8 @@ def write_files(
             written.append(WrittenFile(add, dst.toString(), rows))
     finally:
         hadoop.delete(staging, True)
-        try:
-            hadoop.delete(staging.getParent())  # only when empty (other writers may be staging)
-        except Exception:  # noqa: BLE001 - py4j raises the Java IOException for a non-empty folder
-            pass
+        with contextlib.suppress(Exception):  # only when empty (other writers may be staging)
+            hadoop.delete(staging.getParent())
     return written
 
 

@@ -127,7 +127,7 @@ def spark_check(
             int(r["version"]): r["operation"]
             for r in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").select("version", "operation").collect()
         }
-    except Exception as exc:  # noqa: BLE001 - py4j errors carry the Java exception text
+    except Exception as exc:
         report(
             "reader_error", None, f"Delta-Spark cannot open the table at {uri}: {text_of(exc)}", _ERROR_HINT
         )
@@ -168,7 +168,7 @@ def spark_check(
             df = spark.read.format("delta").option("versionAsOf", version).load(path)
             found_files = {rel(p, decode=False) for p in df.inputFiles()}
             schema = json.loads(df.schema.json())
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             report(
                 "reader_error",
                 version,
@@ -204,7 +204,7 @@ def spark_check(
             continue
         try:
             rows = df.count()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             report(
                 "reader_error",
                 version,

@@ -289,8 +289,8 @@ __all__ = [
     "get_spark",
     "governed",
     "ivy_dir",
-    "logstore_jar",
     "java_missing",
+    "logstore_jar",
     "spark_missing",
     "stop_spark",
 ]

@@ -36,7 +36,7 @@ def make_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite gets WAL and a busy timeout so writers queue, not fail."""
     try:
         parsed = make_url(url)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise PermanentError(
             f"store URL is not valid: {exc}", hint="use sqlite:///path or postgresql+psycopg://..."
         ) from None

@@ -271,7 +271,7 @@ def v2_checkpoint_files(
         rows.append(
             {"path": name, "sizeInBytes": len(data), "modificationTime": modification_time_ms, "tags": None}
         )
-    top, top_rows, v2 = _v2_top_level(
+    top, top_rows, _v2 = _v2_top_level(
         header.version, header.non_file, rows, header.checkpoint_id, modification_time_ms
     )
     files.append(top)

@@ -173,7 +173,7 @@ class ReaderCheck:
                 else:
                     try:
                         dt.load_as_version(version)
-                    except BaseException as exc:  # noqa: BLE001 - pyo3 panics are BaseExceptions
+                    except BaseException as exc:
                         _reraise_interrupts(exc)
                         dt, error = None, _text(exc)
                 if dt is None:
@@ -186,7 +186,7 @@ class ReaderCheck:
         """A fresh reader at ``version`` (it starts from the newest checkpoint at or before it)."""
         try:
             return DeltaTable(self.uri, version=version, storage_options=self.options), None
-        except BaseException as exc:  # noqa: BLE001 - pyo3 panics are BaseExceptions
+        except BaseException as exc:
             _reraise_interrupts(exc)
             return None, _text(exc)
 
@@ -415,7 +415,7 @@ class ReaderCheck:
             return
         try:
             dvs = pa.table(dt.deletion_vectors().read_all())
-        except BaseException as exc:  # noqa: BLE001 - pyo3 panics are BaseExceptions
+        except BaseException as exc:
             _reraise_interrupts(exc)
             self._report(
                 "reader_error",
