@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from support import builders
+from support.services import corpus_path
 
 from delta_mirror.delta.source_log import (
     SourceLog,
@@ -39,11 +40,7 @@ from delta_mirror.errors import (
 )
 from delta_mirror.storage import open_store
 
-CORPUS = Path(
-    os.environ.get(
-        "DELTA_MIRROR_CORPUS", str(Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus")
-    )
-).resolve()
+CORPUS = corpus_path().resolve()
 HAVE_CORPUS = (CORPUS / "INDEX.tsv").is_file()
 NO_CORPUS = f"shared Delta corpus not found at {CORPUS} (set DELTA_MIRROR_CORPUS)"
 
