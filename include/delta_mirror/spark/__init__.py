@@ -1,4 +1,4 @@
-"""Spark integration (design.md §9): a local or remote SparkSession with delta-spark, and the Spark reader.
+"""Spark integration: a local or remote SparkSession with delta-spark, and the Spark reader.
 
 Nothing here imports pyspark at module import time; install the ``spark`` extra to use it.
 """

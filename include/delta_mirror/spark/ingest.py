@@ -1,7 +1,7 @@
 """PySpark ingest: source files (CSV, Parquet, JSON) → Parquet data files in the table → one commit.
 
-``ingest(spark, store, table, source, ...)`` is an example data pipeline on top of the store
-(design.md §9 c): Spark reads the source, writes Parquet data files into the table location
+``ingest(spark, store, table, source, ...)`` is an example data pipeline on top of the
+store: Spark reads the source, writes Parquet data files into the table location
 (``spark.data_files``: Delta-Spark's layout, paths, partition values and stats), and the ``add``
 actions (plus ``remove`` actions for ``mode="overwrite"``) are committed through ``SqlStore.commit``
 with optimistic concurrency. The mirror then publishes the version like any other.
