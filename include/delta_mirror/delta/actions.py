@@ -11,98 +11,94 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 from delta_mirror.delta.log_path import LOG_DIR
+from delta_mirror.delta.protocol import CATALOG_FEATURES, KNOWN_READER_FEATURES
 from delta_mirror.errors import InvalidActionError
 
+# fmt: off
 KNOWN_ACTIONS = (
-    "commitInfo",
-    "protocol",
-    "metaData",
-    "add",
-    "remove",
-    "txn",
-    "domainMetadata",
-    "cdc",
-    "checkpointMetadata",
-    "sidecar",
+    "commitInfo", "protocol", "metaData", "add", "remove", "txn", "domainMetadata", "cdc",
+    "checkpointMetadata", "sidecar",
 )
 
 # Field order Delta-Spark writes (Jackson serialises case-class fields in declaration order).
 SPARK_KEY_ORDER: dict[str, tuple[str, ...]] = {
     "commitInfo": (
-        "inCommitTimestamp",
-        "timestamp",
-        "userId",
-        "userName",
-        "operation",
-        "operationParameters",
-        "job",
-        "notebook",
-        "clusterId",
-        "readVersion",
-        "isolationLevel",
-        "isBlindAppend",
-        "operationMetrics",
-        "userMetadata",
-        "tags",
-        "engineInfo",
-        "txnId",
+        "inCommitTimestamp", "timestamp", "userId", "userName", "operation", "operationParameters",
+        "job", "notebook", "clusterId", "readVersion", "isolationLevel", "isBlindAppend",
+        "operationMetrics", "userMetadata", "tags", "engineInfo", "txnId",
     ),
     "protocol": ("minReaderVersion", "minWriterVersion", "readerFeatures", "writerFeatures"),
     "metaData": (
-        "id",
-        "name",
-        "description",
-        "format",
-        "schemaString",
-        "partitionColumns",
-        "configuration",
+        "id", "name", "description", "format", "schemaString", "partitionColumns", "configuration",
         "createdTime",
     ),
     "add": (
-        "path",
-        "partitionValues",
-        "size",
-        "modificationTime",
-        "dataChange",
-        "stats",
-        "tags",
-        "deletionVector",
-        "baseRowId",
-        "defaultRowCommitVersion",
-        "clusteringProvider",
+        "path", "partitionValues", "size", "modificationTime", "dataChange", "stats", "tags",
+        "deletionVector", "baseRowId", "defaultRowCommitVersion", "clusteringProvider",
     ),
     # RemoveFile declares ``stats`` last (it was added after the other fields).
     "remove": (
-        "path",
-        "deletionTimestamp",
-        "dataChange",
-        "extendedFileMetadata",
-        "partitionValues",
-        "size",
-        "tags",
-        "deletionVector",
-        "baseRowId",
-        "defaultRowCommitVersion",
-        "stats",
+        "path", "deletionTimestamp", "dataChange", "extendedFileMetadata", "partitionValues", "size",
+        "tags", "deletionVector", "baseRowId", "defaultRowCommitVersion", "stats",
     ),
     "txn": ("appId", "version", "lastUpdated"),
     "domainMetadata": ("domain", "configuration", "removed"),
     # AddCDCFile's constructor fields first, then its ``dataChange`` member (always false).
     "cdc": ("path", "partitionValues", "size", "tags", "dataChange"),
 }
+# fmt: on
 _DV_ORDER = ("storageType", "pathOrInlineDv", "offset", "sizeInBytes", "cardinality", "maxRowIndex")
+
+_KNOWN = frozenset(KNOWN_ACTIONS)
 
 Action = tuple[str, dict[str, Any]]
 
 
+# Same output as json.dumps(..., separators=(",", ":"), ensure_ascii=False); one shared encoder
+# saves building a new one per action (300k-action commits exist).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def canonical_json(line: Mapping[str, Any]) -> str:
+    """The canonical text of one log line (every key of it, in order): compact separators, UTF-8
+    kept unescaped, as Delta-Spark (Jackson) writes commit files (README, "How it works")."""
+    obj = line if isinstance(line, dict) else dict(line)
+    try:
+        return _ENCODER.encode(obj)
+    except (TypeError, ValueError) as exc:  # NaN / Infinity, or a value JSON has no form for
+        raise InvalidActionError(
+            f"action cannot be encoded as JSON: {exc}", hint="actions hold JSON values only (no NaN)"
+        ) from exc
+
+
 def canonical_line(action_type: str, body: Mapping[str, Any]) -> str:
-    """The canonical one-line encoding of an action (compact, UTF-8, key order kept)."""
-    return json.dumps({action_type: body}, separators=(",", ":"), ensure_ascii=False)
+    """The canonical one-line encoding of one action (compact, UTF-8, key order kept)."""
+    return canonical_json({action_type: body})
+
+
+def line_action(obj: Mapping[str, Any]) -> tuple[str, Any]:
+    """The action a log line carries, as Delta readers see it: ``(action type, body)``.
+
+    Readers ignore what they do not know (PROTOCOL.md): keys beside the one known action on a line
+    (Spark's forward-compatible writers put some there) are skipped; a line holding only unknown
+    keys is an unknown action, named by its first key. Raises ``ValueError`` (with the reason) for a
+    line with no key or with two known actions (readers disagree on which one counts).
+    """
+    known = [k for k in obj if k in _KNOWN]
+    if len(known) == 1:
+        return known[0], obj[known[0]]
+    if known:
+        raise ValueError(f"holds {len(known)} actions ({', '.join(repr(k) for k in known)}), not one")
+    if not obj:
+        raise ValueError("is an empty object, not an action")
+    first = next(iter(obj))
+    return first, obj[first]
 
 
 def render_commit(lines: Iterable[str]) -> bytes:
@@ -237,36 +233,6 @@ def split_commit(data: bytes, *, table: str, version: int | None = None) -> tupl
     return lines, actions
 
 
-def _require(
-    body: Mapping[str, Any],
-    field: str,
-    kinds: type | tuple[type, ...],
-    where: str,
-    table: str,
-    version: int | None,
-    optional: bool = False,
-) -> None:
-    if field not in body or body[field] is None:
-        if optional:
-            return
-        raise InvalidActionError(
-            f"{where}: missing required field '{field}'",
-            table=table,
-            version=version,
-            hint="see the Delta protocol's action reference",
-        )
-    value = body[field]
-    if isinstance(value, bool) and kinds in (int, (int,)):
-        raise InvalidActionError(f"{where}: field '{field}' must be an integer", table=table, version=version)
-    if not isinstance(value, kinds):
-        names = kinds.__name__ if isinstance(kinds, type) else "/".join(k.__name__ for k in kinds)
-        raise InvalidActionError(
-            f"{where}: field '{field}' must be {names}, got {type(value).__name__}",
-            table=table,
-            version=version,
-        )
-
-
 def check_data_path(path: str, *, table: str, version: int | None, where: str, location: str | None) -> None:
     """A data file path must stay inside the table root: no ``..``, no other bucket or folder."""
     if _PLAIN_PATH.fullmatch(path) and ".." not in path and not path.startswith(LOG_DIR):
@@ -311,34 +277,26 @@ def check_data_path(path: str, *, table: str, version: int | None, where: str, l
         )
 
 
-def _check_protocol_features(body: Mapping[str, Any], where: str, table: str, version: int | None) -> None:
+def _check_protocol_features(w: _Where, body: Mapping[str, Any]) -> None:
     """Versions that exist, reader features we know (as import does), reader ⊆ writer features."""
-    from delta_mirror.delta.source_log import CATALOG_FEATURES, KNOWN_READER_FEATURES
-
     reader, writer = body["minReaderVersion"], body["minWriterVersion"]
     if reader > 3 or writer > 7:
-        raise InvalidActionError(
-            f"{where}: protocol {reader}/{writer} does not exist (at most minReaderVersion 3, minWriterVersion 7)",
-            table=table,
-            version=version,
-            hint="use table features (3/7) for newer capabilities",
+        raise w.fail(
+            f"protocol {reader}/{writer} does not exist (at most minReaderVersion 3, minWriterVersion 7)",
+            "use table features (3/7) for newer capabilities",
         )
     readers = body.get("readerFeatures") or []
     unknown = [f for f in readers if f not in KNOWN_READER_FEATURES and f not in CATALOG_FEATURES]
     if unknown:
-        raise InvalidActionError(
-            f"{where}: unknown reader feature(s) {', '.join(repr(f) for f in unknown)}",
-            table=table,
-            version=version,
-            hint="delta-mirror cannot vouch that readers handle it; drop the feature or upgrade delta-mirror",
+        raise w.fail(
+            f"unknown reader feature(s) {', '.join(repr(f) for f in unknown)}",
+            "delta-mirror cannot vouch that readers handle it; drop the feature or upgrade delta-mirror",
         )
     missing = [f for f in readers if f not in (body.get("writerFeatures") or [])]
     if missing:
-        raise InvalidActionError(
-            f"{where}: reader feature(s) {', '.join(repr(f) for f in missing)} missing from writerFeatures",
-            table=table,
-            version=version,
-            hint="the protocol requires every reader feature in writerFeatures too",
+        raise w.fail(
+            f"reader feature(s) {', '.join(repr(f) for f in missing)} missing from writerFeatures",
+            "the protocol requires every reader feature in writerFeatures too",
         )
 
 
@@ -379,125 +337,168 @@ def _validate_action(
     location: str | None,
 ) -> None:
     where = f"action {number} ({action_type})"
-    req = _require
-    if action_type in ("add", "remove", "cdc"):
-        req(body, "path", str, where, table, version)
-        check_data_path(body["path"], table=table, version=version, where=where, location=location)
-        req(body, "dataChange", bool, where, table, version)
-        if action_type in ("add", "cdc"):
-            req(body, "size", int, where, table, version)
-            req(body, "partitionValues", dict, where, table, version)
-            _check_string_map(body["partitionValues"], "partitionValues", where, table, version)
-        if action_type == "add":
-            req(body, "modificationTime", int, where, table, version)
-            req(body, "stats", str, where, table, version, optional=True)
-        else:
-            req(body, "size", int, where, table, version, optional=True)
-            req(body, "deletionTimestamp", int, where, table, version, optional=True)
-        size = body.get("size")
-        if isinstance(size, int) and size < 0:
-            raise InvalidActionError(
-                f"{where}: size must not be negative (got {size})", table=table, version=version
-            )
-        dv = body.get("deletionVector")
-        if dv is not None:
-            if not isinstance(dv, dict):
-                raise InvalidActionError(
-                    f"{where}: deletionVector must be an object", table=table, version=version
-                )
-            for field, kind in (
-                ("storageType", str),
-                ("pathOrInlineDv", str),
-                ("sizeInBytes", int),
-                ("cardinality", int),
-            ):
-                req(dv, field, kind, f"{where}.deletionVector", table, version)
-    elif action_type == "metaData":
-        req(body, "id", str, where, table, version)
-        req(body, "format", dict, where, table, version)
-        req(body["format"], "provider", str, f"{where}.format", table, version)
-        req(body, "schemaString", str, where, table, version)
-        try:
-            schema = json.loads(body["schemaString"])
-        except json.JSONDecodeError:
-            raise InvalidActionError(
-                f"{where}: schemaString is not valid JSON", table=table, version=version
-            ) from None
-        if not isinstance(schema, dict) or schema.get("type") != "struct":
-            raise InvalidActionError(
-                f"{where}: schemaString must be a struct type", table=table, version=version
-            )
-        req(body, "partitionColumns", list, where, table, version)
-        if not all(isinstance(c, str) for c in body["partitionColumns"]):
-            raise InvalidActionError(
-                f"{where}: partitionColumns must be strings", table=table, version=version
-            )
-        if "configuration" in body:
-            _check_string_map(body["configuration"], "configuration", where, table, version)
-    elif action_type == "protocol":
-        req(body, "minReaderVersion", int, where, table, version)
-        req(body, "minWriterVersion", int, where, table, version)
-        reader, writer = body["minReaderVersion"], body["minWriterVersion"]
-        if reader < 1 or writer < 1:
-            raise InvalidActionError(
-                f"{where}: protocol versions must be positive", table=table, version=version
-            )
-        if "readerFeatures" in body and reader != 3:
-            raise InvalidActionError(
-                f"{where}: readerFeatures is only allowed with minReaderVersion 3",
-                table=table,
-                version=version,
-                hint="set minReaderVersion to 3 or drop readerFeatures",
-            )
-        if "writerFeatures" in body and writer != 7:
-            raise InvalidActionError(
-                f"{where}: writerFeatures is only allowed with minWriterVersion 7",
-                table=table,
-                version=version,
-                hint="set minWriterVersion to 7 or drop writerFeatures",
-            )
-        # Delta-Spark refuses the converse too ("Mismatched minReaderVersion and readerFeatures").
-        if reader == 3 and writer != 7:
-            raise InvalidActionError(
-                f"{where}: minReaderVersion 3 needs minWriterVersion 7",
-                table=table,
-                version=version,
-                hint="table features need writer version 7",
-            )
-        for field, level in (("readerFeatures", reader == 3), ("writerFeatures", writer == 7)):
-            if level and field not in body:
-                what = "minReaderVersion 3" if field == "readerFeatures" else "minWriterVersion 7"
-                raise InvalidActionError(
-                    f"{where}: {what} needs {field} (a list, possibly empty)",
-                    table=table,
-                    version=version,
-                    hint=f'add "{field}": [...]',
-                )
-            if field in body and not (
-                isinstance(body[field], list) and all(isinstance(f, str) for f in body[field])
-            ):
-                raise InvalidActionError(
-                    f"{where}: {field} must be a list of strings", table=table, version=version
-                )
-        _check_protocol_features(body, where, table, version)
-    elif action_type == "txn":
-        req(body, "appId", str, where, table, version)
-        req(body, "version", int, where, table, version)
-    elif action_type == "domainMetadata":
-        req(body, "domain", str, where, table, version)
-        req(body, "configuration", str, where, table, version)
-        req(body, "removed", bool, where, table, version)
-    elif action_type == "commitInfo":
-        # Free-form provenance, but the timestamps feed in-commit timestamps and must be integers.
-        req(body, "timestamp", int, where, table, version, optional=True)
-        req(body, "inCommitTimestamp", int, where, table, version, optional=True)
-    else:
+    check = _CHECKS.get(action_type)
+    if check is None:
         raise InvalidActionError(
             f"{where}: unknown action type '{action_type}'",
             table=table,
             version=version,
             hint=f"native commits take {', '.join(KNOWN_ACTIONS[:8])}",
         )
+    check(_Where(action_type, where, table, version, location), body)
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Which action is being checked, for the messages."""
+
+    action_type: str
+    where: str
+    table: str
+    version: int | None
+    location: str | None
+
+    def req(
+        self, body: Mapping[str, Any], field: str, kinds: type | tuple[type, ...], *, optional: bool = False
+    ) -> None:
+        """``body[field]`` is present (unless optional) and of type ``kinds`` (a bool is no int)."""
+        if field not in body or body[field] is None:
+            if optional:
+                return
+            raise self.fail(f"missing required field '{field}'", "see the Delta protocol's action reference")
+        value = body[field]
+        if isinstance(value, bool) and kinds is int:
+            raise self.fail(f"field '{field}' must be an integer")
+        if not isinstance(value, kinds):
+            names = kinds.__name__ if isinstance(kinds, type) else "/".join(k.__name__ for k in kinds)
+            raise self.fail(f"field '{field}' must be {names}, got {type(value).__name__}")
+
+    def inside(self, field: str) -> _Where:
+        return replace(self, where=f"{self.where}.{field}")
+
+    def fail(self, what: str, hint: str | None = None) -> InvalidActionError:
+        return InvalidActionError(f"{self.where}: {what}", table=self.table, version=self.version, hint=hint)
+
+
+def _check_file_action(w: _Where, body: Mapping[str, Any]) -> None:
+    """``add``, ``remove`` and ``cdc``: a path inside the table root, sizes, partition values, DV."""
+    w.req(body, "path", str)
+    check_data_path(body["path"], table=w.table, version=w.version, where=w.where, location=w.location)
+    w.req(body, "dataChange", bool)
+    if w.action_type in ("add", "cdc"):
+        w.req(body, "size", int)
+        w.req(body, "partitionValues", dict)
+        _check_string_map(body["partitionValues"], "partitionValues", w.where, w.table, w.version)
+    if w.action_type == "add":
+        w.req(body, "modificationTime", int)
+        w.req(body, "stats", str, optional=True)
+    else:
+        w.req(body, "size", int, optional=True)
+        w.req(body, "deletionTimestamp", int, optional=True)
+    size = body.get("size")
+    if isinstance(size, int) and size < 0:
+        raise w.fail(f"size must not be negative (got {size})")
+    dv = body.get("deletionVector")
+    if dv is not None:
+        if not isinstance(dv, dict):
+            raise w.fail("deletionVector must be an object")
+        for field, kind in (
+            ("storageType", str),
+            ("pathOrInlineDv", str),
+            ("sizeInBytes", int),
+            ("cardinality", int),
+        ):
+            w.inside("deletionVector").req(dv, field, kind)
+
+
+def _check_metadata(w: _Where, body: Mapping[str, Any]) -> None:
+    w.req(body, "id", str)
+    w.req(body, "format", dict)
+    w.inside("format").req(body["format"], "provider", str)
+    w.req(body, "schemaString", str)
+    problem = schema_problem(body["schemaString"])
+    if problem is not None:
+        raise w.fail(f"schemaString {problem}")
+    w.req(body, "partitionColumns", list)
+    if not all(isinstance(c, str) for c in body["partitionColumns"]):
+        raise w.fail("partitionColumns must be strings")
+    if "configuration" in body:
+        _check_string_map(body["configuration"], "configuration", w.where, w.table, w.version)
+
+
+def schema_problem(schema_string: str) -> str | None:
+    """Why ``schemaString`` is not a Delta schema a reader can parse (None when it is one)."""
+    try:
+        schema = json.loads(schema_string)
+    except (TypeError, ValueError):
+        return "is not valid JSON"
+    if not isinstance(schema, dict) or schema.get("type") != "struct":
+        return "must be a struct type"
+    fields = schema.get("fields")
+    if not isinstance(fields, list) or not all(
+        isinstance(f, dict) and isinstance(f.get("name"), str) and "type" in f for f in fields
+    ):
+        return "must list its fields, each with a name and a type"
+    return None
+
+
+def _check_protocol(w: _Where, body: Mapping[str, Any]) -> None:
+    w.req(body, "minReaderVersion", int)
+    w.req(body, "minWriterVersion", int)
+    reader, writer = body["minReaderVersion"], body["minWriterVersion"]
+    if reader < 1 or writer < 1:
+        raise w.fail("protocol versions must be positive")
+    if "readerFeatures" in body and reader != 3:
+        raise w.fail(
+            "readerFeatures is only allowed with minReaderVersion 3",
+            "set minReaderVersion to 3 or drop readerFeatures",
+        )
+    if "writerFeatures" in body and writer != 7:
+        raise w.fail(
+            "writerFeatures is only allowed with minWriterVersion 7",
+            "set minWriterVersion to 7 or drop writerFeatures",
+        )
+    # Delta-Spark refuses the converse too ("Mismatched minReaderVersion and readerFeatures").
+    if reader == 3 and writer != 7:
+        raise w.fail("minReaderVersion 3 needs minWriterVersion 7", "table features need writer version 7")
+    for field, level in (("readerFeatures", reader == 3), ("writerFeatures", writer == 7)):
+        if level and field not in body:
+            what = "minReaderVersion 3" if field == "readerFeatures" else "minWriterVersion 7"
+            raise w.fail(f"{what} needs {field} (a list, possibly empty)", f'add "{field}": [...]')
+        if field in body and not (
+            isinstance(body[field], list) and all(isinstance(f, str) for f in body[field])
+        ):
+            raise w.fail(f"{field} must be a list of strings")
+    _check_protocol_features(w, body)
+
+
+def _check_txn(w: _Where, body: Mapping[str, Any]) -> None:
+    w.req(body, "appId", str)
+    w.req(body, "version", int)
+
+
+def _check_domain_metadata(w: _Where, body: Mapping[str, Any]) -> None:
+    w.req(body, "domain", str)
+    w.req(body, "configuration", str)
+    w.req(body, "removed", bool)
+
+
+def _check_commit_info(w: _Where, body: Mapping[str, Any]) -> None:
+    # Free-form provenance, but the timestamps feed in-commit timestamps and must be integers.
+    w.req(body, "timestamp", int, optional=True)
+    w.req(body, "inCommitTimestamp", int, optional=True)
+
+
+_CHECKS: dict[str, Callable[[_Where, Mapping[str, Any]], None]] = {
+    "add": _check_file_action,
+    "remove": _check_file_action,
+    "cdc": _check_file_action,
+    "metaData": _check_metadata,
+    "protocol": _check_protocol,
+    "txn": _check_txn,
+    "domainMetadata": _check_domain_metadata,
+    "commitInfo": _check_commit_info,
+}
 
 
 def _plain_add(body: Mapping[str, Any]) -> bool:
@@ -537,44 +538,20 @@ def check_stored_commit(
 ) -> None:
     """Stored action lines are safe to publish as ``version``'s commit file, or ``InvalidActionError``.
 
-    Every line is one JSON object holding one action, with no raw newline; a native commit's
-    actions also pass ``validate_action`` (paths stay inside the table root). This catches a
-    writer that bypassed ``SqlStore.commit`` and wrote the store directly: the publisher halts the
-    table at that version instead of publishing a file readers would choke on.
+    Every line is one JSON object with no raw newline. A native commit's line holds exactly one
+    action, which also passes ``validate_action`` (paths stay inside the table root); an imported
+    line is kept as the source wrote it, so it only needs one action readers can tell (unknown keys
+    beside it are theirs to ignore, see ``line_action``). This catches a writer that bypassed
+    ``SqlStore.commit`` and wrote the store directly: the publisher halts the table at that version
+    instead of publishing a file readers would choke on.
     """
     if not lines:
         raise InvalidActionError("the stored commit holds no actions", table=table, version=version)
     hint = "the store was written outside delta-mirror; repair or restore this version, then resume"
     parsed = _parse_all(lines)  # one C-level parse: publishing re-checks every stored line
     for number, line in enumerate(lines, start=1):
-        if parsed is not None:
-            obj = parsed[number - 1]
-        else:  # something is wrong: parse line by line to name the bad action
-            try:
-                line.encode("utf-8")
-                obj = json.loads(line, parse_constant=_reject_constant)
-            except (json.JSONDecodeError, RecursionError, UnicodeEncodeError) as exc:
-                raise InvalidActionError(
-                    f"stored action {number} is not valid UTF-8 JSON ({type(exc).__name__})",
-                    table=table,
-                    version=version,
-                    hint=hint,
-                ) from None
-        if "\n" in line or not isinstance(obj, dict) or len(obj) != 1:
-            raise InvalidActionError(
-                f"stored action {number} is not one JSON object with one key",
-                table=table,
-                version=version,
-                hint=hint,
-            )
-        ((action_type, body),) = obj.items()
-        if not isinstance(body, dict):
-            raise InvalidActionError(
-                f"stored action {number} ({action_type}) has no object body",
-                table=table,
-                version=version,
-                hint=hint,
-            )
+        obj = parsed[number - 1] if parsed is not None else _parse_stored(line, number, table, version, hint)
+        action_type, body = _stored_action(line, obj, number, table, version, hint, native=native)
         if native and not (action_type == "add" and _plain_add(body)):
             try:
                 _validate_action(
@@ -586,16 +563,57 @@ def check_stored_commit(
                 raise
 
 
+def _parse_stored(line: str, number: int, table: str, version: int, hint: str) -> Any:
+    """One stored line parsed on its own, to name the bad one."""
+    try:
+        line.encode("utf-8")
+        return json.loads(line, parse_constant=_reject_constant)
+    except (json.JSONDecodeError, RecursionError, UnicodeEncodeError) as exc:
+        raise InvalidActionError(
+            f"stored action {number} is not valid UTF-8 JSON ({type(exc).__name__})",
+            table=table,
+            version=version,
+            hint=hint,
+        ) from None
+
+
+def _stored_action(
+    line: str, obj: Any, number: int, table: str, version: int, hint: str, *, native: bool
+) -> tuple[str, Any]:
+    if "\n" in line or not isinstance(obj, dict) or (native and len(obj) != 1):
+        shape = "one JSON object with one key" if native else "one JSON object"
+        raise InvalidActionError(
+            f"stored action {number} is not {shape}", table=table, version=version, hint=hint
+        )
+    try:
+        action_type, body = line_action(obj)
+    except ValueError as exc:
+        raise InvalidActionError(
+            f"stored line {number} {exc}", table=table, version=version, hint=hint
+        ) from None
+    if not isinstance(body, dict) and (native or action_type in _KNOWN):
+        raise InvalidActionError(
+            f"stored action {number} ({action_type}) has no object body",
+            table=table,
+            version=version,
+            hint=hint,
+        )
+    return action_type, body
+
+
 __all__ = [
     "KNOWN_ACTIONS",
     "SPARK_KEY_ORDER",
     "Action",
+    "canonical_json",
     "canonical_line",
     "check_data_path",
     "check_stored_commit",
     "dv_id",
+    "line_action",
     "parse_actions",
     "render_commit",
+    "schema_problem",
     "spark_ordered",
     "split_commit",
     "validate_action",
