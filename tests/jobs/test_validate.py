@@ -140,6 +140,8 @@ def test_a_published_table_validates_ok(store_url: str, table_location: str) -> 
         "versions_checked": 4,
         "ok": True,
         "problems": [],
+        "limitations": [],
+        "fallbacks": [],
     }
 
 

@@ -6,10 +6,16 @@ Two independent checks over a version range:
    published commit is present with the recorded SHA-256; no commit or checkpoint sits at a
    version the store does not know (an external writer); ``_last_checkpoint`` is well formed,
    points at a complete checkpoint and never lags the store's newest checkpoint.
-2. **Reader view vs SQL.** A real Delta reader (deltalake) opens the published log and walks the
-   range version by version; at each version its protocol, metadata, schema, active files and
-   ``txn`` versions must equal the store's. At a checkpoint version the reader starts afresh, so
-   the checkpoint's own content is what gets compared there.
+2. **Reader view vs SQL.** A real Delta reader opens the published log and walks the range
+   version by version: deltalake (protocol, metadata, schema, active files, deletion vectors,
+   ``txn`` versions), Delta-Spark (``spark.reader``), DuckDB's delta extension (``duckdb_reader``)
+   or delta-kernel-java (``kernel_java``). At a checkpoint version the reader starts afresh, so the
+   checkpoint's own content is what gets compared there.
+
+A reader that cannot read a version although the log is right (a feature it does not implement, a
+known defect; ``limits``) gives a **limitation**, not a problem: it names a reader to use instead.
+``reader="auto"`` reads with deltalake and hands the versions it cannot read to Delta-Spark when
+Spark is installed.
 
 The store side of (2) is computed incrementally: the snapshot and active files at the first
 version, then each commit's actions applied in order. Asking the store for a full snapshot per
@@ -20,6 +26,7 @@ the likely cause and what to do.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlparse
@@ -27,9 +34,15 @@ from urllib.parse import urlparse
 from delta_mirror.errors import PermanentError
 from delta_mirror.jobs.validate.listing import check_listing
 from delta_mirror.jobs.validate.reader_view import ReaderCheck
-from delta_mirror.jobs.validate.report import MAX_PROBLEMS_PER_KIND, READERS, Problem, ValidationReport
+from delta_mirror.jobs.validate.report import (
+    MAX_PROBLEMS_PER_KIND,
+    READERS,
+    Limitation,
+    Problem,
+    ValidationReport,
+)
 from delta_mirror.storage import ObjectStore, normalize_location, open_store
-from delta_mirror.store.sql_store import SqlStore
+from delta_mirror.store.sql_store import SqlStore, TableInfo
 
 
 def validate_table(
@@ -49,16 +62,20 @@ def validate_table(
     table that starts at one). Raises ``PermanentError`` for an unknown reader or a range outside
     the published versions; everything found at the location is reported, not raised.
     ``reader="spark"`` reads with Delta-Spark (``spark``: a session to use, else ``get_spark()``;
-    local and S3 tables).
+    local and S3 tables); ``"duckdb"`` and ``"kernel-java"`` read local tables; ``"auto"`` is
+    deltalake, with Delta-Spark for the versions deltalake cannot read (when Spark is installed).
     """
     if reader not in READERS:
         raise PermanentError(
             f"unknown reader '{reader}'", table=name, hint=f"use one of {', '.join(READERS)}"
         )
     table = store.get_table(name)
-    if reader == "spark" and urlparse(normalize_location(table.location)).scheme not in ("file", "s3", "s3a"):
+    if reader in ("spark", "duckdb", "kernel-java") and urlparse(
+        normalize_location(table.location)
+    ).scheme not in ("file", "s3", "s3a"):
         raise PermanentError(
-            f"the spark reader reads local and S3 tables, not {table.location}",
+            f"the {reader} reader reads local{' and S3' if reader == 'spark' else ''} tables, "
+            f"not {table.location}",
             table=name,
             hint="use --reader deltalake for this table",
         )
@@ -93,20 +110,92 @@ def validate_table(
     objects = (open_location or (lambda loc: open_store(loc, storage_options)))(table.location)
     complete = check_listing(store, table, objects, lo, hi, last, report.problems)
     reader_from = max(lo, start)  # before the base checkpoint the store keeps no file index
-    if reader_from <= hi and reader == "spark":
-        from delta_mirror.spark.reader import spark_check  # pyspark is optional (the spark extra)
+    if reader_from > hi:
+        return report
+    if reader == "spark":
+        _spark_check(store, table, reader_from, hi, report, spark, storage_options)
+    elif reader == "duckdb":
+        from delta_mirror.jobs.validate.duckdb_reader import duckdb_check  # duckdb is optional
 
-        counts: dict[str, int] = {}
+        duckdb_check(store, table, reader_from, hi, report.problems, report.limitations)
+    elif reader == "kernel-java":
+        from delta_mirror.jobs.validate.kernel_java_check import kernel_java_check
 
-        def report_spark(kind: str, version: int | None, message: str, hint: str) -> None:
-            n = counts[kind] = counts.get(kind, 0) + 1
-            if n <= MAX_PROBLEMS_PER_KIND:
-                report.problems.append(Problem(kind, version, message, hint))
-
-        spark_check(store, table, reader_from, hi, report_spark, spark=spark, storage_options=storage_options)
-    elif reader_from <= hi:
-        ReaderCheck(store, table, reader_from, hi, complete, report.problems, storage_options).run()
+        kernel_java_check(store, table, reader_from, hi, report.problems, report.limitations)
+    else:
+        check = ReaderCheck(
+            store, table, reader_from, hi, complete, report.problems, storage_options, report.limitations
+        )
+        check.run()
+        if reader == "auto" and check.unreadable:
+            _spark_fallback(store, table, sorted(check.unreadable), report, spark, storage_options)
     return report
 
 
-__all__ = ["MAX_PROBLEMS_PER_KIND", "READERS", "Problem", "ValidationReport", "validate_table"]
+def _spark_check(
+    store: SqlStore,
+    table: TableInfo,
+    lo: int,
+    hi: int,
+    report: ValidationReport,
+    spark: Any,
+    storage_options: Mapping[str, str] | None,
+) -> None:
+    from delta_mirror.spark.reader import spark_check  # pyspark is optional (the spark extra)
+
+    counts: dict[str, int] = {}
+
+    def report_spark(kind: str, version: int | None, message: str, hint: str) -> None:
+        n = counts[kind] = counts.get(kind, 0) + 1
+        if n <= MAX_PROBLEMS_PER_KIND:
+            report.problems.append(Problem(kind, version, message, hint))
+
+    spark_check(store, table, lo, hi, report_spark, spark=spark, storage_options=storage_options)
+
+
+def _spark_fallback(
+    store: SqlStore,
+    table: TableInfo,
+    versions: list[int],
+    report: ValidationReport,
+    spark: Any,
+    storage_options: Mapping[str, str] | None,
+) -> None:
+    """``--reader auto``: Delta-Spark reads the versions deltalake could not; their limitations go."""
+    if urlparse(normalize_location(table.location)).scheme not in ("file", "s3", "s3a"):
+        return
+    if spark is None:
+        if importlib.util.find_spec("pyspark") is None:
+            return  # Spark is not installed: the limitations stay, naming it
+        try:
+            from delta_mirror.spark.session import get_spark
+
+            spark = get_spark()
+        except Exception:
+            return
+    for first, last in _runs(versions):
+        _spark_check(store, table, first, last, report, spark, storage_options)
+    covered = set(versions)
+    report.limitations[:] = [
+        lim
+        for lim in report.limitations
+        if not (lim.reader == "deltalake" and (lim.version is None or lim.version in covered))
+    ]
+    report.fallbacks.append(f"versions {_span(versions)} read with spark (deltalake cannot read them)")
+
+
+def _runs(versions: list[int]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for v in versions:
+        if out and out[-1][1] == v - 1:
+            out[-1] = (out[-1][0], v)
+        else:
+            out.append((v, v))
+    return out
+
+
+def _span(versions: list[int]) -> str:
+    return ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in _runs(versions))
+
+
+__all__ = ["MAX_PROBLEMS_PER_KIND", "READERS", "Limitation", "Problem", "ValidationReport", "validate_table"]

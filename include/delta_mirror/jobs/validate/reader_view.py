@@ -21,9 +21,11 @@ from deltalake import DeltaTable
 
 from delta_mirror.delta.actions import dv_id
 from delta_mirror.delta.protocol import parse_interval_ms
-from delta_mirror.jobs.validate.report import MAX_PROBLEMS_PER_KIND, Problem
+from delta_mirror.jobs.validate.limits import judge_dv_failure, unsupported_feature
+from delta_mirror.jobs.validate.report import MAX_PROBLEMS_PER_KIND, Limitation, Problem
+from delta_mirror.jobs.validate.rows import num_records
 from delta_mirror.jobs.validate.schema_diff import schema_diffs, type_text
-from delta_mirror.storage import local_path, normalize_location, storage_options_for
+from delta_mirror.storage import ObjectStore, local_path, normalize_location, open_store, storage_options_for
 from delta_mirror.store.sql_store import FileEntry, SqlStore, TableInfo, now_ms
 
 _BATCH = 200  # versions per store query while walking a range
@@ -52,10 +54,15 @@ class _Schema:
     type_keys: list[str]
 
 
-class _StoreState:
-    """The store's view of one version, advanced commit by commit."""
+class StoreState:
+    """The store's view of one version, advanced commit by commit.
 
-    def __init__(self, store: SqlStore, table: TableInfo, version: int) -> None:
+    ``with_records``: also keep each file's ``numRecords`` (for readers that count rows).
+    """
+
+    def __init__(
+        self, store: SqlStore, table: TableInfo, version: int, *, with_records: bool = False
+    ) -> None:
         snap = store.snapshot(table.id, version)
         self.protocol: dict[str, Any] = json.loads(snap.protocol)["protocol"]
         self.metadata: dict[str, Any] = json.loads(snap.metadata)["metaData"]
@@ -68,11 +75,23 @@ class _StoreState:
         # (path, dv id) -> the comparable form of its entry; kept in step with ``files``
         self.views: dict[tuple[str, str], tuple[str, tuple[Any, ...]]] = {}
         self.cardinality: dict[tuple[str, str], int] = {}  # rows deleted by each file's DV
-        if any(dv for _, dv in self.files):
+        self.dvs: dict[tuple[str, str], dict[str, Any]] = {}  # each file's DV descriptor
+        self.records: dict[tuple[str, str], int | None] | None = {} if with_records else None
+        if with_records or any(dv for _, dv in self.files):
             for batch in store.iter_active_add_lines(table.id, version):
                 for line in batch:
-                    if '"deletionVector"' in line:
-                        self._dv(json.loads(line)["add"])
+                    if with_records or '"deletionVector"' in line:
+                        self._add_extras(json.loads(line)["add"])
+
+    def _add_extras(self, add: dict[str, Any]) -> None:
+        self._dv(add)
+        if self.records is not None:
+            self.records[(add.get("path", ""), dv_id(add.get("deletionVector")))] = num_records(add)
+
+    def row_inputs(self) -> list[tuple[str, int | None, int]]:
+        """(path, numRecords, rows deleted by its DV) of every active file (``with_records`` only)."""
+        records = self.records or {}
+        return [(k[0], records.get(k), self.cardinality.get(k, 0)) for k in self.files]
 
     def _txn(self, body: dict[str, Any]) -> None:
         updated = body.get("lastUpdated")
@@ -81,7 +100,9 @@ class _StoreState:
     def _dv(self, add: dict[str, Any]) -> None:
         dv = add.get("deletionVector")
         if isinstance(dv, dict):
-            self.cardinality[(add.get("path", ""), dv_id(dv))] = int(dv.get("cardinality") or 0)
+            key = (add.get("path", ""), dv_id(dv))
+            self.cardinality[key] = int(dv.get("cardinality") or 0)
+            self.dvs[key] = dv
 
     def apply(self, lines: Iterable[str]) -> None:
         """One commit: removes apply to the state before it, then adds (as the store's index does)."""
@@ -99,6 +120,9 @@ class _StoreState:
                 self.files.pop(key, None)
                 self.views.pop(key, None)
                 self.cardinality.pop(key, None)
+                self.dvs.pop(key, None)
+                if self.records is not None:
+                    self.records.pop(key, None)
             elif kind == "add":
                 adds.append(body)
         for body in adds:
@@ -108,7 +132,7 @@ class _StoreState:
                 key[0], key[1], size if _is_int(size) else None, body.get("partitionValues")
             )
             self.views.pop(key, None)
-            self._dv(body)
+            self._add_extras(body)
 
 
 class ReaderCheck:
@@ -123,8 +147,12 @@ class ReaderCheck:
         checkpoints: set[int],
         problems: list[Problem],
         storage_options: Mapping[str, str] | None = None,
+        limitations: list[Limitation] | None = None,
     ) -> None:
         self.store, self.table, self.lo, self.hi = store, table, lo, hi
+        self.limitations = [] if limitations is None else limitations
+        self.unreadable: set[int] = set()  # versions deltalake cannot read (limitations)
+        self._objects: ObjectStore | None = None
         self.checkpoints = {v for v in checkpoints if lo < v <= hi}
         self.problems = problems
         self.uri = normalize_location(table.location)
@@ -147,11 +175,16 @@ class ReaderCheck:
         A fresh open is what every new reader of the table does, so the checkpoint's own content is
         compared (deltalake 1.6.6 would use it on an incremental load too, but that is its choice).
         """
-        state = _StoreState(self.store, self.table, self.lo)
+        state = StoreState(self.store, self.table, self.lo)
         dt, error = self._open(self.lo)
         failures: list[tuple[int, str]] = []
         if error is not None:
             if self._open(self.hi)[1] is not None:
+                limit = unsupported_feature("deltalake", None, error)
+                if limit is not None:
+                    self.limitations.append(limit)
+                    self.unreadable.update(range(self.lo, self.hi + 1))
+                    return
                 self._report(
                     "reader_error",
                     None,
@@ -203,7 +236,12 @@ class ReaderCheck:
                 j += 1
             first, last, text = failures[i][0], failures[j][0], failures[i][1]
             span = f"version {first}" if first == last else f"versions {first}..{last}"
-            self._report("reader_error", first, f"deltalake cannot load {span}: {text}", _READER_HINT)
+            limit = unsupported_feature("deltalake", first, f"{span}: {text}")
+            if limit is not None:
+                self.limitations.append(limit)
+                self.unreadable.update(range(first, last + 1))
+            else:
+                self._report("reader_error", first, f"deltalake cannot load {span}: {text}", _READER_HINT)
             i = j + 1
 
     def _report(self, kind: str, version: int | None, message: str, hint: str) -> None:
@@ -220,8 +258,17 @@ class ReaderCheck:
                 )
             )
 
+    def _exists(self, path: str) -> bool:
+        """Whether a file the log names (relative to the table root, or absolute) is in storage."""
+        rel = self._rel(path)
+        if "://" in rel or rel.startswith("/"):
+            return False  # outside the table root: not checked here, so not proven present
+        if self._objects is None:
+            self._objects = open_store(self.uri, self.options)
+        return self._objects.head(rel) is not None
+
     # -- comparing one version --------------------------------------------------------------------
-    def _compare(self, dt: Any, version: int, state: _StoreState, via: str) -> None:
+    def _compare(self, dt: Any, version: int, state: StoreState, via: str) -> None:
         at = f"at version {version}{via}"
         found_version = dt.version()
         if found_version != version:
@@ -249,7 +296,7 @@ class ReaderCheck:
                     "writers relying on it may write twice. Rewrite the checkpoint",
                 )
 
-    def _compare_protocol(self, dt: Any, version: int, state: _StoreState, at: str) -> None:
+    def _compare_protocol(self, dt: Any, version: int, state: StoreState, at: str) -> None:
         p = state.protocol
         expected = (
             p.get("minReaderVersion"),
@@ -275,7 +322,7 @@ class ReaderCheck:
                 "hash_mismatch problems and rewrite the checkpoint",
             )
 
-    def _compare_metadata(self, dt: Any, version: int, state: _StoreState, at: str) -> None:
+    def _compare_metadata(self, dt: Any, version: int, state: StoreState, at: str) -> None:
         md = state.metadata
         m = dt.metadata()
         diffs = []
@@ -311,7 +358,7 @@ class ReaderCheck:
             )
 
     # -- files --------------------------------------------------------------------------------------
-    def _partition_schema(self, state: _StoreState) -> _Schema:
+    def _partition_schema(self, state: StoreState) -> _Schema:
         md = state.metadata
         config = md.get("configuration") or {}
         key = json.dumps(
@@ -345,7 +392,7 @@ class ReaderCheck:
             rel = self._rel_cache[path] = unquote(rel)
         return rel
 
-    def _store_view(self, state: _StoreState, schema: _Schema) -> dict[str, tuple[Any, ...]]:
+    def _store_view(self, state: StoreState, schema: _Schema) -> dict[str, tuple[Any, ...]]:
         out: dict[str, tuple[Any, ...]] = {}
         views = state.views
         for key, f in state.files.items():
@@ -368,7 +415,7 @@ class ReaderCheck:
             self._text_cache[key] = _partition_from_text(typ, text)
         return self._text_cache[key]
 
-    def _compare_files(self, dt: Any, version: int, state: _StoreState, at: str) -> None:
+    def _compare_files(self, dt: Any, version: int, state: StoreState, at: str) -> None:
         schema = self._partition_schema(state)
         adds = pa.table(dt.get_add_actions(flatten=True))
         columns = []
@@ -408,7 +455,7 @@ class ReaderCheck:
             self._report("reader_files", version, f"{at}: " + "; ".join(parts), _FILES_HINT)
         self._compare_deletion_vectors(dt, version, state, at)
 
-    def _compare_deletion_vectors(self, dt: Any, version: int, state: _StoreState, at: str) -> None:
+    def _compare_deletion_vectors(self, dt: Any, version: int, state: StoreState, at: str) -> None:
         """Which files have a DV and how many rows each deletes (deltalake exposes no DV id)."""
         expected = {self._rel(key[0]): n for key, n in state.cardinality.items()}
         if not expected and "deletionVectors" not in (state.protocol.get("readerFeatures") or []):
@@ -417,13 +464,14 @@ class ReaderCheck:
             dvs = pa.table(dt.deletion_vectors().read_all())
         except BaseException as exc:
             _reraise_interrupts(exc)
-            self._report(
-                "reader_error",
-                version,
-                f"{at}: deltalake cannot read the deletion vectors: {_text(exc)}",
-                "a deletion vector file is missing or unreadable; it is data written by the table's writer "
-                "(the mirror never writes it): restore it, or check the deletionVector of that add",
+            verdict = judge_dv_failure(
+                "deltalake", version, _text(exc), [(k[0], dv) for k, dv in state.dvs.items()], self._exists
             )
+            if isinstance(verdict, Limitation):
+                self.limitations.append(verdict)
+                self.unreadable.add(version)
+            else:
+                self._report(verdict.kind, version, verdict.message, verdict.hint)
             return
         vectors = dvs.column("selection_vector").combine_chunks()
         deleted = (
@@ -526,4 +574,4 @@ def _reraise_interrupts(exc: BaseException) -> None:
         raise exc
 
 
-__all__ = ["ReaderCheck"]
+__all__ = ["ReaderCheck", "StoreState"]
