@@ -8,15 +8,18 @@ PYTEST_ARGS ?=
 LOGSTORE_JAR := include/delta_mirror/spark/jars/delta-mirror-logstore.jar
 LOGSTORE_SRC := jvm/logstore/pom.xml $(shell find jvm/logstore/src -type f 2>/dev/null)
 MVN ?= mvn
+# delta-kernel-java as an independent reader (see `kernel-jar` below)
+KERNEL_JAR := include/delta_mirror/jobs/validate/jars/delta-mirror-kernel-reader.jar
+KERNEL_SRC := jvm/kernel-reader/pom.xml $(shell find jvm/kernel-reader/src -type f 2>/dev/null)
 # The apache-spark provider (SparkSubmitOperator) goes in with --no-deps: it requires pyspark-client,
 # which installs a client-only `pyspark` package over the full pyspark 4.2.0 we need (README, Spark).
 SPARK_PROVIDER := apache-airflow-providers-apache-spark==6.3.4
 
-.PHONY: venv jar test lint demo airflow bench chaos clean distclean
+.PHONY: venv jar kernel-jar test lint demo airflow bench chaos clean distclean
 
 # Re-installs only when pyproject.toml or requirements.txt changed (or the venv is new).
-# Also builds the LogStore jar, so `make test` and `make demo` have it.
-venv: $(STAMP) $(LOGSTORE_JAR)
+# Also builds the LogStore and kernel reader jars, so `make test` and `make demo` have them.
+venv: $(STAMP) $(LOGSTORE_JAR) $(KERNEL_JAR)
 
 $(VENV)/pyvenv.cfg:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +41,20 @@ $(LOGSTORE_JAR): $(LOGSTORE_SRC)
 		echo "building $@ (mvn package, tests included)"; \
 		(cd jvm/logstore && $(MVN) -B -q -Dstyle.color=never -Dmaven.repo.local=$(CURDIR)/.cache/m2 package) && \
 		mkdir -p $(@D) && cp jvm/logstore/target/delta-mirror-logstore.jar $@.tmp && mv -f $@.tmp $@; \
+	fi
+
+# delta-kernel-java (the kernel Trino and Flink build on) as a reader for `validate --reader kernel-java`
+# and the corpus tests (jvm/kernel-reader): one shaded jar with the kernel, its default engine and the
+# Hadoop client, built like the LogStore jar (JUnit tests run; .cache/m2; skipped without Maven/javac).
+kernel-jar: $(KERNEL_JAR)
+
+$(KERNEL_JAR): $(KERNEL_SRC)
+	@if ! command -v $(MVN) >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then \
+		echo "warning: $@ not built: it needs Maven and a JDK 17 (apt-get install maven openjdk-17-jdk-headless); the kernel-java reader and its tests are skipped" >&2; \
+	else \
+		echo "building $@ (mvn package, tests included)"; \
+		(cd jvm/kernel-reader && $(MVN) -B -q -Dstyle.color=never -Dmaven.repo.local=$(CURDIR)/.cache/m2 package) && \
+		mkdir -p $(@D) && cp jvm/kernel-reader/target/delta-mirror-kernel-reader.jar $@.tmp && mv -f $@.tmp $@; \
 	fi
 
 test: venv
@@ -70,7 +87,7 @@ chaos: venv
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist include/*.egg-info test-artifacts bench-results .airflow .delta-mirror \
-		jvm/logstore/target $(LOGSTORE_JAR)
+		jvm/logstore/target $(LOGSTORE_JAR) jvm/kernel-reader/target $(KERNEL_JAR)
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -exec rm -rf {} +
 
 distclean: clean
