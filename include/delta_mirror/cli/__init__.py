@@ -1,0 +1,64 @@
+"""The ``delta-mirror`` command line.
+
+Errors print one line (what, which table/version, what to do) and exit non-zero; ``--debug``
+shows the traceback. Exit codes: 0 ok, 1 failure or validation problems, 2 usage, 3 conflict,
+4 invalid data, 5 transient (safe to retry).
+
+The commands live by topic: ``tables`` (init, import, commit), ``publishing`` (mirror,
+checkpoint, validate, reconcile, resume), ``monitoring`` (status, health), ``service`` (serve).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from delta_mirror.cli import monitoring, publishing, service, tables
+from delta_mirror.cli.common import EXIT_CODES, Ctx
+from delta_mirror.version import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--store",
+    "store_url",
+    envvar="DELTA_MIRROR_STORE",
+    default=None,
+    metavar="URL",
+    help="SQL store URL (default: $DELTA_MIRROR_STORE, else sqlite under $DELTA_MIRROR_HOME).",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+@click.version_option(__version__, prog_name="delta-mirror")
+@click.pass_context
+def cli(click_ctx: click.Context, store_url: str | None, debug: bool) -> None:
+    """Publish Delta logs whose authority is a SQL database."""
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    click_ctx.obj = Ctx(store_url, debug)
+
+
+for _command in (
+    tables.init,
+    tables.import_,
+    tables.commit,
+    publishing.mirror,
+    publishing.checkpoint,
+    publishing.validate,
+    publishing.reconcile,
+    publishing.resume,
+    monitoring.status,
+    monitoring.health,
+    service.serve,
+):
+    cli.add_command(_command)
+del _command
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The console script (``delta-mirror``) and ``python -m delta_mirror.cli``."""
+    cli.main(args=argv, prog_name="delta-mirror")
+
+
+__all__ = ["EXIT_CODES", "cli", "main"]

@@ -1,0 +1,108 @@
+"""Commands that report: ``status`` (lag per table) and ``health`` (the lag SLO, for probes)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from delta_mirror.cli.common import Ctx, emit, errors, store_option, version_text
+
+
+@click.command()
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True)
+@store_option
+@click.pass_obj
+def status(ctx: Ctx, name: str | None, as_json: bool) -> None:
+    """Mirror status and lag per table."""
+    from delta_mirror.health.status import table_status
+
+    with errors(ctx, name):
+        store = ctx.store()
+        tables = [store.get_table(name)] if name else store.list_tables()
+        rows = [table_status(store, t) for t in tables]
+
+        def text() -> None:
+            if not rows:
+                click.echo("no tables")
+                return
+            click.echo(
+                f"{'TABLE':<24} {'STATE':<8} {'COMMITTED':>9} {'PUBLISHED':>9} {'BEHIND':>6} "
+                f"{'LAG_S':>8} {'CHECKPOINT':>10}  LOCATION"
+            )
+            v = version_text
+            for r in rows:
+                click.echo(
+                    f"{r.table:<24} {r.state:<8} {v(r.latest_committed):>9} {v(r.last_published):>9} "
+                    f"{r.versions_behind:>6} {r.lag_seconds:>8.1f} {v(r.last_checkpoint):>10}  {r.location}"
+                )
+                if r.breaker != "CLOSED":
+                    click.echo(
+                        f"  circuit breaker {r.breaker}: publishing is paused after repeated transient failures"
+                    )
+                if r.halted_reason:
+                    click.echo(f"  halted: {r.halted_reason}")
+                elif r.last_error:
+                    click.echo(f"  last error [{r.last_error_class}]: {r.last_error}")
+
+        emit([r.to_json() for r in rows] if not name else rows[0].to_json(), as_json, text)
+
+
+@click.command()
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Table config with each table's lag_slo (default: $DELTA_MIRROR_CONFIG or config/delta_mirror.yaml "
+    "when it exists; else a 15m SLO for every table).",
+)
+@click.option("--record", is_flag=True, help="Also store a lag sample per table (lag history).")
+@store_option
+@click.pass_obj
+def health(ctx: Ctx, name: str | None, as_json: bool, config_path: str | None, record: bool) -> None:
+    """Exit 1 when a table breaches its lag SLO, is halted or has failed versions (for probes and cron)."""
+    from pathlib import Path
+
+    from delta_mirror.health.monitoring import DEFAULT_LAG_RETENTION, health_report, record_lag_sample
+    from delta_mirror.table_config import default_config_path, load_config
+
+    with errors(ctx, name):
+        store = ctx.store()
+        config = None
+        if config_path:
+            config = load_config(Path(config_path))
+        elif default_config_path().is_file():
+            config = load_config(default_config_path())
+        report = health_report(store, [name] if name else None, config)
+        if record:
+            for t in report.tables:
+                cfg = config.tables.get(t.table) if config else None
+                retention = (
+                    (cfg or config.defaults).lag_history_retention if config else DEFAULT_LAG_RETENTION
+                )
+                record_lag_sample(store, t.table, retention=retention)
+
+        def text() -> None:
+            if not report.tables:
+                click.echo("no tables")
+            for t in report.tables:
+                st = t.status
+                verdict = "OK  " if t.healthy else "FAIL"
+                click.echo(
+                    f"{verdict} {t.table}: lag {float(st['lag_seconds']):.1f} s (SLO {t.lag_slo_seconds:.0f} s), "
+                    f"{st['versions_behind']} version(s) behind, state {st['state']}"
+                )
+                for p in t.problems:
+                    click.echo(f"  - {p}")
+            click.echo("healthy" if report.healthy else "UNHEALTHY")
+
+        emit(report.to_json(), as_json, text)
+        if not report.healthy:
+            sys.exit(1)
+
+
+__all__ = ["health", "status"]

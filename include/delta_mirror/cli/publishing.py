@@ -1,0 +1,205 @@
+"""Commands that publish and repair: ``mirror``, ``checkpoint``, ``validate``, ``reconcile`` and
+``resume``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from delta_mirror.cli.common import Ctx, emit, errors, progress, store_option
+from delta_mirror.errors import DataError
+
+if TYPE_CHECKING:
+    from delta_mirror.table_config import CheckpointSettings
+
+
+def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--engine`` and ``--config``: who builds checkpoints (the table config decides by default)."""
+    fn = click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Table config (default: $DELTA_MIRROR_CONFIG or config/delta_mirror.yaml when it exists).",
+    )(fn)
+    return click.option(
+        "--engine",
+        type=click.Choice(["local", "spark", "auto"]),
+        default=None,
+        help="Who builds checkpoints: in-process (local), Spark (reads the store over JDBC), or auto by "
+        "file count (default: the table's `checkpoint.engine` in the table config when it exists, else local).",
+    )(fn)
+
+
+def _checkpoint_settings(config_path: str | None, name: str) -> CheckpointSettings | None:
+    """The table's ``checkpoint`` settings from the table config, when there is one."""
+    from pathlib import Path
+
+    from delta_mirror.table_config import default_config_path, load_config
+
+    path = Path(config_path) if config_path else default_config_path()
+    if not (config_path or path.is_file()):
+        return None
+    config = load_config(path)
+    return config.tables.get(name, config.defaults).checkpoint
+
+
+@click.command()
+@click.argument("name")
+@click.option("--to-version", type=click.IntRange(min=0), default=None)
+@click.option("--json", "as_json", is_flag=True)
+@engine_options
+@store_option
+@click.pass_obj
+def mirror(
+    ctx: Ctx, name: str, to_version: int | None, as_json: bool, engine: str | None, config_path: str | None
+) -> None:
+    """Publish pending versions (and checkpoints when due) to the table's location."""
+    from delta_mirror.jobs.publisher import Publisher
+    from delta_mirror.spark.checkpoint_engine import ConfiguredBuilder
+
+    with errors(ctx, name):
+        settings = _checkpoint_settings(config_path, name)
+        builder = None
+        if (engine or (settings.engine if settings else "local")) != "local":
+            builder = ConfiguredBuilder(name, engine, settings)  # Spark starts only if a checkpoint is due
+        publisher = Publisher(ctx.store(), checkpoint_builder=builder, lease_ttl=3600.0 if builder else None)
+        result = publisher.publish(name, to_version, progress=progress(f"publishing {name}"))
+        engines = f" ({', '.join(sorted(set(builder.used)))} engine)" if builder and builder.used else ""
+
+        def text() -> None:
+            if not result.published and not result.already_present:
+                click.echo(f"'{name}' is up to date (published through version {result.last_published})")
+                return
+            click.echo(
+                f"published {len(result.published)} version(s) of '{name}' through version "
+                f"{result.last_published}"
+                + (f", {len(result.already_present)} already present" if result.already_present else "")
+                + (
+                    f"; checkpoint at {', '.join(map(str, result.checkpoints))}{engines}"
+                    if result.checkpoints
+                    else ""
+                )
+            )
+
+        emit(result.to_json(), as_json, text)
+
+
+@click.command()
+@click.argument("name")
+@click.option("--version", "version", type=click.IntRange(min=0), default=None)
+@engine_options
+@store_option
+@click.pass_obj
+def checkpoint(ctx: Ctx, name: str, version: int | None, engine: str | None, config_path: str | None) -> None:
+    """Write a checkpoint (default: at the last published version)."""
+    from delta_mirror.jobs.publisher import Publisher
+    from delta_mirror.spark.checkpoint_engine import builder_for
+
+    with errors(ctx, name):
+        store = ctx.store()
+        settings = _checkpoint_settings(config_path, name)
+        chosen, builder = builder_for(store, name, engine, settings)
+        v = Publisher(store, checkpoint_builder=builder, lease_ttl=3600.0 if builder else None).checkpoint(
+            name, version
+        )
+        click.echo(f"checkpoint written for '{name}' at version {v} ({chosen} engine)")
+
+
+@click.command()
+@click.argument("name")
+@click.option("--from-version", type=click.IntRange(min=0), default=None)
+@click.option("--to-version", type=click.IntRange(min=0), default=None)
+@click.option("--reader", type=click.Choice(["deltalake", "spark"]), default="deltalake", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@store_option
+@click.pass_obj
+def validate(
+    ctx: Ctx, name: str, from_version: int | None, to_version: int | None, reader: str, as_json: bool
+) -> None:
+    """Compare a reader's view of the published table and the log listing with the store."""
+    from delta_mirror.jobs.validate import validate_table
+
+    with errors(ctx, name):
+        if from_version is not None and to_version is not None and from_version > to_version:
+            raise DataError(
+                f"--from-version {from_version} is after --to-version {to_version}",
+                table=name,
+                hint="swap them",
+            )
+        store = ctx.store()
+        report = validate_table(store, name, from_version=from_version, to_version=to_version, reader=reader)
+        from delta_mirror.health.monitoring import record_validation
+
+        record_validation(store, name, {**report.to_json(), "reader": reader})
+
+        def text() -> None:
+            for p in report.problems:
+                where = f"version {p.version}: " if p.version is not None else ""
+                click.echo(f"PROBLEM [{p.kind}] {where}{p.message}\n  what to do: {p.hint}")
+            verdict = "OK" if report.ok else f"{len(report.problems)} problem(s)"
+            click.echo(
+                f"validated '{name}' versions {report.from_version}..{report.to_version} "
+                f"({report.versions_checked} checked with {reader}): {verdict}"
+            )
+
+        emit(report.to_json(), as_json, text)
+        if not report.ok:
+            sys.exit(1)
+
+
+@click.command()
+@click.argument("name", required=False)
+@click.option(
+    "--strategy",
+    type=click.Choice(["incremental", "full", "smart"]),
+    default="incremental",
+    show_default=True,
+    help="incremental: re-drive PENDING / FAILED / stuck versions; full: also list _delta_log/ against the store and repair what is safe; smart: full only where there are signs of trouble.",
+)
+@click.option("--json", "as_json", is_flag=True)
+@store_option
+@click.pass_obj
+def reconcile(ctx: Ctx, name: str | None, strategy: str, as_json: bool) -> None:
+    """Re-drive failed, stuck and lagging versions (every table, or NAME)."""
+    from delta_mirror.jobs.reconcile import reconcile as run_reconcile
+
+    with errors(ctx):
+        report = run_reconcile(ctx.store(), [name] if name else None, strategy=strategy)
+
+        def text() -> None:
+            for t in report.tables:
+                extra = f" ({t.published} version(s))" if t.published else ""
+                click.echo(f"{t.table}: {t.action}{extra}" + (f" — {t.error}" if t.error else ""))
+                for f in t.persistent_failures:
+                    click.echo(
+                        f"  version {f['version']} {f['artifact']}: {f['attempts']} attempt(s), "
+                        f"[{f['error_class']}] {f['error']}"
+                    )
+
+        emit(report.to_json(), as_json, text)
+        if any(t.action in ("failed", "halted") for t in report.tables):
+            sys.exit(1)
+
+
+@click.command()
+@click.argument("name")
+@store_option
+@click.pass_obj
+def resume(ctx: Ctx, name: str) -> None:
+    """Clear a halted table after its cause was fixed; failed versions are retried."""
+    with errors(ctx, name):
+        store = ctx.store()
+        table = store.get_table(name)
+        store.resume_table(table.id)
+        for row in store.status_rows(table.id, states=("FAILED", "CONFLICT")):
+            store.mark_failed(
+                table.id, row.version, row.artifact, "PENDING", row.error_class or "", row.last_error or ""
+            )
+        click.echo(f"'{name}' is active again; run `delta-mirror mirror {name}`")
+
+
+__all__ = ["checkpoint", "engine_options", "mirror", "reconcile", "resume", "validate"]
