@@ -78,12 +78,12 @@ airflow: venv
 	$(LOCAL_ENV) $(VENV)/bin/airflow standalone
 
 bench: venv
-	$(PY) benchmarks/run.py
+	PYTHONPATH=$(CURDIR)/tests $(PY) benchmarks/run.py
 
 # Fault injection at scale (S3 proxy faults, SIGKILLs, PostgreSQL restarts, races, external writers,
 # read-only / full targets); one JSON object, also in bench-results/chaos.json. Needs root for tmpfs.
 chaos: venv
-	$(PY) tests/chaos/run.py
+	PYTHONPATH=$(CURDIR)/tests $(PY) tests/chaos/run.py
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist include/*.egg-info test-artifacts bench-results .airflow .delta-mirror \

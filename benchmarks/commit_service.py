@@ -8,7 +8,7 @@ and commits to them in turn, so every POST is a fresh version (201), never a con
 are created with their version 0 first (not timed). Measured: commits per second over the wall
 time of the whole run, and the latency of each POST (p50 / p99), as the client sees it.
 
-Standalone: ``.venv/bin/python benchmarks/commit_service.py [--quick] [--workers N]`` (prints JSON).
+Standalone: ``PYTHONPATH=tests .venv/bin/python benchmarks/commit_service.py [--quick] [--workers N]`` (prints JSON).
 """
 
 from __future__ import annotations
@@ -151,7 +151,6 @@ def measure(
     store_url: str, work: Path, total: int, log: Callable[[str], None], workers: int = 1
 ) -> dict[str, Any]:
     """One run: init the store, start the service, create the tables, then the timed POSTs."""
-    sys.path.insert(0, str(REPO / "include"))
     from delta_mirror.store import SqlStore
 
     store = SqlStore(store_url)
@@ -277,8 +276,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--workers", type=int, default=1, help="delta-mirror serve --workers N")
     opts = parser.parse_args()
-    sys.path.insert(0, str(REPO / "tests"))
-    from services import PgServer
+    from support.services import PgServer
 
     server = PgServer.from_env_or_start()
     tmp = Path(tempfile.mkdtemp(prefix="dm-bench-cs-"))

@@ -1,10 +1,10 @@
 """delta-mirror benchmarks: our side and a peer measured side by side, in the same run.
 
-Usage::
+Usage (``tests/`` on ``PYTHONPATH`` for the tests' ``support`` package, as ``make bench`` sets it)::
 
-    .venv/bin/python benchmarks/run.py            # full run (``make bench``)
-    .venv/bin/python benchmarks/run.py --quick    # small sizes, a smoke test
-    .venv/bin/python benchmarks/run.py --profile  # also profile our pieces (cProfile + RSS sampler)
+    make bench                                                  # full run
+    PYTHONPATH=tests .venv/bin/python benchmarks/run.py --quick    # small sizes, a smoke test
+    PYTHONPATH=tests .venv/bin/python benchmarks/run.py --profile  # also profile our pieces (cProfile + RSS sampler)
 
 Prints ONE JSON object on stdout (progress goes to stderr) and writes the same JSON to
 ``bench-results/latest.json``.
@@ -40,7 +40,7 @@ Figures:
    one-row Delta-Spark appends with Delta's stock LogStore vs through the delta-mirror LogStore and
    ``delta-mirror serve`` on PostgreSQL (target: <= 1.15 x stock, or <= +30 ms median).
 
-The PostgreSQL server is the tests' throwaway server (``tests/services.py``: fsync off, so the
+The PostgreSQL server is the tests' throwaway server (``tests/support/services.py``: fsync off, so the
 numbers measure CPU and round trips, not a disk). The corpus is read in place and never written.
 """
 
@@ -888,7 +888,7 @@ def machine_info(pg_url: str) -> dict[str, Any]:
             for p in ("delta-mirror", "deltalake", "pyarrow", "sqlalchemy", "psycopg", "obstore")
         },
         "postgresql": pg_version,
-        "postgresql_settings": "throwaway server from tests/services.py (fsync=off, full_page_writes=off)",
+        "postgresql_settings": "throwaway server from tests/support/services.py (fsync=off, full_page_writes=off)",
         "git": git,
         "delta_mirror_source_sha256": digest.hexdigest()[:16],
     }
@@ -925,7 +925,6 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     corpus = Path(os.environ.get("DELTA_MIRROR_CORPUS") or REPO.parent / "shared" / "corpus").resolve()
-    sys.path.insert(0, str(REPO / "tests"))  # run as a script: tests/ holds the support package
     from support.services import PgServer  # the tests' throwaway PostgreSQL
 
     started = time.perf_counter()

@@ -12,7 +12,7 @@ then ``APPENDS`` appends of one row in one file (``df.coalesce(1).write.mode("ap
 latency of each ``save()`` call is measured in the driver. Reported: median and p95 per commit,
 and the authority's median as a ratio of stock's and as extra milliseconds.
 
-Standalone: ``.venv/bin/python benchmarks/spark_writers.py [--quick]`` (prints JSON).
+Standalone: ``PYTHONPATH=tests .venv/bin/python benchmarks/spark_writers.py [--quick]`` (prints JSON).
 """
 
 from __future__ import annotations
@@ -97,7 +97,6 @@ def _child(
 
 
 def measure(store_url: str, tmp: Path, appends: int, log: Callable[[str], None]) -> dict[str, Any]:
-    sys.path.insert(0, str(REPO / "tests"))
     from support.commit_service import commit_service
 
     from delta_mirror.store import SqlStore
@@ -149,7 +148,6 @@ def main() -> int:
         mode, location, appends, url, root = json.loads(opts.child)
         sys.stdout.write(MARK + json.dumps(writer(mode, location, appends, url, root)) + "\n")
         return 0
-    sys.path.insert(0, str(REPO / "tests"))
     from support.services import PgServer
 
     server = PgServer.from_env_or_start()

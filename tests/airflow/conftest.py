@@ -44,8 +44,6 @@ for _var in [v for v in os.environ if v.startswith("AIRFLOW__")]:
     del os.environ[_var]  # e.g. a developer's metadata DB URL: these tests must never touch it
 os.environ.update(AIRFLOW_ENV)
 
-sys.path.insert(0, str(HERE))
-
 from dm_airflow_kit import MailBox, SmtpServer, config_yaml  # noqa: E402
 
 

@@ -17,7 +17,6 @@ served by the REST API are searched for each secret.
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,13 +24,11 @@ from typing import Any
 
 import pytest
 from airflow_e2e_stack import AirflowStack, save_artifacts
+from dm_airflow_kit import S3Writer, config_yaml, make_table
 from sqlalchemy.engine import make_url
 
 from delta_mirror.delta.log_path import LOG_DIR, commit_name
 from delta_mirror.store.sql_store import SqlStore
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "airflow"))
-from dm_airflow_kit import S3Writer, config_yaml, make_table
 
 pytestmark = [pytest.mark.airflow_e2e, pytest.mark.postgres, pytest.mark.s3, pytest.mark.timeout(420)]
 

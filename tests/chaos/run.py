@@ -2,7 +2,8 @@
 
 Starts its own moto S3 server, the fault proxy in front of it and a throwaway PostgreSQL, runs the
 scenarios of ``chaos_scenarios.py`` with ``LARGE`` (``--scale small`` for the ``make test`` size),
-prints the summary on stdout and writes it to ``bench-results/chaos.json``.
+prints the summary on stdout and writes it to ``bench-results/chaos.json``. Run as ``make chaos``
+(or ``PYTHONPATH=tests .venv/bin/python tests/chaos/run.py``: ``tests/`` holds the ``support`` kit).
 """
 
 from __future__ import annotations
@@ -15,12 +16,11 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]  # run as a script: its folder and tests/ (support)
+from chaos_harness import ProxyProcess
+from chaos_scenarios import LARGE, SMALL, Services, run_all, summary
+from support.services import PgServer, S3Server
 
-from chaos_harness import ProxyProcess  # noqa: E402
-from chaos_scenarios import LARGE, SMALL, Services, run_all, summary  # noqa: E402
-from support.services import PgServer, S3Server  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 
 def main() -> int:

@@ -8,14 +8,9 @@ most two reconcile cycles.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from chaos_harness import ProxyProcess
 from chaos_scenarios import (
     SMALL,
