@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
 from pathlib import Path
@@ -226,6 +227,43 @@ def _maintenance(raw: Any, base: Maintenance, where: str) -> Maintenance:
     return replace(base, **values)
 
 
+def _positive_int(val: Any, at: str, minimum: int = 1) -> int:
+    """An integer of at least ``minimum`` (``true``/``false`` are not numbers here)."""
+    if not isinstance(val, int) or isinstance(val, bool) or val < minimum:
+        kind = "a positive integer" if minimum > 0 else "a non-negative integer"
+        raise ConfigError(f"{at}: expected {kind}, got {val!r}")
+    return val
+
+
+def _non_empty_str(val: Any, at: str) -> str:
+    if not isinstance(val, str) or not val.strip():
+        raise ConfigError(f"{at}: expected a non-empty string, got {val!r}")
+    return val
+
+
+def _spark(raw: Any, where: str) -> dict[str, Any]:
+    """``checkpoint.spark`` (conn_id, master, partitions, conf) as ``CheckpointSettings`` fields."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}.spark: expected a mapping (conn_id, master, partitions, conf)")
+    values: dict[str, Any] = {}
+    for skey, sval in raw.items():
+        at = f"{where}.spark.{skey}"
+        if skey in ("conn_id", "master"):
+            values[f"spark_{skey}"] = _non_empty_str(sval, at)
+        elif skey == "partitions":
+            values["spark_partitions"] = _positive_int(sval, at)
+        elif skey == "conf":
+            if not isinstance(sval, dict) or not all(isinstance(k, str) for k in sval):
+                raise ConfigError(f"{at}: expected a mapping of Spark settings")
+            values["spark_conf"] = {k: str(v) for k, v in sval.items()}
+        else:
+            raise ConfigError(
+                f"{where}.spark: unknown key '{skey}'",
+                hint="allowed: conf, conn_id, master, partitions",
+            )
+    return values
+
+
 def _checkpoint(raw: Any, base: CheckpointSettings, where: str) -> CheckpointSettings:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: checkpoint must be a mapping")
@@ -236,31 +274,9 @@ def _checkpoint(raw: Any, base: CheckpointSettings, where: str) -> CheckpointSet
                 raise ConfigError(f"{where}.engine: expected local, spark or auto, got {val!r}")
             values[key] = val
         elif key == "spark_threshold_files":
-            if not isinstance(val, int) or isinstance(val, bool) or val < 1:
-                raise ConfigError(f"{where}.spark_threshold_files: expected a positive integer, got {val!r}")
-            values[key] = val
+            values[key] = _positive_int(val, f"{where}.spark_threshold_files")
         elif key == "spark":
-            if not isinstance(val, dict):
-                raise ConfigError(f"{where}.spark: expected a mapping (conn_id, master, partitions, conf)")
-            for skey, sval in val.items():
-                at = f"{where}.spark.{skey}"
-                if skey in ("conn_id", "master"):
-                    if not isinstance(sval, str) or not sval.strip():
-                        raise ConfigError(f"{at}: expected a non-empty string, got {sval!r}")
-                    values[f"spark_{skey}"] = sval
-                elif skey == "partitions":
-                    if not isinstance(sval, int) or isinstance(sval, bool) or sval < 1:
-                        raise ConfigError(f"{at}: expected a positive integer, got {sval!r}")
-                    values["spark_partitions"] = sval
-                elif skey == "conf":
-                    if not isinstance(sval, dict) or not all(isinstance(k, str) for k in sval):
-                        raise ConfigError(f"{at}: expected a mapping of Spark settings")
-                    values["spark_conf"] = {k: str(v) for k, v in sval.items()}
-                else:
-                    raise ConfigError(
-                        f"{where}.spark: unknown key '{skey}'",
-                        hint="allowed: conf, conn_id, master, partitions",
-                    )
+            values.update(_spark(val, where))
         else:
             raise ConfigError(
                 f"{where}: unknown checkpoint key '{key}'",
@@ -269,7 +285,59 @@ def _checkpoint(raw: Any, base: CheckpointSettings, where: str) -> CheckpointSet
     return replace(base, **values)
 
 
+def _backoff(val: Any, at: str) -> float:
+    if isinstance(val, bool) or not isinstance(val, int | float) or val < 0:
+        raise ConfigError(f"{at}: expected a multiplier such as 2.0 (0 disables), got {val!r}")
+    return float(val)
+
+
+def _flag(val: Any, at: str) -> bool:
+    if not isinstance(val, bool):
+        raise ConfigError(f"{at}: expected true or false, got {val!r}")
+    return val
+
+
+def _reader(val: Any, at: str) -> str:
+    if val not in ("deltalake", "spark"):
+        raise ConfigError(f"{at}: expected deltalake or spark, got {val!r}")
+    return str(val)
+
+
+def _tags(val: Any, at: str) -> tuple[str, ...]:
+    if not isinstance(val, list) or not all(isinstance(t, str) for t in val):
+        raise ConfigError(f"{at}: expected a list of strings")
+    return tuple(val)
+
+
+def _optional_str(val: Any, at: str) -> str | None:
+    if val is not None and not isinstance(val, str):
+        raise ConfigError(f"{at}: expected a string, got {val!r}")
+    return val
+
+
+#: How each plain table setting is checked and converted (``notify``, ``maintenance`` and
+#: ``checkpoint`` are sections, merged over the inherited ones in ``_apply``).
+_TABLE_VALUES: dict[str, Callable[[Any, str], Any]] = {
+    "schedule": _schedule,
+    "poll_interval": parse_duration,
+    "retry_delay": parse_duration,
+    "max_retry_delay": parse_duration,
+    "lag_slo": parse_duration,
+    "lag_history_retention": parse_duration,
+    "deadline": lambda val, at: None if val is None else parse_duration(val, at),
+    "retries": lambda val, at: _positive_int(val, at, minimum=0),
+    "retry_exponential_backoff": _backoff,
+    "owner": _non_empty_str,
+    "validate": _flag,
+    "reader": _reader,
+    "tags": _tags,
+    "store_conn_id": _optional_str,
+    "aws_conn_id": _optional_str,
+}
+
+
 def _apply(base: TableConfig, raw: Any, where: str) -> TableConfig:
+    """``raw`` settings over ``base`` (the defaults, for a table), each checked."""
     if raw is None:
         return base
     if not isinstance(raw, dict):
@@ -282,52 +350,14 @@ def _apply(base: TableConfig, raw: Any, where: str) -> TableConfig:
     values: dict[str, Any] = {}
     for key, val in raw.items():
         at = f"{where}.{key}"
-        if key == "schedule":
-            values[key] = _schedule(val, at)
-        elif key in (
-            "poll_interval",
-            "retry_delay",
-            "max_retry_delay",
-            "lag_slo",
-            "lag_history_retention",
-        ):
-            values[key] = parse_duration(val, at)
-        elif key == "deadline":
-            values[key] = None if val is None else parse_duration(val, at)
-        elif key == "retries":
-            if not isinstance(val, int) or isinstance(val, bool) or val < 0:
-                raise ConfigError(f"{at}: expected a non-negative integer, got {val!r}")
-            values[key] = val
-        elif key == "retry_exponential_backoff":
-            if isinstance(val, bool) or not isinstance(val, int | float) or val < 0:
-                raise ConfigError(f"{at}: expected a multiplier such as 2.0 (0 disables), got {val!r}")
-            values[key] = float(val)
-        elif key == "owner":
-            if not isinstance(val, str) or not val.strip():
-                raise ConfigError(f"{at}: expected a non-empty string, got {val!r}")
-            values[key] = val
-        elif key in ("validate",):
-            if not isinstance(val, bool):
-                raise ConfigError(f"{at}: expected true or false, got {val!r}")
-            values[key] = val
-        elif key == "reader":
-            if val not in ("deltalake", "spark"):
-                raise ConfigError(f"{at}: expected deltalake or spark, got {val!r}")
-            values[key] = val
-        elif key == "tags":
-            if not isinstance(val, list) or not all(isinstance(t, str) for t in val):
-                raise ConfigError(f"{at}: expected a list of strings")
-            values[key] = tuple(val)
-        elif key == "notify":
+        if key == "notify":
             values[key] = _notify(val, base.notify, at)
         elif key == "maintenance":
             values[key] = _maintenance(val, base.maintenance, at)
         elif key == "checkpoint":
             values[key] = _checkpoint(val, base.checkpoint, at)
-        else:  # owner, store_conn_id, aws_conn_id
-            if val is not None and not isinstance(val, str):
-                raise ConfigError(f"{at}: expected a string, got {val!r}")
-            values[key] = val
+        else:
+            values[key] = _TABLE_VALUES[key](val, at)
     return replace(base, **values)
 
 
@@ -336,6 +366,18 @@ def default_config_path() -> Path:
     if env:
         return Path(env)
     return Path(__file__).resolve().parents[2] / "config" / "delta_mirror.yaml"
+
+
+def _tables(raw_tables: dict[Any, Any], defaults: TableConfig, source: str) -> dict[str, TableConfig]:
+    """Each table's settings over the defaults; a table name must be one the store accepts."""
+    tables: dict[str, TableConfig] = {}
+    for name, settings in raw_tables.items():
+        if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
+            raise ConfigError(
+                f"{source}: invalid table name {name!r}", hint="use letters, digits, '_', '.' or '-'"
+            )
+        tables[name] = _apply(replace(defaults, name=name), settings, f"{source}: tables.{name}")
+    return tables
 
 
 def parse_config(text: str, source: str = "<string>") -> MirrorConfig:
@@ -356,13 +398,7 @@ def parse_config(text: str, source: str = "<string>") -> MirrorConfig:
     raw_tables = raw.get("tables") or {}
     if not isinstance(raw_tables, dict):
         raise ConfigError(f"{source}: tables must be a mapping of table name to settings")
-    tables: dict[str, TableConfig] = {}
-    for name, settings in raw_tables.items():
-        if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
-            raise ConfigError(
-                f"{source}: invalid table name {name!r}", hint="use letters, digits, '_', '.' or '-'"
-            )
-        tables[name] = _apply(replace(defaults, name=name), settings, f"{source}: tables.{name}")
+    tables = _tables(raw_tables, defaults, source)
     reconcile = raw.get("reconcile") or {}
     monitor = raw.get("monitor") or {}
     for section_name, section, allowed in (
