@@ -172,27 +172,35 @@ class AirflowStack:
             self._client.close()
         if self.proc is None:
             return []
-        pgid = self.proc.pid  # start_new_session: the leader's pid is the group id
-
-        def wait(seconds: float) -> bool:
-            deadline = time.monotonic() + seconds
-            while time.monotonic() < deadline:
-                assert self.proc is not None
-                self.proc.poll()
-                if not self.leftover_pids():
-                    return True
-                time.sleep(0.2)
-            return False
-
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
-        if wait(timeout):
+        if self._gone_within(timeout):
             return []
         for pid in self.leftover_pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-        if wait(5.0):
+        if self._gone_within(5.0):
             return []
+        killed = self._kill_leftovers()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        return killed
+
+    def _gone_within(self, seconds: float) -> bool:
+        """Whether every process of the stack has exited within ``seconds`` (reaping the leader)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            self.proc.poll()
+            if not self.leftover_pids():
+                return True
+            time.sleep(0.2)
+        return False
+
+    def _kill_leftovers(self) -> list[int]:
+        """SIGKILL the process group and every marked process, a few rounds; the PIDs killed."""
+        assert self.proc is not None
+        pgid = self.proc.pid  # start_new_session: the leader's pid is the group id
         killed: list[int] = []
         for _ in range(5):
             left = self.leftover_pids()
@@ -207,8 +215,6 @@ class AirflowStack:
                 except ProcessLookupError:
                     pass
             time.sleep(0.3)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
         return sorted(set(killed))
 
     def leftover_pids(self) -> list[int]:
