@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.builders import add_body, metadata_body, protocol_body, remove_body
 
 from delta_mirror.delta.checkpoint import (
     CHECKPOINT_SCHEMA,
@@ -51,23 +52,17 @@ NOW = 1_900_000_000_000  # tombstones stay inside the retention window
 
 def _protocol(v2: bool) -> dict[str, Any]:
     features = [*FEATURES, *(["v2Checkpoint"] if v2 else [])]
-    return {
-        "minReaderVersion": 3,
-        "minWriterVersion": 7,
-        "readerFeatures": features,
-        "writerFeatures": features,
-    }
+    return protocol_body(3, 7, readerFeatures=features, writerFeatures=features)
 
 
 def _add(i: int, *, dv: bool = False) -> dict[str, Any]:
     part = None if i % 7 == 0 else ("a" if i % 2 else "b")
-    body: dict[str, Any] = {
-        "path": f"part={part if part is not None else '__HIVE_DEFAULT_PARTITION__'}/f-{i:05d}.parquet",
-        "partitionValues": {"part": part},
-        "size": 1000 + i,
-        "modificationTime": 1_700_000_000_000 + i,
-        "dataChange": True,
-    }
+    body = add_body(
+        f"part={part if part is not None else '__HIVE_DEFAULT_PARTITION__'}/f-{i:05d}.parquet",
+        size=1000 + i,
+        partitionValues={"part": part},
+        modificationTime=1_700_000_000_000 + i,
+    )
     if i % 3 == 0:
         body["stats"] = json.dumps(
             {"numRecords": 10, "minValues": {"id": i}, "maxValues": {"id": i + 9}, "nullCount": {"id": 0}},
@@ -89,14 +84,13 @@ def _add(i: int, *, dv: bool = False) -> dict[str, Any]:
 
 
 def _remove(add: dict[str, Any], ts: int) -> dict[str, Any]:
-    body = {
-        "path": add["path"],
-        "deletionTimestamp": ts,
-        "dataChange": True,
-        "extendedFileMetadata": True,
-        "partitionValues": add["partitionValues"],
-        "size": add["size"],
-    }
+    body = remove_body(
+        add["path"],
+        deletionTimestamp=ts,
+        extendedFileMetadata=True,
+        partitionValues=add["partitionValues"],
+        size=add["size"],
+    )
     if "deletionVector" in add:
         body["deletionVector"] = add["deletionVector"]
     return body
@@ -105,15 +99,14 @@ def _remove(add: dict[str, Any], ts: int) -> dict[str, Any]:
 def make_table(store: SqlStore, name: str, location: Path, *, v2: bool, files: int = 600) -> None:
     store.create_table(name, location.as_uri())
     store.update_table(store.get_table(name).id, checkpoint_interval=2**31 - 1)
-    metadata = {
-        "id": f"00000000-0000-0000-0000-00000000000{1 if v2 else 0}",
-        "name": name,
-        "format": {"provider": "parquet", "options": {}},
-        "schemaString": SCHEMA_STRING,
-        "partitionColumns": ["part"],
-        "configuration": {"delta.enableDeletionVectors": "true", "delta.checkpointInterval": "1000"},
-        "createdTime": 1_700_000_000_000,
-    }
+    metadata = metadata_body(
+        id=f"00000000-0000-0000-0000-00000000000{1 if v2 else 0}",
+        name=name,
+        schema_string=SCHEMA_STRING,
+        partition_columns=["part"],
+        configuration={"delta.enableDeletionVectors": "true", "delta.checkpointInterval": "1000"},
+        created_time=1_700_000_000_000,
+    )
     adds = [_add(i) for i in range(files)]
     store.commit(
         name,

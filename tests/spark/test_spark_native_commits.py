@@ -16,25 +16,18 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
+from support.builders import EVENTS_SCHEMA, event_add, remove_of
 
 from delta_mirror.cli import cli
 from delta_mirror.delta.actions import Action
 from delta_mirror.delta.log_path import LOG_DIR
-from delta_mirror.dev.datafiles import create_table_actions, delta_schema_string, write_data_file
+from delta_mirror.dev.datafiles import create_table_actions, delta_schema_string
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.jobs.validate import validate_table
 from delta_mirror.store.sql_store import SqlStore
 
 NAME = "native"
-SCHEMA = pa.schema([("id", pa.int64()), ("country", pa.string())])
 WIDER = pa.schema([("id", pa.int64()), ("country", pa.string()), ("amount", pa.float64())])
-
-
-def _add(root: Path, ids: list[int], country: str, amounts: list[float] | None = None) -> Action:
-    columns: dict[str, Any] = {"id": pa.array(ids, pa.int64()), "country": pa.array([country] * len(ids))}
-    if amounts is not None:
-        columns["amount"] = pa.array(amounts, pa.float64())
-    return ("add", write_data_file(root, pa.table(columns), {"country": country}))
 
 
 def _cli_commit(store: SqlStore, tmp: Path, actions: list[Action], *extra: str) -> int:
@@ -51,20 +44,19 @@ def native(tmp_path: Path) -> tuple[SqlStore, Path, dict[int, list[tuple[Any, ..
     store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
     store.init()
     create = create_table_actions(
-        SCHEMA, partition_columns=["country"], configuration={"delta.checkpointInterval": "2"}
+        EVENTS_SCHEMA, partition_columns=["country"], configuration={"delta.checkpointInterval": "2"}
     )
-    first = _add(root, [1, 2], "a b")
+    first = event_add(root, [1, 2], "a b")
     assert _cli_commit(store, tmp_path, [*create, first], "--location", root.as_uri()) == 0
-    assert store.commit(NAME, [_add(root, [3], "ü%"), _add(root, [4, 5], "fr")]) == 1
-    remove = {k: first[1][k] for k in ("path", "partitionValues", "size")}
-    removal: Action = ("remove", {**remove, "deletionTimestamp": 1_700_000_100_000, "dataChange": True})
-    assert _cli_commit(store, tmp_path, [removal, _add(root, [6], "de")], "--operation", "DELETE") == 2
+    assert store.commit(NAME, [event_add(root, [3], "ü%"), event_add(root, [4, 5], "fr")]) == 1
+    delete = [remove_of(first), event_add(root, [6], "de")]
+    assert _cli_commit(store, tmp_path, delete, "--operation", "DELETE") == 2
     metadata = dict(json.loads(store.snapshot(store.get_table(NAME).id, 2).metadata)["metaData"])
     metadata["schemaString"] = delta_schema_string(WIDER)
     retention = {"delta.logRetentionDuration": "interval 60 days"}
     metadata["configuration"] = {**metadata["configuration"], **retention}
     assert _cli_commit(store, tmp_path, [("metaData", metadata)], "--operation", "ADD COLUMNS") == 3
-    assert store.commit(NAME, [_add(root, [7, 8], "fr", [7.5, None])]) == 4
+    assert store.commit(NAME, [event_add(root, [7, 8], "fr", [7.5, None])]) == 4
     publisher = Publisher(store)
     for version in range(5):  # as the publish DAG would: checkpoints fall due on the way
         publisher.publish(NAME, to_version=version)

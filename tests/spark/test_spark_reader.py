@@ -6,49 +6,28 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
-from support.builders import metadata_body, protocol_body
+from support.builders import EVENTS_SCHEMA, event_add, metadata_body, protocol_body, remove_of
 
 from delta_mirror.delta.actions import Action
 from delta_mirror.delta.log_path import LOG_DIR, commit_name
-from delta_mirror.dev.datafiles import delta_schema_string, write_data_file
+from delta_mirror.dev.datafiles import delta_schema_string
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.jobs.validate import validate_table
 from delta_mirror.store.sql_store import SqlStore
 
 NAME = "events"
-SCHEMA = pa.schema([("id", pa.int64()), ("country", pa.string())])
 PROTOCOL: Action = ("protocol", protocol_body())
 METADATA: Action = (
     "metaData",
     metadata_body(
         id="5d3f0f6e-1c1e-4e0f-9a43-2b7c1f0e2b11",
-        schema_string=delta_schema_string(SCHEMA),
+        schema_string=delta_schema_string(EVENTS_SCHEMA),
         partition_columns=["country"],
         configuration={"delta.checkpointInterval": "3"},
         created_time=1_700_000_000_000,
     ),
 )
-
-
-def _add(root: Path, ids: list[int], country: str) -> Action:
-    data = pa.table({"id": pa.array(ids, pa.int64()), "country": pa.array([country] * len(ids))})
-    return ("add", write_data_file(root, data, {"country": country}))
-
-
-def _remove(add: Action) -> Action:
-    body = add[1]
-    return (
-        "remove",
-        {
-            "path": body["path"],
-            "deletionTimestamp": 1_700_000_100_000,
-            "dataChange": True,
-            "partitionValues": body["partitionValues"],
-            "size": body["size"],
-        },
-    )
 
 
 @pytest.fixture
@@ -58,12 +37,12 @@ def published(tmp_path: Path) -> tuple[SqlStore, Path, dict[int, list[tuple[int,
     store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
     store.init()
     store.create_table(NAME, root.as_uri())
-    first = _add(root, [1, 2], "a b")  # a space: the path is percent-encoded
-    store.commit(NAME, [PROTOCOL, METADATA, first, _add(root, [3], "ü%")])
-    store.commit(NAME, [_add(root, [4, 5], "fr"), ("txn", {"appId": "loader", "version": 7})])
-    store.commit(NAME, [_remove(first), _add(root, [6], "a b")])
-    store.commit(NAME, [_add(root, [7], "fr")])
-    store.commit(NAME, [_add(root, [8, 9], "de")])
+    first = event_add(root, [1, 2], "a b")  # a space: the path is percent-encoded
+    store.commit(NAME, [PROTOCOL, METADATA, first, event_add(root, [3], "ü%")])
+    store.commit(NAME, [event_add(root, [4, 5], "fr"), ("txn", {"appId": "loader", "version": 7})])
+    store.commit(NAME, [remove_of(first), event_add(root, [6], "a b")])
+    store.commit(NAME, [event_add(root, [7], "fr")])
+    store.commit(NAME, [event_add(root, [8, 9], "de")])
     Publisher(store).publish(NAME)
     rows = {
         0: [(1, "a b"), (2, "a b"), (3, "ü%")],

@@ -11,24 +11,18 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
+from support.builders import EVENTS_SCHEMA, event_add, remove_of
 
 from delta_mirror.delta.log_path import LOG_DIR, commit_name
-from delta_mirror.dev.datafiles import create_table_actions, write_data_file
+from delta_mirror.dev.datafiles import create_table_actions
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.jobs.validate import validate_table
 from delta_mirror.spark.s3a import redact, s3a_settings
 from delta_mirror.store.sql_store import SqlStore
 
 NAME = "s3events"
-SCHEMA = pa.schema([("id", pa.int64()), ("country", pa.string())])
 SECRET = f"dm-secret-{uuid.uuid4().hex}"  # moto accepts any key; this one must never be printed
-
-
-def _add(root: Path, ids: list[int], country: str) -> tuple[str, dict[str, Any]]:
-    data = pa.table({"id": pa.array(ids, pa.int64()), "country": pa.array([country] * len(ids))})
-    return ("add", write_data_file(root, data, {"country": country}))
 
 
 def _publish_to_s3(s3: Any, tmp: Path) -> tuple[SqlStore, str, dict[str, str]]:
@@ -40,16 +34,15 @@ def _publish_to_s3(s3: Any, tmp: Path) -> tuple[SqlStore, str, dict[str, str]]:
     store = SqlStore(f"sqlite:///{tmp / 'store.db'}")
     store.init()
     store.create_table(NAME, f"s3://{bucket}/table")
-    first = _add(data_root, [1, 2], "a b")
+    first = event_add(data_root, [1, 2], "a b")
     create = create_table_actions(
-        SCHEMA, partition_columns=["country"], configuration={"delta.checkpointInterval": "3"}
+        EVENTS_SCHEMA, partition_columns=["country"], configuration={"delta.checkpointInterval": "3"}
     )
-    store.commit(NAME, [*create, first, _add(data_root, [3], "ü%")])
-    store.commit(NAME, [_add(data_root, [4, 5], "fr")])
-    remove = {k: first[1][k] for k in ("path", "partitionValues", "size")}
-    store.commit(NAME, [("remove", {**remove, "deletionTimestamp": 1_700_000_100_000, "dataChange": True})])
-    store.commit(NAME, [_add(data_root, [6], "fr")])
-    store.commit(NAME, [_add(data_root, [7, 8], "de")])
+    store.commit(NAME, [*create, first, event_add(data_root, [3], "ü%")])
+    store.commit(NAME, [event_add(data_root, [4, 5], "fr")])
+    store.commit(NAME, [remove_of(first)])
+    store.commit(NAME, [event_add(data_root, [6], "fr")])
+    store.commit(NAME, [event_add(data_root, [7, 8], "de")])
     client = s3.client()
     for item in data_root.rglob("*"):  # the data files go where the log says (keys are decoded paths)
         if item.is_file():

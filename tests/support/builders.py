@@ -16,6 +16,7 @@ import pyarrow as pa
 from delta_mirror.dev.datafiles import create_table_actions, write_data_file
 
 if TYPE_CHECKING:
+    from delta_mirror.delta.actions import Action
     from delta_mirror.store import SqlStore
 
 #: One nullable ``id: long`` column.
@@ -25,6 +26,8 @@ SCHEMA_STRING = json.dumps(
 EMPTY_SCHEMA_STRING = '{"type":"struct","fields":[]}'
 #: The same column as an Arrow schema, for tables with real data files.
 ID_SCHEMA = pa.schema([("id", pa.int64())])
+#: ``id: long, country: string``, partitioned by ``country``: the Spark tests' event tables.
+EVENTS_SCHEMA = pa.schema([("id", pa.int64()), ("country", pa.string())])
 TABLE_ID = "0e0c5a4e-1111-4222-8333-444455556666"
 
 
@@ -35,14 +38,15 @@ def protocol_body(reader: int = 1, writer: int = 2, **extra: Any) -> dict[str, A
 def metadata_body(
     *,
     id: str = TABLE_ID,
+    name: str | None = None,
     schema_string: str = SCHEMA_STRING,
     partition_columns: Sequence[str] = (),
     configuration: dict[str, str] | None = None,
     created_time: int | None = 1,
     **extra: Any,
 ) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "id": id,
+    body: dict[str, Any] = {"id": id} if name is None else {"id": id, "name": name}
+    body |= {
         "format": {"provider": "parquet", "options": {}},
         "schemaString": schema_string,
         "partitionColumns": list(partition_columns),
@@ -66,6 +70,31 @@ def add_body(path: str = "n.parquet", *, size: int = 1, **extra: Any) -> dict[st
 
 def remove_body(path: str, **extra: Any) -> dict[str, Any]:
     return {"path": path, "deletionTimestamp": 2, "dataChange": True, **extra}
+
+
+def event_add(
+    root: Path, ids: Sequence[int], country: str, amounts: Sequence[float | None] | None = None
+) -> Action:
+    """``add`` of a real Parquet file under ``root`` in partition ``country`` (``EVENTS_SCHEMA`` rows,
+    plus an ``amount: double`` column when ``amounts`` is given)."""
+    columns: dict[str, Any] = {"id": pa.array(ids, pa.int64()), "country": pa.array([country] * len(ids))}
+    if amounts is not None:
+        columns["amount"] = pa.array(amounts, pa.float64())
+    return ("add", write_data_file(root, pa.table(columns), {"country": country}))
+
+
+def remove_of(add: Action, deletion_timestamp: int = 1_700_000_100_000) -> Action:
+    """The ``remove`` (tombstone) of an earlier ``add``: its path, partition values and size."""
+    body = add[1]
+    return (
+        "remove",
+        remove_body(
+            body["path"],
+            deletionTimestamp=deletion_timestamp,
+            partitionValues=body["partitionValues"],
+            size=body["size"],
+        ),
+    )
 
 
 def action(kind: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -124,6 +153,7 @@ def create_data_table(
 
 __all__ = [
     "EMPTY_SCHEMA_STRING",
+    "EVENTS_SCHEMA",
     "ID_SCHEMA",
     "METADATA",
     "PROTOCOL",
@@ -134,10 +164,12 @@ __all__ = [
     "add_body",
     "append_rows",
     "create_data_table",
+    "event_add",
     "lines",
     "metadata_body",
     "protocol_body",
     "remove",
     "remove_body",
+    "remove_of",
     "write_commit",
 ]
