@@ -252,9 +252,9 @@ def test_sql_text_is_built_from_runtime_values_only_in_these_reviewed_places() -
     # Each one interpolates no value that comes from a user: reviewed, and listed so a new one fails.
     assert _dynamic_sql_sites() == {
         ("db.py", "migrate"),  # a module constant (the advisory lock key)
-        ("sql_store.py", "_file_payload_query"),  # 'add' / 'remove' and constant SQL fragments
-        ("sql_store.py", "_mark_succeeded_pg"),  # placeholder names (:v0, :s0...), values bound
-        ("sql_store.py", "_copy_lines"),  # COPY cannot bind: integer parameters only, checked
+        ("reads.py", "_file_payload_query"),  # 'add' / 'remove' and constant SQL fragments
+        ("mirror_status.py", "_mark_succeeded_pg"),  # placeholder names (:v0, :s0...), values bound
+        ("reads.py", "_copy_lines"),  # COPY cannot bind: integer parameters only, checked
     }
 
 
@@ -262,7 +262,7 @@ def test_sql_text_is_built_from_runtime_values_only_in_these_reviewed_places() -
 def test_copy_refuses_anything_but_integer_parameters(pg_store_url: str) -> None:
     from sqlalchemy import text
 
-    from delta_mirror.store.sql_store import _copy_lines
+    from delta_mirror.store.reads import _copy_lines
 
     store = SqlStore(pg_store_url)
     store.init()

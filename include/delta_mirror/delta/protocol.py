@@ -1,14 +1,13 @@
 """Protocol facts the mirror relies on: table features, protocol versions, table-property
-durations and their defaults, and the checkpoint kinds a protocol allows.
-
-``store/sql_store.REFUSED_FEATURES`` still carries its own copy of the refused features; it is to
-be folded into :data:`CATALOG_FEATURES` when the store is split by topic.
+durations and their defaults, the checkpoint kinds a protocol allows, and the clock Delta
+timestamps are read from.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
@@ -74,6 +73,11 @@ _UNIT_MS = {
     "day": 86_400_000,
     "week": 604_800_000,
 }
+
+
+def now_ms() -> int:
+    """Now in milliseconds since the epoch, the unit of every Delta timestamp."""
+    return int(time.time() * 1000)
 
 
 def parse_interval_ms(text: str | None, default: int) -> int:
@@ -207,6 +211,7 @@ __all__ = [
     "MAX_WRITER_VERSION",
     "V2_CHECKPOINT_FEATURE",
     "CheckpointKind",
+    "now_ms",
     "parse_interval_ms",
     "property_duration_ms",
     "reader_features",

@@ -1,0 +1,292 @@
+"""The rows one version writes, shared by every write path (native, verbatim, import).
+
+- the ``dl_commits`` row is claimed first: its primary key decides a race for the version;
+- ``dl_actions`` keeps each action line as it will be published;
+- ``dl_files`` indexes adds and removes (a re-added (path, deletion vector) supersedes the
+  active entry), so the active file set at any version is one indexed query;
+- a committed version waits for the publisher as a ``PENDING`` ``json`` status row.
+
+All functions run in the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from delta_mirror.config import max_commit_actions, max_commit_bytes
+from delta_mirror.delta.actions import Action, canonical_line, dv_id
+from delta_mirror.delta.commit_rules import FileKey
+from delta_mirror.delta.protocol import now_ms
+from delta_mirror.errors import CommitTooLargeError
+from delta_mirror.store import db
+from delta_mirror.store.base import CHUNK, version_taken
+from delta_mirror.store.schema import dl_actions, dl_commits, dl_files, dl_mirror_status
+from delta_mirror.store.states import Artifact, CommitSource, PublishState
+from delta_mirror.store.tables import TableInfo
+
+
+def check_commit_size(name: str, version: int | None, action_count: int, size: int) -> None:
+    """The store's commit limits (``DELTA_MIRROR_MAX_COMMIT_ACTIONS`` / ``_BYTES``), for every writer."""
+    if action_count > (limit := max_commit_actions()):
+        raise CommitTooLargeError(
+            f"the commit holds {action_count:,} actions, more than the limit of {limit:,}",
+            table=name,
+            version=version,
+            hint="split it into several commits, or raise DELTA_MIRROR_MAX_COMMIT_ACTIONS",
+        )
+    if size > (max_bytes := max_commit_bytes()):
+        raise CommitTooLargeError(
+            f"the commit file would be {size:,} bytes, more than the limit of {max_bytes:,}",
+            table=name,
+            version=version,
+            hint="split it into several commits, or raise DELTA_MIRROR_MAX_COMMIT_BYTES",
+        )
+
+
+def claim_version(
+    conn: Connection,
+    table: TableInfo,
+    version: int,
+    source: CommitSource,
+    *,
+    action_count: int = 0,
+    size: int = 0,
+    sha256: str = "",
+    in_commit_timestamp: int | None = None,
+) -> int:
+    """Insert the version's ``dl_commits`` row first: a racing writer fails here, before any other
+    work (its primary key decides). A native commit fills in hash and size once its actions are
+    rendered; a verbatim one knows them up front. Returns the commit time (epoch ms)."""
+    ts = now_ms()
+    try:
+        conn.execute(
+            insert(dl_commits).values(
+                table_id=table.id,
+                version=version,
+                committed_at=ts,
+                in_commit_timestamp=in_commit_timestamp,
+                action_count=action_count,
+                size_bytes=size,
+                sha256=sha256,
+                has_json=True,
+                source=source,
+            )
+        )
+    except IntegrityError as exc:
+        if not db.is_unique_violation(exc):
+            raise
+        raise version_taken(table.name, version) from None
+    return ts
+
+
+def enqueue_json(conn: Connection, table_id: int, version: int, ts: int) -> None:
+    """A committed version waits for the publisher (``PENDING``)."""
+    conn.execute(
+        insert(dl_mirror_status).values(
+            table_id=table_id,
+            version=version,
+            artifact=Artifact.JSON,
+            state=PublishState.PENDING,
+            attempts=0,
+            enqueued_at=ts,
+        )
+    )
+
+
+def file_rows(
+    table_id: int, version: int, part: int, actions: Sequence[Action]
+) -> tuple[list[dict[str, Any]], list[tuple[int, dict[str, Any]]]]:
+    """The ``dl_files`` rows to insert for adds, and (seq, body) of the removes."""
+    adds: list[dict[str, Any]] = []
+    removes: list[tuple[int, dict[str, Any]]] = []
+    for seq, (kind, body) in enumerate(actions):
+        if kind == "add":
+            pv = body.get("partitionValues")
+            adds.append(
+                {
+                    "table_id": table_id,
+                    "path": body.get("path", ""),
+                    "dv_id": dv_id(body.get("deletionVector")),
+                    "add_version": version,
+                    "add_part": part,
+                    "add_seq": seq,
+                    "size": body.get("size") if isinstance(body.get("size"), int) else None,
+                    "partition_values": json.dumps(pv, separators=(",", ":"), ensure_ascii=False)
+                    if pv is not None
+                    else None,
+                }
+            )
+        elif kind == "remove":
+            removes.append((seq, body))
+    return adds, removes
+
+
+def insert_action_rows(
+    conn: Connection, table_id: int, version: int, part: int, actions: Sequence[Action], lines: Sequence[str]
+) -> None:
+    rows = [
+        {
+            "table_id": table_id,
+            "version": version,
+            "part": part,
+            "seq": seq,
+            "action_type": kind,
+            "payload": line,
+        }
+        for seq, ((kind, _), line) in enumerate(zip(actions, lines, strict=True))
+    ]
+    if rows:
+        conn.execute(insert(dl_actions), rows)
+
+
+def active_keys(conn: Connection, table_id: int, paths: Sequence[str]) -> set[FileKey]:
+    """The active (path, deletion vector) entries among ``paths``."""
+    out: set[FileKey] = set()
+    unique = sorted(set(paths))
+    for i in range(0, len(unique), CHUNK):
+        chunk = unique[i : i + CHUNK]
+        rows = conn.execute(
+            select(dl_files.c.path, dl_files.c.dv_id).where(
+                dl_files.c.table_id == table_id,
+                dl_files.c.remove_version.is_(None),
+                dl_files.c.path.in_(chunk),
+            )
+        )
+        out.update((r.path, r.dv_id) for r in rows)
+    return out
+
+
+def _tombstone_keys(conn: Connection, table_id: int, version: int, paths: Sequence[str]) -> set[FileKey]:
+    out: set[FileKey] = set()
+    unique = sorted(set(paths))
+    for i in range(0, len(unique), CHUNK):
+        rows = conn.execute(
+            select(dl_files.c.path, dl_files.c.dv_id).where(
+                dl_files.c.table_id == table_id,
+                dl_files.c.remove_version == version,
+                dl_files.c.path.in_(unique[i : i + CHUNK]),
+            )
+        )
+        out.update((r.path, r.dv_id) for r in rows)
+    return out
+
+
+def write_actions(
+    conn: Connection,
+    table_id: int,
+    version: int,
+    part: int,
+    actions: Sequence[Action],
+    *,
+    strict: bool,
+    lines: Sequence[str] | None = None,
+) -> None:
+    """Insert action rows and maintain the file index (adds, removes, superseded re-adds).
+
+    ``strict=False`` (imported logs) keeps a remove of a file this log never added as a tombstone.
+    """
+    if lines is None:
+        lines = [canonical_line(k, b) for k, b in actions]
+    insert_action_rows(conn, table_id, version, part, actions, lines)
+    adds, removes = file_rows(table_id, version, part, actions)
+    # A re-added (path, dv) supersedes the active entry (e.g. recomputed stats); no tombstone.
+    if adds and version > 0:
+        _supersede(conn, table_id, version, adds)
+    if removes:
+        _remove(conn, table_id, version, part, removes, strict=strict)
+    if adds:
+        conn.execute(insert(dl_files), adds)
+
+
+def _supersede(conn: Connection, table_id: int, version: int, adds: Sequence[dict[str, Any]]) -> None:
+    active = active_keys(conn, table_id, [a["path"] for a in adds])
+    superseded = [{"p": a["path"], "d": a["dv_id"]} for a in adds if (a["path"], a["dv_id"]) in active]
+    if superseded:
+        conn.execute(
+            update(dl_files)
+            .where(
+                dl_files.c.table_id == table_id,
+                dl_files.c.path == bindparam("p"),
+                dl_files.c.dv_id == bindparam("d"),
+                dl_files.c.remove_version.is_(None),
+            )
+            .values(remove_version=version),
+            superseded,
+        )
+
+
+def _remove(
+    conn: Connection,
+    table_id: int,
+    version: int,
+    part: int,
+    removes: Sequence[tuple[int, dict[str, Any]]],
+    *,
+    strict: bool,
+) -> None:
+    params = [
+        {
+            "p": body.get("path", ""),
+            "d": dv_id(body.get("deletionVector")),
+            "rv": version,
+            "rp": part,
+            "rs": seq,
+            "dt": body.get("deletionTimestamp") if isinstance(body.get("deletionTimestamp"), int) else None,
+        }
+        for seq, body in removes
+    ]
+    stmt = (
+        update(dl_files)
+        .where(
+            dl_files.c.table_id == table_id,
+            dl_files.c.path == bindparam("p"),
+            dl_files.c.dv_id == bindparam("d"),
+            dl_files.c.remove_version.is_(None),
+        )
+        .values(
+            remove_version=bindparam("rv"),
+            remove_part=bindparam("rp"),
+            remove_seq=bindparam("rs"),
+            deletion_timestamp=bindparam("dt"),
+        )
+    )
+    result = conn.execute(stmt, params)
+    removed = result.rowcount if result.rowcount is not None else -1
+    if removed == len(params) or strict:
+        return
+    # Imported logs may remove files this segment never saw added (the remove is a tombstone
+    # only): keep it as a tombstone row so checkpoints still carry it.
+    known = _tombstone_keys(conn, table_id, version, [p["p"] for p in params])
+    orphans = [p for p in params if (p["p"], p["d"]) not in known]
+    if orphans:
+        conn.execute(
+            insert(dl_files),
+            [
+                {
+                    "table_id": table_id,
+                    "path": p["p"],
+                    "dv_id": p["d"],
+                    "remove_version": version,
+                    "remove_part": part,
+                    "remove_seq": p["rs"],
+                    "deletion_timestamp": p["dt"],
+                }
+                for p in orphans
+            ],
+        )
+
+
+__all__ = [
+    "active_keys",
+    "check_commit_size",
+    "claim_version",
+    "enqueue_json",
+    "file_rows",
+    "insert_action_rows",
+    "write_actions",
+]

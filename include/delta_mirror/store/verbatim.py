@@ -1,0 +1,401 @@
+"""The verbatim write path: a writer's exact commit file (Delta-Spark through the commit service).
+
+The bytes are kept as they are: the published ``<version>.json`` is the writer's file byte for
+byte. The same rules as a native commit apply (``commits.check_commit_rules``, the size limits),
+and the same rows are written (``log_rows``). The common commit takes one statement on
+PostgreSQL (``_commit_verbatim_fast``); anything else takes one transaction that decides every
+refusal in its usual order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, select
+from sqlalchemy.exc import IntegrityError
+
+from delta_mirror.delta.actions import Action, split_commit
+from delta_mirror.delta.protocol import now_ms
+from delta_mirror.errors import (
+    CommitConflictError,
+    DataError,
+    InvalidActionError,
+    MirrorError,
+    PermanentError,
+    TableHaltedError,
+    TableNotFoundError,
+)
+from delta_mirror.store import db
+from delta_mirror.store.base import version_taken
+from delta_mirror.store.commits import check_commit_rules
+from delta_mirror.store.log_rows import (
+    check_commit_size,
+    claim_version,
+    enqueue_json,
+    file_rows,
+    write_actions,
+)
+from delta_mirror.store.schema import PART_COMMIT, dl_commits, dl_tables
+from delta_mirror.store.states import CommitSource, TableState
+from delta_mirror.store.tables import (
+    TableInfo,
+    Tables,
+    check_location,
+    check_table_name,
+    table_and_latest_at,
+)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """A version committed by ``SqlStore.commit_verbatim``; ``existing`` when it already held these bytes."""
+
+    table: str
+    version: int
+    sha256: str
+    size: int
+    existing: bool = False
+
+
+@dataclass(frozen=True)
+class _Verbatim:
+    """A verbatim commit, parsed and hashed once."""
+
+    location: str
+    version: int
+    data: bytes
+    lines: list[str]
+    actions: list[Action]
+    sha256: str
+    raw_ict: Any
+
+    @property
+    def ict(self) -> int | None:
+        return self.raw_ict if type(self.raw_ict) is int else None
+
+
+# Roots remembered by ``SqlStore.commit_verbatim`` (forgotten all at once past this many).
+_KNOWN_ROOTS = 4096
+
+# ``SqlStore._commit_verbatim_fast`` on PostgreSQL: every row of a verbatim commit in one statement
+# (one round trip, its own transaction). ``t`` yields the table only while it is as the caller last
+# saw it and ``v`` is its next version; each write hangs off the claimed ``dl_commits`` row ``c``.
+# The sub-statements share one snapshot: the UPDATE of superseded entries never sees the new rows.
+_PG_VERBATIM_COMMIT = """
+WITH t AS (
+    SELECT id FROM dl_tables
+    WHERE id = %(tid)s AND location = %(loc)s AND name = %(name)s AND first_version = %(fv)s
+      AND base_checkpoint_version IS NOT DISTINCT FROM %(bcv)s::bigint AND state <> 'HALTED'
+      AND COALESCE((SELECT max(version) + 1 FROM dl_commits WHERE table_id = %(tid)s), first_version)
+          = %(v)s::bigint
+), c AS (
+    INSERT INTO dl_commits
+        (table_id, version, committed_at, in_commit_timestamp, action_count, size_bytes, sha256, has_json,
+         source)
+    SELECT id, %(v)s::bigint, %(ts)s::bigint, %(ict)s::bigint, %(n)s::int, %(size)s::bigint, %(sha)s::text,
+        true, 'spark'
+    FROM t
+    RETURNING table_id
+), a AS (
+    INSERT INTO dl_actions (table_id, version, part, seq, action_type, payload)
+    SELECT c.table_id, %(v)s::bigint, %(part)s::smallint, x.seq, x.kind, x.payload
+    FROM c, unnest(%(a_seq)s::int[], %(a_kind)s::text[], %(a_payload)s::text[]) AS x(seq, kind, payload)
+), s AS (
+    UPDATE dl_files f SET remove_version = %(v)s::bigint
+    FROM c, unnest(%(f_path)s::text[], %(f_dv)s::text[]) AS x(path, dv_id)
+    WHERE %(v)s::bigint > 0 AND f.table_id = c.table_id AND f.path = x.path AND f.dv_id = x.dv_id
+      AND f.remove_version IS NULL
+), f AS (
+    INSERT INTO dl_files (table_id, path, dv_id, add_version, add_part, add_seq, size, partition_values)
+    SELECT c.table_id, x.path, x.dv_id, %(v)s::bigint, %(part)s::smallint, x.seq, x.size, x.pv
+    FROM c, unnest(%(f_path)s::text[], %(f_dv)s::text[], %(f_seq)s::int[], %(f_size)s::bigint[],
+                   %(f_pv)s::text[]) AS x(path, dv_id, seq, size, pv)
+), m AS (
+    INSERT INTO dl_mirror_status (table_id, version, artifact, state, attempts, enqueued_at)
+    SELECT table_id, %(v)s::bigint, 'json', 'PENDING', 0, %(ts)s::bigint FROM c
+)
+SELECT count(*) FROM c
+"""
+
+# The same claim on SQLite (the other rows follow in the same transaction).
+_SQLITE_VERBATIM_CLAIM = """
+INSERT INTO dl_commits
+    (table_id, version, committed_at, in_commit_timestamp, action_count, size_bytes, sha256, has_json, source)
+SELECT id, :v, :ts, :ict, :n, :size, :sha, 1, 'spark' FROM dl_tables
+WHERE id = :tid AND location = :loc AND name = :name AND first_version = :fv
+  AND base_checkpoint_version IS :bcv AND state <> 'HALTED'
+  AND COALESCE((SELECT max(version) + 1 FROM dl_commits WHERE table_id = :tid), first_version) = :v
+"""
+
+
+class VerbatimCommits(Tables):
+    """``commit_verbatim`` and its two paths (one statement, one transaction)."""
+
+    # Set by ``SqlStore.__init__``: the tables last seen at each root (a hint the commit statement
+    # itself re-checks), on SQLite one writer at a time per process (queued on a lock here rather
+    # than polling SQLite's busy timeout), and an autocommit engine for the one-statement commit.
+    _verbatim_tables: dict[str, TableInfo]
+    _sqlite_writes: threading.Lock | None
+    _autocommit: Engine
+
+    def commit_verbatim(
+        self, location: str, version: int, data: bytes, *, create_name: str | None = None
+    ) -> CommitResult:
+        """Commit a writer's exact commit file as ``version`` of the table at ``location``.
+
+        The bytes are kept as they are (lines stored verbatim, no key reordering, no commitInfo
+        added): the published ``<version>.json`` is ``data`` byte for byte. The native commit rules
+        apply (``_check_commit_rules``, the size limits). ``version`` already holding ``data`` is
+        returned with ``existing=True`` (a retry after a lost answer); holding other bytes it is a
+        ``CommitConflictError``; beyond the next version a ``DataError`` (a gap). A halted table
+        refuses (``TableHaltedError``). With ``create_name``, version 0 of an unknown location
+        creates the table in the same transaction, named ``create_name``, or ``create_name-<first 8
+        hex digits of SHA-256(location)>`` when that name is taken.
+
+        The common commit (a table seen before at this root, the next version, no remove and no
+        protocol change) takes ``_commit_verbatim_fast``: one statement on PostgreSQL. Anything
+        else, or anything that statement finds changed, takes the transaction path below, which
+        decides every refusal in its usual order.
+        """
+        label = create_name or location
+        lines, actions = split_commit(data, table=label, version=version)
+        check_commit_size(label, version, len(actions), len(data))
+        commit = _Verbatim(
+            location,
+            version,
+            data,
+            lines,
+            actions,
+            hashlib.sha256(data).hexdigest(),
+            next((body for kind, body in actions if kind == "commitInfo"), {}).get("inCommitTimestamp"),
+        )
+        try:
+            with self._sqlite_writes or contextlib.nullcontext():
+                known = self._verbatim_tables.get(location)
+                if known is not None and self._fast_path_applies(known, commit):
+                    done = self._commit_verbatim_fast(known, commit)
+                    if done is not None:
+                        return done
+                return self._commit_verbatim_in_transaction(commit, create_name)
+        except CommitConflictError:
+            # A racing retry of the same bytes may have won: that is this commit, already done.
+            existing = self._existing_commit(location, version)
+            if existing is not None and existing.sha256 == commit.sha256 and existing.size == len(data):
+                return existing
+            raise
+
+    def _commit_verbatim_in_transaction(self, commit: _Verbatim, create_name: str | None) -> CommitResult:
+        location, version, data, actions = commit.location, commit.version, commit.data, commit.actions
+        try:
+            with (
+                db.translated(self.url, f"committing to the table at {location}"),
+                self.engine.begin() as conn,
+            ):
+                table, latest = self._verbatim_table(conn, location, version, create_name)
+                self._check_verbatim_version(table, latest, version)
+                ts = claim_version(
+                    conn,
+                    table,
+                    version,
+                    CommitSource.SPARK,
+                    action_count=len(actions),
+                    size=len(data),
+                    sha256=commit.sha256,
+                    in_commit_timestamp=commit.ict,
+                )
+                check_commit_rules(conn, table, version, actions)
+                write_actions(conn, table.id, version, PART_COMMIT, actions, strict=True, lines=commit.lines)
+                enqueue_json(conn, table.id, version, ts)
+        except TableNotFoundError:
+            self._verbatim_tables.pop(location, None)
+            raise
+        if len(self._verbatim_tables) >= _KNOWN_ROOTS:
+            self._verbatim_tables.clear()
+        self._verbatim_tables[location] = table
+        return CommitResult(table.name, version, commit.sha256, len(data))
+
+    def _fast_path_applies(self, table: TableInfo, commit: _Verbatim) -> bool:
+        """No rule that reads the store (removes, a protocol after the first version), and every
+        other rule passes for the table as last seen (the statement checks it still is)."""
+        version = commit.version
+        if any(
+            k == "remove" or (k == "protocol" and version > table.first_version) for k, _ in commit.actions
+        ):
+            return False
+        try:
+            check_commit_rules(None, table, version, commit.actions)
+        except MirrorError:
+            return False  # refused by the transaction path, in the order it decides refusals
+        return True
+
+    def _commit_verbatim_fast(self, table: TableInfo, commit: _Verbatim) -> CommitResult | None:
+        """Claim the version and write the commit in one statement (PostgreSQL; on SQLite one short
+        transaction), valid only while the table is still ``table`` (same id, name, root, first
+        version and base checkpoint, not halted) and ``commit.version`` is its next version; else
+        nothing is written and None tells the caller to take the transaction path.
+
+        The same rows as the transaction path: the ``dl_commits`` row (whose primary key decides a
+        race: ``CommitConflictError``), the actions, the file index (a re-added (path, deletion
+        vector) supersedes the active entry), the ``PENDING`` status row.
+        """
+        version = commit.version
+        adds, _ = file_rows(table.id, version, PART_COMMIT, commit.actions)
+        params: dict[str, Any] = {
+            "tid": table.id,
+            "loc": table.location,
+            "name": table.name,
+            "fv": table.first_version,
+            "bcv": table.base_checkpoint_version,
+            "v": version,
+            "ts": now_ms(),
+            "ict": commit.ict,
+            "n": len(commit.actions),
+            "size": len(commit.data),
+            "sha": commit.sha256,
+            "part": PART_COMMIT,
+        }
+        with db.translated(self.url, f"committing to the table at {table.location}"):
+            try:
+                if self._sqlite_writes is None:
+                    params.update(
+                        a_seq=list(range(len(commit.actions))),
+                        a_kind=[k for k, _ in commit.actions],
+                        a_payload=list(commit.lines),
+                        f_path=[a["path"] for a in adds],
+                        f_dv=[a["dv_id"] for a in adds],
+                        f_seq=[a["add_seq"] for a in adds],
+                        f_size=[a["size"] for a in adds],
+                        f_pv=[a["partition_values"] for a in adds],
+                    )
+                    with self._autocommit.connect() as conn:
+                        claimed = conn.exec_driver_sql(_PG_VERBATIM_COMMIT, params).scalar()
+                else:
+                    claimed = self._commit_verbatim_sqlite(params, commit, adds)
+            except IntegrityError as exc:  # here, not in ``translated``: a lost race is no database error
+                if not db.is_unique_violation(exc):
+                    raise
+                raise version_taken(table.name, version) from None
+        if not claimed:
+            return None
+        return CommitResult(table.name, version, commit.sha256, len(commit.data))
+
+    def _commit_verbatim_sqlite(
+        self, params: dict[str, Any], commit: _Verbatim, adds: list[dict[str, Any]]
+    ) -> bool:
+        with self.engine.begin() as conn:
+            if conn.exec_driver_sql(_SQLITE_VERBATIM_CLAIM, params).rowcount != 1:
+                return False
+            tid, version = params["tid"], params["v"]
+            conn.exec_driver_sql(
+                "INSERT INTO dl_actions (table_id, version, part, seq, action_type, payload)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (tid, version, PART_COMMIT, seq, kind, line)
+                    for seq, ((kind, _), line) in enumerate(zip(commit.actions, commit.lines, strict=True))
+                ],
+            )
+            if adds and version > 0:
+                conn.exec_driver_sql(
+                    "UPDATE dl_files SET remove_version = ? WHERE table_id = ? AND path = ? AND dv_id = ?"
+                    " AND remove_version IS NULL",
+                    [(version, tid, a["path"], a["dv_id"]) for a in adds],
+                )
+            if adds:
+                conn.exec_driver_sql(
+                    "INSERT INTO dl_files (table_id, path, dv_id, add_version, add_part, add_seq, size,"
+                    " partition_values) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (
+                            tid,
+                            a["path"],
+                            a["dv_id"],
+                            version,
+                            PART_COMMIT,
+                            a["add_seq"],
+                            a["size"],
+                            a["partition_values"],
+                        )
+                        for a in adds
+                    ],
+                )
+            conn.exec_driver_sql(
+                "INSERT INTO dl_mirror_status (table_id, version, artifact, state, attempts, enqueued_at)"
+                " VALUES (?, ?, 'json', 'PENDING', 0, ?)",
+                (tid, version, params["ts"]),
+            )
+            return True
+
+    def _verbatim_table(
+        self, conn: Connection, location: str, version: int, create_name: str | None
+    ) -> tuple[TableInfo, int | None]:
+        """The table at ``location`` (created at version 0 with ``create_name``) and its latest version."""
+        try:
+            table, latest = table_and_latest_at(conn, location)
+        except TableNotFoundError as exc:
+            if create_name is None or version != 0:
+                exc.version = version
+                raise
+            return self._create_verbatim(conn, location, create_name), None
+        if table.state == TableState.HALTED:
+            raise TableHaltedError(
+                f"the table is halted{f' at version {table.halted_version}' if table.halted_version is not None else ''}:"
+                f" {table.halted_reason or 'no reason recorded'}",
+                table=table.name,
+                version=version,
+                hint=f"fix the cause, then `delta-mirror resume {table.name}`",
+            )
+        return table, latest
+
+    def _create_verbatim(self, conn: Connection, location: str, create_name: str) -> TableInfo:
+        name = create_name
+        taken = conn.execute(select(dl_tables.c.id).where(dl_tables.c.name == name)).first()
+        if taken is not None:
+            name = f"{create_name[:119]}-{hashlib.sha256(location.encode()).hexdigest()[:8]}"
+        check_table_name(name)
+        try:
+            check_location(conn, name, location)
+        except PermanentError as exc:  # the writer's root is the input here: refuse it as data
+            raise InvalidActionError(exc.what, table=name, version=0, hint=exc.hint) from None
+        return self._create_in(conn, name, location, 0)
+
+    @staticmethod
+    def _check_verbatim_version(table: TableInfo, latest: int | None, version: int) -> None:
+        """Before claiming: an earlier version is a conflict (or this very commit), a later one a gap."""
+        next_version = table.first_version if latest is None else latest + 1
+        if version < next_version:
+            raise CommitConflictError(
+                f"version {version} is already committed (latest is {latest})",
+                table=table.name,
+                version=version,
+                hint=f"re-read the log and commit as version {next_version}",
+            )
+        if version > next_version:
+            raise DataError(
+                f"version gap: the store's next version is {next_version}, not {version}; a writer may have"
+                f" written _delta_log/{version - 1:020d}.json outside the authority",
+                table=table.name,
+                version=version,
+                hint=f"run `delta-mirror reconcile {table.name} --strategy full`",
+            )
+
+    def _existing_commit(self, location: str, version: int) -> CommitResult | None:
+        with db.translated(self.url, "reading a commit"), self.reader.connect() as conn:
+            row = conn.execute(
+                select(dl_tables.c.name, dl_commits.c.sha256, dl_commits.c.size_bytes)
+                .select_from(dl_commits.join(dl_tables, dl_tables.c.id == dl_commits.c.table_id))
+                .where(
+                    dl_tables.c.location == location, dl_commits.c.version == version, dl_commits.c.has_json
+                )
+            ).first()
+        return (
+            None
+            if row is None
+            else CommitResult(row.name, version, row.sha256, row.size_bytes, existing=True)
+        )
+
+
+__all__ = ["CommitResult", "VerbatimCommits"]
