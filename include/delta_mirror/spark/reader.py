@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from delta_mirror.errors import PermanentError
+from delta_mirror.jobs.validate.rows import dv_cardinality, expected_rows, num_records
 from delta_mirror.jobs.validate.schema_diff import schema_diffs  # the same comparison as for deltalake
 from delta_mirror.storage import local_path, normalize_location, open_store, storage_options_for
 from delta_mirror.store.sql_store import SqlStore, TableInfo
@@ -65,12 +66,15 @@ def _plain_schema(schema: Any) -> Any:
     return schema
 
 
+Report = Callable[[str, int | None, str, str], None]
+
+
 def spark_check(
     store: SqlStore,
     table: TableInfo,
     lo: int,
     hi: int,
-    report: Callable[[str, int | None, str, str], None],
+    report: Report,
     spark: Any = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> None:
@@ -79,59 +83,77 @@ def spark_check(
     ``storage_options``: credentials and endpoint of an S3 location (as for deltalake; the
     ``AWS_*`` environment fills in what is missing).
     """
-    uri = normalize_location(table.location)
-    options = storage_options_for(uri, storage_options)
     if spark is None:
         from delta_mirror.spark.session import get_spark
 
         spark = get_spark()
-    folder = local_path(uri)
-    if folder is not None:
-        path = str(folder)
-        root = path.rstrip("/") + "/"
-    elif urlparse(uri).scheme in ("s3", "s3a"):
-        from delta_mirror.spark.s3a import configure_s3a
+    view = _SparkView(spark, table, storage_options)
+    if not _check_history(view, store, table, lo, hi, report):
+        return
+    for version in range(lo, hi + 1):
+        _check_version(view, store, table, version, report)
 
-        path = configure_s3a(spark, uri, options)
-        root = path + "/"
-    else:
-        raise PermanentError(
-            f"the spark reader reads local and S3 tables, not {uri}",
-            table=table.name,
-            hint="use --reader deltalake for this table",
-        )
 
-    def text_of(exc: BaseException) -> str:
+class _SparkView:
+    """Where Spark reads the table, and paths as both sides spell them (relative, decoded)."""
+
+    def __init__(self, spark: Any, table: TableInfo, storage_options: Mapping[str, str] | None) -> None:
+        self.spark = spark
+        self.uri = uri = normalize_location(table.location)
+        self.options = storage_options_for(uri, storage_options)
+        self.folder = folder = local_path(uri)
+        if folder is not None:
+            self.path = str(folder)
+            self.root = self.path.rstrip("/") + "/"
+        elif urlparse(uri).scheme in ("s3", "s3a"):
+            from delta_mirror.spark.s3a import configure_s3a
+
+            self.path = configure_s3a(spark, uri, self.options)
+            self.root = self.path + "/"
+        else:
+            raise PermanentError(
+                f"the spark reader reads local and S3 tables, not {uri}",
+                table=table.name,
+                hint="use --reader deltalake for this table",
+            )
+        self.exists = _exists_check(uri, self.options) if folder is None else _local_exists(folder)
+
+    def text_of(self, exc: BaseException) -> str:
         from delta_mirror.spark.s3a import redact
 
-        return redact(_text(exc), options)
+        return redact(_text(exc), self.options)
 
-    def rel(path: str, *, decode: bool = True) -> str:
+    def rel(self, path: str, *, decode: bool = True) -> str:
         """Relative to the table root and decoded: log paths are URI-encoded, Hadoop paths are not."""
         text = unquote(path) if decode else path
         for prefix, replacement in (("file://", ""), ("file:", ""), ("s3://", "s3a://")):
             if text.startswith(prefix):
                 text = replacement + text[len(prefix) :]
                 break
-        if folder is not None and text.startswith("/"):
+        if self.folder is not None and text.startswith("/"):
             text = "/" + text.lstrip("/")
-        return text[len(root) :] if text.startswith(root) else text
+        return text[len(self.root) :] if text.startswith(self.root) else text
 
-    exists = _exists_check(uri, options) if folder is None else _local_exists(folder)
 
-    # versions and operations
+def _check_history(
+    view: _SparkView, store: SqlStore, table: TableInfo, lo: int, hi: int, report: Report
+) -> bool:
+    """``DESCRIBE HISTORY`` lists every published version with its operation; False: cannot open."""
     lines_by_version = store.commit_lines(table.id, lo, hi)
     with_json = {r.version for r in store.commit_rows(table.id, lo, hi) if r.has_json}
     try:
-        history = {
-            int(r["version"]): r["operation"]
-            for r in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").select("version", "operation").collect()
-        }
+        rows = (
+            view.spark.sql(f"DESCRIBE HISTORY delta.`{view.path}`").select("version", "operation").collect()
+        )
+        history = {int(r["version"]): r["operation"] for r in rows}
     except Exception as exc:
         report(
-            "reader_error", None, f"Delta-Spark cannot open the table at {uri}: {text_of(exc)}", _ERROR_HINT
+            "reader_error",
+            None,
+            f"Delta-Spark cannot open the table at {view.uri}: {view.text_of(exc)}",
+            _ERROR_HINT,
         )
-        return
+        return False
     missing = sorted(v for v in with_json if v not in history)
     if missing:
         report(
@@ -154,72 +176,73 @@ def spark_check(
                 f"{expected_op!r}",
                 _HINT,
             )
+    return True
 
-    for version in range(lo, hi + 1):
-        at = f"at version {version}"
-        snap = store.snapshot(table.id, version)
-        metadata = json.loads(snap.metadata)["metaData"]
-        adds = [
-            json.loads(line)["add"]
-            for batch in store.iter_active_add_lines(table.id, version)
-            for line in batch
-        ]
-        try:
-            df = spark.read.format("delta").option("versionAsOf", version).load(path)
-            found_files = {rel(p, decode=False) for p in df.inputFiles()}
-            schema = json.loads(df.schema.json())
-        except Exception as exc:
-            report(
-                "reader_error",
-                version,
-                f"Delta-Spark cannot load version {version}: {text_of(exc)}",
-                _ERROR_HINT,
-            )
-            continue
-        diffs = schema_diffs(
-            _plain_schema(json.loads(metadata.get("schemaString") or "{}")), _plain_schema(schema), ""
+
+def _check_version(view: _SparkView, store: SqlStore, table: TableInfo, version: int, report: Report) -> None:
+    """One version: schema, active files, then (when countable) the row count."""
+    at = f"at version {version}"
+    metadata = json.loads(store.snapshot(table.id, version).metadata)["metaData"]
+    adds = [
+        json.loads(line)["add"] for batch in store.iter_active_add_lines(table.id, version) for line in batch
+    ]
+    try:
+        df = view.spark.read.format("delta").option("versionAsOf", version).load(view.path)
+        found_files = {view.rel(p, decode=False) for p in df.inputFiles()}
+        schema = json.loads(df.schema.json())
+    except Exception as exc:
+        report(
+            "reader_error",
+            version,
+            f"Delta-Spark cannot load version {version}: {view.text_of(exc)}",
+            _ERROR_HINT,
         )
-        if diffs:
-            report(
-                "reader_schema",
-                version,
-                f"{at}: schema differs (store vs spark): " + "; ".join(diffs[:5]),
-                _HINT,
-            )
-        expected_files = {rel(a["path"]) for a in adds}
-        if found_files != expected_files:
-            lost = sorted(expected_files - found_files)
-            extra = sorted(found_files - expected_files)
-            parts = [
-                f"{at}: Delta-Spark sees {len(found_files)} active files, the store {len(expected_files)}"
-            ]
-            if lost:
-                parts.append(f"{len(lost)} missing from Spark (e.g. {lost[0]})")
-            if extra:
-                parts.append(f"{len(extra)} not in the store (e.g. {extra[0]})")
-            report("reader_files", version, "; ".join(parts), _HINT)
-            continue
-        expected_rows = _expected_rows(adds, exists, rel)
-        if expected_rows is None:
-            continue
-        try:
-            rows = df.count()
-        except Exception as exc:
-            report(
-                "reader_error",
-                version,
-                f"Delta-Spark cannot read the data of version {version}: {text_of(exc)}",
-                _ERROR_HINT,
-            )
-            continue
-        if rows != expected_rows:
-            report(
-                "reader_rows",
-                version,
-                f"{at}: Delta-Spark counts {rows} rows, the store's stats say {expected_rows}",
-                "numRecords stats or deletion vectors in the log disagree with the data files; the stats were "
-                "written by the table's writer: check the add actions of the listed version",
-            )
+        return
+    diffs = schema_diffs(
+        _plain_schema(json.loads(metadata.get("schemaString") or "{}")), _plain_schema(schema), ""
+    )
+    if diffs:
+        report(
+            "reader_schema", version, f"{at}: schema differs (store vs spark): " + "; ".join(diffs[:5]), _HINT
+        )
+    expected_files = {view.rel(a["path"]) for a in adds}
+    if found_files != expected_files:
+        lost = sorted(expected_files - found_files)
+        extra = sorted(found_files - expected_files)
+        parts = [f"{at}: Delta-Spark sees {len(found_files)} active files, the store {len(expected_files)}"]
+        if lost:
+            parts.append(f"{len(lost)} missing from Spark (e.g. {lost[0]})")
+        if extra:
+            parts.append(f"{len(extra)} not in the store (e.g. {extra[0]})")
+        report("reader_files", version, "; ".join(parts), _HINT)
+        return
+    _check_rows(view, df, adds, version, report)
+
+
+def _check_rows(view: _SparkView, df: Any, adds: list[dict[str, Any]], version: int, report: Report) -> None:
+    expected = expected_rows(
+        ((a["path"], num_records(a), dv_cardinality(a)) for a in adds), lambda p: view.exists(view.rel(p))
+    )
+    if expected is None:
+        return
+    try:
+        rows = df.count()
+    except Exception as exc:
+        report(
+            "reader_error",
+            version,
+            f"Delta-Spark cannot read the data of version {version}: {view.text_of(exc)}",
+            _ERROR_HINT,
+        )
+        return
+    if rows != expected:
+        report(
+            "reader_rows",
+            version,
+            f"at version {version}: Delta-Spark counts {rows} rows, the store's stats say {expected}",
+            "numRecords stats or deletion vectors in the log disagree with the data files; the stats were "
+            "written by the table's writer: check the add actions of the listed version",
+        )
 
 
 def _local_exists(folder: Path) -> Callable[[str], bool]:
@@ -237,24 +260,6 @@ def _exists_check(uri: str, options: Mapping[str, str]) -> Callable[[str], bool]
         return known[name]
 
     return exists
-
-
-def _expected_rows(
-    adds: list[dict[str, Any]], exists: Callable[[str], bool], rel: Callable[..., str]
-) -> int | None:
-    """Rows the store's adds describe, or None when a file is absent or has no numRecords stat."""
-    total = 0
-    for add in adds:
-        stats = add.get("stats")
-        try:
-            n = json.loads(stats).get("numRecords") if isinstance(stats, str) else None
-        except json.JSONDecodeError:
-            n = None
-        if not isinstance(n, int) or not exists(rel(add["path"])):
-            return None
-        dv = add.get("deletionVector")
-        total += n - (int(dv.get("cardinality") or 0) if isinstance(dv, dict) else 0)
-    return total
 
 
 def _text(exc: BaseException) -> str:
