@@ -79,33 +79,7 @@ def validate_table(
             table=name,
             hint="use --reader deltalake for this table",
         )
-    last = store.last_published_version(table.id)
-    start = table.first_version if table.base_checkpoint_version is None else table.base_checkpoint_version
-    floor = table.settings.get("log_floor")
-    if isinstance(floor, int) and floor > start:
-        start = floor  # older log files were removed by retention cleanup (maintenance)
-    if (
-        last is None
-        and table.base_checkpoint_version is not None
-        and store.last_checkpoint_version(table.id) is not None
-    ):
-        last = table.base_checkpoint_version  # imported as a checkpoint alone: there is no JSON to publish
-    if last is None or last < table.first_version:
-        raise PermanentError(
-            "nothing is published yet", table=name, hint=f"run `delta-mirror mirror {name}` first"
-        )
-    lo = start if from_version is None else from_version
-    hi = last if to_version is None else to_version
-    if lo > hi:
-        raise PermanentError(
-            f"empty version range {lo}..{hi}", table=name, hint="from_version must be <= to_version"
-        )
-    if lo < start or hi > last:
-        raise PermanentError(
-            f"versions {lo}..{hi} are outside the published versions {start}..{last}",
-            table=name,
-            hint="validate only published versions; run `delta-mirror mirror` first to publish the rest",
-        )
+    start, last, lo, hi = _published_range(store, table, from_version, to_version)
     report = ValidationReport(name, table.location, lo, hi, hi - lo + 1)
     objects = (open_location or (lambda loc: open_store(loc, storage_options)))(table.location)
     complete = check_listing(store, table, objects, lo, hi, last, report.problems)
@@ -130,6 +104,40 @@ def validate_table(
         if reader == "auto" and check.unreadable:
             _spark_fallback(store, table, sorted(check.unreadable), report, spark, storage_options)
     return report
+
+
+def _published_range(
+    store: SqlStore, table: TableInfo, from_version: int | None, to_version: int | None
+) -> tuple[int, int, int, int]:
+    """(first readable, last published, lo, hi): the range to check, refused when out of bounds."""
+    last = store.last_published_version(table.id)
+    start = table.first_version if table.base_checkpoint_version is None else table.base_checkpoint_version
+    floor = table.settings.get("log_floor")
+    if isinstance(floor, int) and floor > start:
+        start = floor  # older log files were removed by retention cleanup (maintenance)
+    if (
+        last is None
+        and table.base_checkpoint_version is not None
+        and store.last_checkpoint_version(table.id) is not None
+    ):
+        last = table.base_checkpoint_version  # imported as a checkpoint alone: there is no JSON to publish
+    if last is None or last < table.first_version:
+        raise PermanentError(
+            "nothing is published yet", table=table.name, hint=f"run `delta-mirror mirror {table.name}` first"
+        )
+    lo = start if from_version is None else from_version
+    hi = last if to_version is None else to_version
+    if lo > hi:
+        raise PermanentError(
+            f"empty version range {lo}..{hi}", table=table.name, hint="from_version must be <= to_version"
+        )
+    if lo < start or hi > last:
+        raise PermanentError(
+            f"versions {lo}..{hi} are outside the published versions {start}..{last}",
+            table=table.name,
+            hint="validate only published versions; run `delta-mirror mirror` first to publish the rest",
+        )
+    return start, last, lo, hi
 
 
 def _spark_check(

@@ -35,8 +35,27 @@ def check_listing(
     latest = store.latest_version(table.id)
     latest = last_published if latest is None else latest
     commits = {v: path.rsplit("/", 1)[-1] for v, path in listing.commits.items()}
+    _check_published_commits(store, table, objects, commits, lo, hi, problems)
+    _check_unpublished_commits(store, table, objects, commits, last_published, latest, problems)
+    _check_foreign_files(listing, commits, last_published, latest, problems)
+    complete = {
+        v for v in listing.checkpoints if lo <= v <= hi and listing.complete_checkpoint(v, refs) is not None
+    }
+    _check_recorded_checkpoints(store, table, listing, complete, lo, hi, problems)
+    _check_last_checkpoint_pointer(store, table, objects, listing, last_published, problems)
+    return complete
 
-    # Published commits in range: present, with the bytes that were published (or adopted).
+
+def _check_published_commits(
+    store: SqlStore,
+    table: TableInfo,
+    objects: ObjectStore,
+    commits: dict[int, str],
+    lo: int,
+    hi: int,
+    problems: list[Problem],
+) -> None:
+    """Published commits in range: present, with the bytes that were published (or adopted)."""
     rows = store.commit_rows(table.id, lo, hi)
     status = {s.version: s for s in store.status_rows(table.id, "json", from_version=lo, to_version=hi)}
     expected: dict[int, str] = {}
@@ -83,7 +102,17 @@ def check_listing(
                 )
             )
 
-    # Versions the store knows but has not published: a file there must be our own canonical bytes.
+
+def _check_unpublished_commits(
+    store: SqlStore,
+    table: TableInfo,
+    objects: ObjectStore,
+    commits: dict[int, str],
+    last_published: int,
+    latest: int,
+    problems: list[Problem],
+) -> None:
+    """Versions the store knows but has not published: a file there must be our own canonical bytes."""
     pending = [
         s
         for s in store.status_rows(table.id, "json", from_version=last_published + 1)
@@ -104,7 +133,11 @@ def check_listing(
                 )
             )
 
-    # Files at versions the store does not know.
+
+def _check_foreign_files(
+    listing: LogListing, commits: dict[int, str], last_published: int, latest: int, problems: list[Problem]
+) -> None:
+    """Commits, checkpoints, ``.crc`` and compacted files at versions the store does not know."""
     for first, last in _runs(sorted(v for v in commits if v > latest)):
         what = (
             f"{LOG_DIR}/{commits[first]} exists"
@@ -147,10 +180,17 @@ def check_listing(
                 )
             )
 
-    # Checkpoints: the recorded ones exist and are complete; _last_checkpoint points at one.
-    complete = {
-        v for v in listing.checkpoints if lo <= v <= hi and listing.complete_checkpoint(v, refs) is not None
-    }
+
+def _check_recorded_checkpoints(
+    store: SqlStore,
+    table: TableInfo,
+    listing: LogListing,
+    complete: set[int],
+    lo: int,
+    hi: int,
+    problems: list[Problem],
+) -> None:
+    """Every checkpoint the store recorded in range is in the log, complete."""
     for st in store.status_rows(table.id, "checkpoint", states=("SUCCESS",), from_version=lo, to_version=hi):
         if st.version not in complete:
             names = [n for cp in listing.checkpoints.get(st.version, []) for n in cp.names]
@@ -166,8 +206,6 @@ def check_listing(
                     f"--version {st.version}`",
                 )
             )
-    _check_last_checkpoint(store, table, objects, listing, last_published, problems)
-    return complete
 
 
 def _runs(versions: list[int]) -> list[tuple[int, int]]:
@@ -194,7 +232,7 @@ def _fetch_hashes(objects: ObjectStore, names: list[str]) -> list[str | None]:
         return list(pool.map(one, names))
 
 
-def _check_last_checkpoint(
+def _check_last_checkpoint_pointer(
     store: SqlStore,
     table: TableInfo,
     objects: ObjectStore,
@@ -202,7 +240,8 @@ def _check_last_checkpoint(
     last_published: int,
     problems: list[Problem],
 ) -> None:
-    """``_last_checkpoint`` by the one rule (:func:`judge_last_checkpoint`); absent is fine."""
+    """The ``_last_checkpoint`` pointer (a :class:`LastCheckpoint`) by the one rule
+    (:func:`judge_last_checkpoint`); absent is fine."""
     hint = (
         "readers trust _last_checkpoint to find the newest checkpoint; rewrite it with "
         f"`delta-mirror checkpoint {table.name}`"

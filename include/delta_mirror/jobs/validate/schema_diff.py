@@ -29,42 +29,70 @@ def schema_diffs(expected: Any, found: Any, where: str) -> list[str]:
     kind = expected.get("type")
     if kind != found.get("type"):
         return [f"{label}: type {kind} vs {found.get('type')}"]
-    out: list[str] = []
     if kind == "struct":
-        e_fields = expected.get("fields") or []
-        f_fields = {f.get("name"): f for f in found.get("fields") or []}
-        names = [f.get("name") for f in e_fields]
-        extra = [n for n in f_fields if n not in names]
-        if extra:
-            out.append(f"{label}: deltalake has extra fields {extra}")
-        if [n for n in f_fields if n in names] != [n for n in names if n in f_fields]:
-            out.append(f"{label}: field order {names} vs {list(f_fields)}")
-        for ef in e_fields:
-            name = ef.get("name")
-            path = f"{where}.{name}" if where else str(name)
-            ff = f_fields.get(name)
-            if ff is None:
-                out.append(f"{path}: missing in deltalake")
-                continue
-            if bool(ef.get("nullable", True)) != bool(ff.get("nullable", True)):
-                out.append(f"{path}: nullable {ef.get('nullable')} vs {ff.get('nullable')}")
-            e_meta, f_meta = ef.get("metadata") or {}, ff.get("metadata") or {}
-            for key in _METADATA_KEYS:
-                if key in e_meta and str(e_meta.get(key)) != str(f_meta.get(key)):
-                    out.append(f"{path}: metadata {key} {e_meta.get(key)!r} vs {f_meta.get(key)!r}")
-            out.extend(schema_diffs(ef.get("type"), ff.get("type"), path))
-    elif kind == "array":
-        if bool(expected.get("containsNull", True)) != bool(found.get("containsNull", True)):
-            out.append(f"{label}: containsNull {expected.get('containsNull')} vs {found.get('containsNull')}")
-        out.extend(schema_diffs(expected.get("elementType"), found.get("elementType"), f"{where}[]"))
-    elif kind == "map":
-        if bool(expected.get("valueContainsNull", True)) != bool(found.get("valueContainsNull", True)):
-            out.append(
-                f"{label}: valueContainsNull {expected.get('valueContainsNull')} vs "
-                f"{found.get('valueContainsNull')}"
-            )
-        out.extend(schema_diffs(expected.get("keyType"), found.get("keyType"), f"{where}.key"))
-        out.extend(schema_diffs(expected.get("valueType"), found.get("valueType"), f"{where}.value"))
+        return _struct_diffs(expected, found, where)
+    if kind == "array":
+        return _array_diffs(expected, found, where)
+    if kind == "map":
+        return _map_diffs(expected, found, where)
+    return []
+
+
+def _struct_diffs(expected: dict[str, Any], found: dict[str, Any], where: str) -> list[str]:
+    """Fields: extra or missing ones, their order, then each field's own differences."""
+    label = where or "(root)"
+    out: list[str] = []
+    e_fields = expected.get("fields") or []
+    f_fields = {f.get("name"): f for f in found.get("fields") or []}
+    names = [f.get("name") for f in e_fields]
+    extra = [n for n in f_fields if n not in names]
+    if extra:
+        out.append(f"{label}: deltalake has extra fields {extra}")
+    if [n for n in f_fields if n in names] != [n for n in names if n in f_fields]:
+        out.append(f"{label}: field order {names} vs {list(f_fields)}")
+    for ef in e_fields:
+        name = ef.get("name")
+        path = f"{where}.{name}" if where else str(name)
+        ff = f_fields.get(name)
+        if ff is None:
+            out.append(f"{path}: missing in deltalake")
+        else:
+            out.extend(_field_diffs(ef, ff, path))
+    return out
+
+
+def _field_diffs(ef: dict[str, Any], ff: dict[str, Any], path: str) -> list[str]:
+    """One struct field: nullability, column-mapping metadata, then its type."""
+    out: list[str] = []
+    if bool(ef.get("nullable", True)) != bool(ff.get("nullable", True)):
+        out.append(f"{path}: nullable {ef.get('nullable')} vs {ff.get('nullable')}")
+    e_meta, f_meta = ef.get("metadata") or {}, ff.get("metadata") or {}
+    for key in _METADATA_KEYS:
+        if key in e_meta and str(e_meta.get(key)) != str(f_meta.get(key)):
+            out.append(f"{path}: metadata {key} {e_meta.get(key)!r} vs {f_meta.get(key)!r}")
+    out.extend(schema_diffs(ef.get("type"), ff.get("type"), path))
+    return out
+
+
+def _array_diffs(expected: dict[str, Any], found: dict[str, Any], where: str) -> list[str]:
+    out: list[str] = []
+    if bool(expected.get("containsNull", True)) != bool(found.get("containsNull", True)):
+        out.append(
+            f"{where or '(root)'}: containsNull {expected.get('containsNull')} vs {found.get('containsNull')}"
+        )
+    out.extend(schema_diffs(expected.get("elementType"), found.get("elementType"), f"{where}[]"))
+    return out
+
+
+def _map_diffs(expected: dict[str, Any], found: dict[str, Any], where: str) -> list[str]:
+    out: list[str] = []
+    if bool(expected.get("valueContainsNull", True)) != bool(found.get("valueContainsNull", True)):
+        out.append(
+            f"{where or '(root)'}: valueContainsNull {expected.get('valueContainsNull')} vs "
+            f"{found.get('valueContainsNull')}"
+        )
+    out.extend(schema_diffs(expected.get("keyType"), found.get("keyType"), f"{where}.key"))
+    out.extend(schema_diffs(expected.get("valueType"), found.get("valueType"), f"{where}.value"))
     return out
 
 
