@@ -26,6 +26,7 @@ JAR_ENV = "DELTA_MIRROR_KERNEL_JAR"  # another jar to use (a build elsewhere)
 DEFAULT_TIMEOUT = 300.0
 # a small heap and a quick start: one short-lived JVM per call
 JVM_OPTIONS = ("-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+_DOING = {"snapshot": "load the log of", "scan": "list the files of", "data": "read the data files of"}
 _BUILD_HINT = (
     "build it with `make kernel-jar` (needs Maven and a JDK 17: apt-get install maven "
     "openjdk-17-jdk-headless), or use --reader deltalake, spark or duckdb"
@@ -35,10 +36,19 @@ _BUILD_HINT = (
 class ReaderError(PermanentError):
     """delta-kernel-java could not give a view of the table (see the subclasses)."""
 
-    def __init__(self, what: str, *, location: str, at_version: int | None, hint: str | None = None) -> None:
+    def __init__(
+        self,
+        what: str,
+        *,
+        location: str,
+        at_version: int | None,
+        hint: str | None = None,
+        phase: str | None = None,
+    ) -> None:
         super().__init__(what, hint=hint)
         self.location = location
         self.at_version = at_version
+        self.phase = phase  # "snapshot" (the log), "scan" (the file list), "data" (reading rows)
 
 
 class ReaderUnavailable(ReaderError):
@@ -276,15 +286,18 @@ def _view(body: dict[str, Any], location: str, version: int | None) -> KernelJav
     """The view in ``body``, or its error raised as a limitation or a failure."""
     if "error" in body:
         at = "" if version is None else f" at version {version}"
-        what = f"delta-kernel-java cannot read {location}{at}: {body['error']}"
+        phase = body.get("phase")
+        doing = _DOING.get(str(phase), "read")
+        what = f"delta-kernel-java cannot {doing} {location}{at}: {body['error']}"
         if body.get("kind") == "unsupported":
             raise ReaderLimitation(
                 what,
                 location=location,
                 at_version=version,
                 hint="the kernel does not implement a feature this table uses; read it with another reader",
+                phase=phase,
             )
-        raise ReaderFailure(what, location=location, at_version=version)
+        raise ReaderFailure(what, location=location, at_version=version, phase=phase)
     try:
         protocol = body["protocol"]
         return KernelJavaView(

@@ -14,7 +14,8 @@ import org.apache.hadoop.conf.Configuration;
 /**
  * {@code java -jar delta-mirror-kernel-reader.jar <table-uri> [--version N] [--no-rows]}: one JSON
  * object on stdout with the table as delta-kernel-java reads it (see {@link TableReader}), or on
- * failure one JSON line {@code {"error": "<class>: <message>", "kind": "unsupported"|"error"}}.
+ * failure one JSON line {@code {"error": "<class>: <message>", "kind": "unsupported"|"error",
+ * "phase": "snapshot"|"scan"|"data"}} (loading the log, listing the files, reading the rows).
  *
  * <p>{@code unsupported} marks the kernel's own refusals (a reader feature or protocol version it
  * does not implement), so the caller can tell a reader limitation from a broken table. Exit codes:
@@ -116,7 +117,9 @@ public final class KernelReader {
     try {
       return reader.read(table, version, readRows);
     } catch (Throwable t) { // the caller gets one line for anything, even an Error
-      return failure(t);
+      Map<String, Object> out = failure(t);
+      out.put("phase", reader.phase());
+      return out;
     }
   }
 

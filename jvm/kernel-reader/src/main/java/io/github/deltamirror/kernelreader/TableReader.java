@@ -43,13 +43,20 @@ final class TableReader {
   private static final ObjectMapper JSON = new ObjectMapper();
 
   private final Engine engine;
+  /** What {@link #read} was doing: "snapshot" (the log), "scan" (the file list), "data" (rows). */
+  private String phase = "snapshot";
 
   TableReader(Engine engine) {
     this.engine = engine;
   }
 
+  String phase() {
+    return phase;
+  }
+
   /** The JSON-ready view of {@code table} at {@code version} (latest when null). */
   Map<String, Object> read(String table, Long version, boolean readRows) throws IOException {
+    phase = "snapshot";
     SnapshotBuilder builder = TableManager.loadSnapshot(table);
     if (version != null) {
       builder = builder.atVersion(version);
@@ -66,6 +73,7 @@ final class TableReader {
     out.put("partitionColumns", snapshot.getPartitionColumnNames());
     out.put("configuration", new java.util.TreeMap<>(metadata.getConfiguration()));
 
+    phase = "scan";
     Scan scan = snapshot.getScanBuilder().build();
     Row scanState = scan.getScanState(engine);
     String root = ScanStateRow.getTableRoot(scanState).toString();
@@ -107,6 +115,7 @@ final class TableReader {
     out.put("filesWithStats", withStats);
     out.put("filesWithDeletionVectors", withDv);
     out.put("deletedRecords", deleted);
+    phase = "data";
     out.put("rowCount", readRows ? countRows(scanState, scanFiles) : null);
     return out;
   }

@@ -68,6 +68,7 @@ class KernelReaderTest {
     JsonNode[] out = run(dir.toUri().toString());
     assertEquals(KernelReader.UNSUPPORTED, out[1].asInt(), out[0].toString());
     assertEquals("unsupported", out[0].get("kind").asText());
+    assertEquals("snapshot", out[0].get("phase").asText());
     assertTrue(out[0].get("error").asText().contains("someFutureFeature"), out[0].toString());
   }
 
