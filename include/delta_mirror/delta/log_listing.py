@@ -119,20 +119,7 @@ def list_log(objects: ObjectStore) -> LogListing:
             listing.strays.append(name)
             continue
         listing.entries.append((meta, lf))
-        if lf.kind is LogFileKind.COMMIT:
-            listing.commits[lf.version] = path
-        elif lf.kind is LogFileKind.CHECKPOINT:
-            listing.checkpoints.setdefault(lf.version, []).append(
-                CheckpointFiles(lf.version, CheckpointKind.CLASSIC, (path,))
-            )
-        elif lf.kind is LogFileKind.UUID_CHECKPOINT:
-            listing.checkpoints.setdefault(lf.version, []).append(
-                CheckpointFiles(lf.version, CheckpointKind.V2, (path,))
-            )
-        elif lf.kind is LogFileKind.MULTIPART_CHECKPOINT:
-            multipart.setdefault((lf.version, lf.num_parts), {})[lf.part] = path
-        elif lf.kind is LogFileKind.LAST_CHECKPOINT:
-            listing.last_checkpoint = path
+        _file_listed(listing, multipart, lf, path)
     for (version, num_parts), parts in multipart.items():
         files = tuple(parts[p] for p in sorted(parts))
         listing.checkpoints.setdefault(version, []).append(
@@ -141,6 +128,26 @@ def list_log(objects: ObjectStore) -> LogListing:
     for candidates in listing.checkpoints.values():
         candidates.sort(key=lambda c: (not c.parts_complete, _KIND_PREFERENCE[c.kind], c.paths))
     return listing
+
+
+_SINGLE_FILE_CHECKPOINTS = {
+    LogFileKind.CHECKPOINT: CheckpointKind.CLASSIC,
+    LogFileKind.UUID_CHECKPOINT: CheckpointKind.V2,
+}
+
+
+def _file_listed(
+    listing: LogListing, multipart: dict[tuple[int, int], dict[int, str]], lf: LogFile, path: str
+) -> None:
+    """Record one protocol file of ``_delta_log/`` (multi-part checkpoint parts are gathered apart)."""
+    if lf.kind is LogFileKind.COMMIT:
+        listing.commits[lf.version] = path
+    elif (kind := _SINGLE_FILE_CHECKPOINTS.get(lf.kind)) is not None:
+        listing.checkpoints.setdefault(lf.version, []).append(CheckpointFiles(lf.version, kind, (path,)))
+    elif lf.kind is LogFileKind.MULTIPART_CHECKPOINT:
+        multipart.setdefault((lf.version, lf.num_parts), {})[lf.part] = path
+    elif lf.kind is LogFileKind.LAST_CHECKPOINT:
+        listing.last_checkpoint = path
 
 
 def sidecar_refs(objects: ObjectStore) -> SidecarRefs:

@@ -1,10 +1,12 @@
 """Read an existing Delta table's ``_delta_log`` so that it can be imported under SQL authority.
 
-Import must be lossless: every JSON commit is kept as its ordered actions (key order,
-unknown fields and unknown action types preserved) *and* as its original bytes, so that a later
-republish can be compared byte for byte. When the early commits were cleaned up, the imported
-segment starts at the oldest complete checkpoint from which every later commit still exists, and
-that checkpoint's actions are turned back into the JSON lines a commit would carry.
+Import must be lossless: every JSON commit is kept as its ordered lines (key order, unknown
+fields, unknown action types and unknown keys beside an action preserved: readers ignore them)
+*and* as its original bytes, so that a later republish can be compared byte for byte. When the
+early commits were cleaned up, the imported segment starts at the oldest complete checkpoint from
+which every later commit still exists, and that checkpoint's actions are turned back into the JSON
+lines a commit would carry. What readers cannot reconstruct is refused, and where a checkpoint
+disagrees with the JSON commits its state wins (``delta.source_state``).
 
 Only ``ObjectStore.list`` and ``ObjectStore.get`` are used, so the same code reads local folders
 and object storage.
@@ -22,14 +24,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from delta_mirror.delta.actions import KNOWN_ACTIONS, canonical_json, line_action
 from delta_mirror.delta.last_checkpoint import LastCheckpoint
 from delta_mirror.delta.log_listing import CheckpointFiles, LogListing, list_log, sidecar_refs
 from delta_mirror.delta.log_path import LOG_DIR, SIDECAR_DIR, LogFileKind
-from delta_mirror.delta.protocol import (
-    CATALOG_FEATURES,
-    KNOWN_READER_FEATURES,
-    CheckpointKind,
-    unsupported_reasons,
+from delta_mirror.delta.protocol import CheckpointKind, unsupported_reasons
+from delta_mirror.delta.source_state import (
+    CheckpointState,
+    ReplayState,
+    check_action,
+    checkpoint_state,
+    compare_to_checkpoint,
+    require_state,
 )
 from delta_mirror.errors import (
     DataError,
@@ -41,20 +47,7 @@ from delta_mirror.errors import (
 from delta_mirror.storage import ObjectStore
 
 # Action types whose payload must be a JSON object; unknown types are kept as they are.
-_OBJECT_ACTIONS: frozenset[str] = frozenset(
-    {
-        "add",
-        "remove",
-        "metaData",
-        "protocol",
-        "txn",
-        "commitInfo",
-        "cdc",
-        "domainMetadata",
-        "checkpointMetadata",
-        "sidecar",
-    }
-)
+_OBJECT_ACTIONS: frozenset[str] = frozenset(KNOWN_ACTIONS)
 
 # Checkpoint columns that are never actions of the table state (Spark never writes them; if a
 # writer did, they carry no state).
@@ -84,25 +77,13 @@ class SourceLog:
     checkpoint_kind: str = "classic"
     multipart_parts: int | None = None
     last_checkpoint: dict[str, Any] | None = None
+    # Checkpoints (after the base) whose state differs from the JSON replay; the import keeps theirs.
+    checkpoint_states: list[CheckpointState] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------
 # JSON commits
 # --------------------------------------------------------------------------------------------
-
-
-# Same output as json.dumps(..., separators=(",", ":"), ensure_ascii=False); one shared encoder
-# saves building a new one per action (300k-action commits exist).
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def canonical_line(action: Mapping[str, Any]) -> str:
-    """The canonical text of one action: compact separators, UTF-8 kept unescaped (README, "How it works")."""
-    obj = action if isinstance(action, dict) else dict(action)
-    try:
-        return _ENCODER.encode(obj)
-    except (TypeError, ValueError) as exc:
-        raise InvalidActionError(f"action cannot be encoded as JSON: {exc}") from exc
 
 
 def _reject_constant(name: str) -> Any:
@@ -111,10 +92,11 @@ def _reject_constant(name: str) -> Any:
 
 
 def parse_commit_bytes(data: bytes, *, table: str, version: int) -> list[dict[str, Any]]:
-    """Parse a commit (or V2 JSON checkpoint) into ordered single-key action dicts.
+    """Parse a commit (or V2 JSON checkpoint) into its ordered line objects.
 
     Tolerates what real writers produce (blank lines, no trailing newline, spaces after ``:`` and
-    ``,``) but nothing that would make the actions ambiguous.
+    ``,``, unknown keys beside the action, see ``line_action``) but nothing that would make the
+    actions ambiguous.
     """
     try:
         text = data.decode("utf-8")
@@ -125,37 +107,40 @@ def parse_commit_bytes(data: bytes, *, table: str, version: int) -> list[dict[st
             version=version,
             hint="Delta commit files must be UTF-8; the source file is corrupt or was not written by a Delta writer",
         ) from exc
-    actions: list[dict[str, Any]] = []
+    lines: list[dict[str, Any]] = []
     # Split on "\n" only: str.splitlines() would also split on U+2028 etc. inside JSON strings.
     for lineno, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line, parse_constant=_reject_constant)
-        except ValueError as exc:
-            raise InvalidActionError(
-                f"line {lineno} is not valid JSON: {exc}",
-                table=table,
-                version=version,
-                hint="the source commit file is corrupt; repair it before importing",
-            ) from exc
-        if not isinstance(obj, dict) or len(obj) != 1:
-            what = f"an object with keys {list(obj)[:5]}" if isinstance(obj, dict) else type(obj).__name__
-            raise InvalidActionError(
-                f"line {lineno} must be a JSON object with exactly one key (the action type), got {what}",
-                table=table,
-                version=version,
-                hint="the source commit file is corrupt; repair it before importing",
-            )
-        ((kind, payload),) = obj.items()
-        if kind in _OBJECT_ACTIONS and not isinstance(payload, dict):
-            raise InvalidActionError(
-                f"line {lineno}: the '{kind}' action must be a JSON object, got {type(payload).__name__}",
-                table=table,
-                version=version,
-            )
-        actions.append(obj)
-    return actions
+        if line.strip():
+            lines.append(_parse_line(line, lineno, table=table, version=version))
+    return lines
+
+
+def _parse_line(line: str, lineno: int, *, table: str, version: int) -> dict[str, Any]:
+    hint = "the source commit file is corrupt; repair it before importing"
+    try:
+        obj = json.loads(line, parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise InvalidActionError(
+            f"line {lineno} is not valid JSON: {exc}", table=table, version=version, hint=hint
+        ) from exc
+    if not isinstance(obj, dict):
+        raise InvalidActionError(
+            f"line {lineno} must be a JSON object holding an action, got {type(obj).__name__}",
+            table=table,
+            version=version,
+            hint=hint,
+        )
+    try:
+        kind, payload = line_action(obj)
+    except ValueError as exc:
+        raise InvalidActionError(f"line {lineno} {exc}", table=table, version=version, hint=hint) from None
+    if kind in _OBJECT_ACTIONS and not isinstance(payload, dict):
+        raise InvalidActionError(
+            f"line {lineno}: the '{kind}' action must be a JSON object, got {type(payload).__name__}",
+            table=table,
+            version=version,
+        )
+    return obj
 
 
 # --------------------------------------------------------------------------------------------
@@ -184,54 +169,26 @@ def _converter(t: Any, path: str) -> _Conv | None:
     values (a null partition value is JSON ``null``).
     """
     if pa.types.is_struct(t):
-        fields: list[tuple[str, _Conv | None]] = []
-        for i in range(t.num_fields):
-            f = t.field(i)
-            if f.name.endswith("_parsed"):
-                continue
-            fields.append((f.name, _converter(f.type, f"{path}.{f.name}")))
-
-        def conv_struct(v: Any) -> Any:
-            out: dict[str, Any] = {}
-            for name, conv in fields:
-                x = v.get(name)
-                if x is None:
-                    continue
-                out[name] = conv(x) if conv is not None else x
-            return out
-
-        return conv_struct
+        return _struct_converter(t, path)
     if pa.types.is_map(t):
-        kconv = _converter(t.key_type, f"{path}.key")
-        vconv = _converter(t.item_type, f"{path}.value")
-
-        def conv_map(v: Any) -> Any:
-            out: dict[Any, Any] = {}
-            for k, x in v:
-                if kconv is not None:
-                    k = kconv(k)
-                out[k] = vconv(x) if (vconv is not None and x is not None) else x
-            return out
-
-        return conv_map
+        return _map_converter(t, path)
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         econv = _converter(t.value_type, f"{path}[]")
         if econv is None:
             return None
-
-        def conv_list(v: Any) -> Any:
-            return [econv(x) if x is not None else None for x in v]
-
-        return conv_list
+        return lambda v: [econv(x) if x is not None else None for x in v]
     if pa.types.is_dictionary(t):
         return _converter(t.value_type, path)
-    if (
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_integer(t)
-        or pa.types.is_boolean(t)
-        or pa.types.is_floating(t)
-        or pa.types.is_null(t)
+    if any(
+        check(t)
+        for check in (
+            pa.types.is_string,
+            pa.types.is_large_string,
+            pa.types.is_integer,
+            pa.types.is_boolean,
+            pa.types.is_floating,
+            pa.types.is_null,
+        )
     ):
         return None
 
@@ -239,6 +196,39 @@ def _converter(t: Any, path: str) -> _Conv | None:
         raise _UnsupportedValue(path, t)
 
     return conv_unsupported
+
+
+def _struct_converter(t: Any, path: str) -> _Conv:
+    fields: list[tuple[str, _Conv | None]] = []
+    for i in range(t.num_fields):
+        f = t.field(i)
+        if not f.name.endswith("_parsed"):
+            fields.append((f.name, _converter(f.type, f"{path}.{f.name}")))
+
+    def conv_struct(v: Any) -> Any:
+        out: dict[str, Any] = {}
+        for name, conv in fields:
+            x = v.get(name)
+            if x is not None:
+                out[name] = conv(x) if conv is not None else x
+        return out
+
+    return conv_struct
+
+
+def _map_converter(t: Any, path: str) -> _Conv:
+    kconv = _converter(t.key_type, f"{path}.key")
+    vconv = _converter(t.item_type, f"{path}.value")
+
+    def conv_map(v: Any) -> Any:
+        out: dict[Any, Any] = {}
+        for k, x in v:
+            out[kconv(k) if kconv is not None else k] = (
+                vconv(x) if (vconv is not None and x is not None) else x
+            )
+        return out
+
+    return conv_map
 
 
 def _parquet_actions(data: bytes, *, name: str, table: str, version: int) -> Iterator[tuple[str, Any]]:
@@ -296,8 +286,7 @@ def _file_actions(store: ObjectStore, path: str, *, table: str, version: int) ->
         )
     if path.endswith(".json"):
         for obj in parse_commit_bytes(data, table=table, version=version):
-            ((kind, payload),) = obj.items()
-            yield kind, payload
+            yield line_action(obj)
     else:
         yield from _parquet_actions(data, name=path, table=table, version=version)
 
@@ -335,12 +324,12 @@ def _read_checkpoint(store: ObjectStore, files: list[str], *, table: str, versio
                 is_v2 = True
                 sidecars.append(_sidecar_path(payload, table=table, version=version))
             elif kind not in _IGNORED_CHECKPOINT_COLUMNS:
-                actions.append(canonical_line({kind: payload}))
+                actions.append(canonical_json({kind: payload}))
     for path in sidecars:
         for kind, payload in _file_actions(store, path, table=table, version=version):
             if kind in ("checkpointMetadata", "sidecar") or kind in _IGNORED_CHECKPOINT_COLUMNS:
                 continue
-            actions.append(canonical_line({kind: payload}))
+            actions.append(canonical_json({kind: payload}))
     return _ReadCheckpoint(actions, sidecars, is_v2)
 
 
@@ -418,118 +407,31 @@ def check_supported(protocol: Mapping[str, Any], metadata: Mapping[str, Any] | N
         )
 
 
-def _scan_state(lines: Iterable[str], protocol: Any, metadata: Any) -> tuple[Any, Any]:
-    """The last protocol / metaData payloads among canonical lines (cheap prefix test first)."""
-    for line in lines:
-        if line.startswith('{"protocol":'):
-            protocol = json.loads(line)["protocol"]
-        elif line.startswith('{"metaData":'):
-            metadata = json.loads(line)["metaData"]
-    return protocol, metadata
-
-
 # --------------------------------------------------------------------------------------------
 # The entry point
 # --------------------------------------------------------------------------------------------
 
 
 def read_source_log(store: ObjectStore, *, table: str) -> SourceLog:
-    """Read the importable segment of the table at ``store`` (see the module docstring)."""
-    location = store.uri
+    """Read the importable segment of the table at ``store`` (see the module docstring).
+
+    Refuses, before anything is imported, a log Delta readers cannot reconstruct (the rule in
+    ``delta.source_state``: protocol and metaData present and well-formed at every version, every
+    complete checkpoint readable and holding both) and tables whose protocol cannot be carried.
+    """
     listing = list_log(store)
     if not listing.commits and not listing.checkpoints:
-        other = _other_files(listing)
-        found = f" (found only: {', '.join(sorted(other)[:5])})" if other else ""
-        raise NotADeltaTableError(
-            f"{location} is not a Delta table: no _delta_log/ with commits or checkpoints{found}",
-            table=table,
-            hint="point the location at the table root (the folder that holds _delta_log/), "
-            "or create a new table instead of importing one",
-        )
+        raise _not_a_table(store.uri, listing, table=table)
     latest = max([*listing.commits, *listing.checkpoints])
-    missing = _missing_versions(listing.commits, latest)
-
-    base: SourceCheckpoint | None = None
-    if missing:
-        floor = missing[-1]  # every commit after the base checkpoint must exist
-        reasons: list[str] = []
-        for version in sorted(v for v in listing.checkpoints if v >= floor):
-            for cand in listing.checkpoints[version]:
-                try:
-                    base = _load_candidate(store, cand, table=table)
-                except DataError as exc:
-                    reasons.append(f"checkpoint {version} ({cand.kind}) unusable: {exc.what}")
-                    continue
-                break
-            if base is not None:
-                break
-        if base is None:
-            older = sorted(v for v in listing.checkpoints if v < floor)
-            detail = f"; checkpoints at {_ranges(older)} are older than the gap" if older else ""
-            if reasons:
-                detail += "; " + "; ".join(reasons)
-            raise DataError(
-                f"cannot import {location}: commits {_ranges(missing)} are missing and no complete "
-                f"checkpoint at version {floor} or later covers them{detail}",
-                table=table,
-                hint="restore the missing commit files, or write a checkpoint at the latest version "
-                "with a Delta writer, then import again",
-            )
-        start = base.version
-    else:
-        start = 0
-
-    commits: list[tuple[int, list[str], bytes]] = []
-    protocol: Any = None
-    metadata: Any = None
-    if base is not None:
-        protocol, metadata = _scan_state(base.actions, None, None)
-    for version in range(start, latest + 1):
-        path = listing.commits.get(version)
-        if path is None:
-            continue  # only the base checkpoint's own version may lack its JSON
-        data = store.get(path)
-        if data is None:
-            raise TransientError(
-                f"commit {path} disappeared while it was being read",
-                table=table,
-                version=version,
-                hint="another process is cleaning up the log; retry the import",
-            )
-        lines = [canonical_line(a) for a in parse_commit_bytes(data, table=table, version=version)]
-        protocol, metadata = _scan_state(lines, protocol, metadata)
-        commits.append((version, lines, data))
-
-    if not isinstance(protocol, dict):
-        raise DataError(
-            f"{location} has no protocol action in versions {start}..{latest}",
-            table=table,
-            hint="the log is corrupt or incomplete; a Delta table's first commit or checkpoint holds its protocol",
-        )
-    if not isinstance(metadata, dict):
-        raise DataError(
-            f"{location} has no metaData action in versions {start}..{latest}",
-            table=table,
-            hint="the log is corrupt or incomplete; a Delta table's first commit or checkpoint holds its metadata",
-        )
-    check_supported(protocol, metadata, table=table)
-
-    reader_features = protocol.get("readerFeatures")
+    base = _choose_base(store, listing, latest, table=table)
+    start = base.version if base is not None else 0
+    commits = _read_commits(store, listing, start, latest, table=table)
+    replay = _check_segment(base, commits, start, table=table)
+    assert replay.protocol is not None
+    check_supported(replay.protocol, replay.metadata, table=table)
+    reader_features = replay.protocol.get("readerFeatures")
     v2_table = isinstance(reader_features, list) and "v2Checkpoint" in reader_features
-    refs = sidecar_refs(store)
-    complete: dict[int, CheckpointFiles] = {}
-    for version in sorted(listing.checkpoints):
-        for cand in listing.checkpoints[version]:
-            if (
-                base is not None
-                and version == base.version
-                and list(cand.paths) == base.files[: len(cand.paths)]
-            ):
-                complete[version] = cand
-                break
-            if listing.is_complete(cand, refs, v2_table=v2_table):
-                complete[version] = cand
-                break
+    complete = _complete_checkpoints(store, listing, base, v2_table=v2_table)
     multiparts = [c for c in complete.values() if c.kind is CheckpointKind.MULTIPART]
     if v2_table:
         kind = "v2"
@@ -542,8 +444,9 @@ def read_source_log(store: ObjectStore, *, table: str) -> SourceLog:
         pointer := LastCheckpoint.read(store.get(listing.last_checkpoint))
     ):
         last_cp = pointer.fields
+    later = {v: c for v, c in complete.items() if v >= start and (base is None or v != base.version)}
     return SourceLog(
-        location=location,
+        location=store.uri,
         start_version=start,
         end_version=latest,
         base_checkpoint=base,
@@ -552,15 +455,175 @@ def read_source_log(store: ObjectStore, *, table: str) -> SourceLog:
         checkpoint_kind=kind,
         multipart_parts=len(max(multiparts, key=lambda c: c.version).paths) if multiparts else None,
         last_checkpoint=last_cp,
+        checkpoint_states=_checkpoint_states(store, base, commits, later, table=table),
     )
 
 
+def _not_a_table(location: str, listing: LogListing, *, table: str) -> NotADeltaTableError:
+    other = _other_files(listing)
+    found = f" (found only: {', '.join(sorted(other)[:5])})" if other else ""
+    return NotADeltaTableError(
+        f"{location} is not a Delta table: no _delta_log/ with commits or checkpoints{found}",
+        table=table,
+        hint="point the location at the table root (the folder that holds _delta_log/), "
+        "or create a new table instead of importing one",
+    )
+
+
+def _choose_base(
+    store: ObjectStore, listing: LogListing, latest: int, *, table: str
+) -> SourceCheckpoint | None:
+    """The oldest complete checkpoint after the last missing commit (None when no commit is missing)."""
+    missing = _missing_versions(listing.commits, latest)
+    if not missing:
+        return None
+    floor = missing[-1]  # every commit after the base checkpoint must exist
+    reasons: list[str] = []
+    for version in sorted(v for v in listing.checkpoints if v >= floor):
+        for cand in listing.checkpoints[version]:
+            try:
+                return _load_candidate(store, cand, table=table)
+            except DataError as exc:
+                reasons.append(f"checkpoint {version} ({cand.kind}) unusable: {exc.what}")
+    older = sorted(v for v in listing.checkpoints if v < floor)
+    detail = f"; checkpoints at {_ranges(older)} are older than the gap" if older else ""
+    if reasons:
+        detail += "; " + "; ".join(reasons)
+    raise DataError(
+        f"cannot import {store.uri}: commits {_ranges(missing)} are missing and no complete "
+        f"checkpoint at version {floor} or later covers them{detail}",
+        table=table,
+        hint="restore the missing commit files, or write a checkpoint at the latest version "
+        "with a Delta writer, then import again",
+    )
+
+
+def _read_commits(
+    store: ObjectStore, listing: LogListing, start: int, latest: int, *, table: str
+) -> list[tuple[int, list[str], bytes]]:
+    commits: list[tuple[int, list[str], bytes]] = []
+    for version in range(start, latest + 1):
+        path = listing.commits.get(version)
+        if path is None:
+            continue  # only the base checkpoint's own version may lack its JSON
+        data = store.get(path)
+        if data is None:
+            raise TransientError(
+                f"commit {path} disappeared while it was being read",
+                table=table,
+                version=version,
+                hint="another process is cleaning up the log; retry the import",
+            )
+        lines = [canonical_json(a) for a in parse_commit_bytes(data, table=table, version=version)]
+        commits.append((version, lines, data))
+    return commits
+
+
+def _check_segment(
+    base: SourceCheckpoint | None, commits: list[tuple[int, list[str], bytes]], start: int, *, table: str
+) -> ReplayState:
+    """Apply the rule for invalid logs to the base checkpoint and every commit; the latest state."""
+    state = ReplayState()
+    if base is not None:
+        _check_checkpoint_lines(base.actions, base.version, table=table)
+        state.protocol, state.metadata = _protocol_and_metadata(base.actions, None, None)
+    for version, lines, _data in commits:
+        for line in lines:
+            if line.startswith(('{"commitInfo":', '{"add":', '{"remove":')):
+                continue  # one known action per line: not a protocol or metaData one
+            kind, body = line_action(json.loads(line))
+            check_action(kind, body, table=table, version=version, where="commit")
+            if kind == "protocol":
+                state.protocol = body
+            elif kind == "metaData":
+                state.metadata = body
+        if version == start:
+            require_state(
+                state.protocol, state.metadata, table=table, version=version, where="the table at version"
+            )
+    if not commits:  # a checkpoint alone
+        require_state(
+            state.protocol, state.metadata, table=table, version=start, where="the table at version"
+        )
+    return state
+
+
+def _check_checkpoint_lines(lines: list[str], version: int, *, table: str) -> None:
+    """A checkpoint readers can start from: one well-formed protocol and metaData."""
+    protocol, metadata = _protocol_and_metadata(lines, None, None)
+    require_state(protocol, metadata, table=table, version=version, where="checkpoint")
+    check_action("protocol", protocol, table=table, version=version, where="checkpoint")
+    check_action("metaData", metadata, table=table, version=version, where="checkpoint")
+
+
+def _protocol_and_metadata(lines: Iterable[str], protocol: Any, metadata: Any) -> tuple[Any, Any]:
+    """The last protocol / metaData payloads among canonical checkpoint lines (prefix test first)."""
+    for line in lines:
+        if line.startswith('{"protocol":'):
+            protocol = json.loads(line)["protocol"]
+        elif line.startswith('{"metaData":'):
+            metadata = json.loads(line)["metaData"]
+    return protocol, metadata
+
+
+def _complete_checkpoints(
+    store: ObjectStore, listing: LogListing, base: SourceCheckpoint | None, *, v2_table: bool
+) -> dict[int, CheckpointFiles]:
+    """The first complete checkpoint of each version (the base one as it was loaded)."""
+    refs = sidecar_refs(store)
+    complete: dict[int, CheckpointFiles] = {}
+    for version in sorted(listing.checkpoints):
+        for cand in listing.checkpoints[version]:
+            is_base = (
+                base is not None
+                and version == base.version
+                and list(cand.paths) == base.files[: len(cand.paths)]
+            )
+            if is_base or listing.is_complete(cand, refs, v2_table=v2_table):
+                complete[version] = cand
+                break
+    return complete
+
+
+def _checkpoint_states(
+    store: ObjectStore,
+    base: SourceCheckpoint | None,
+    commits: list[tuple[int, list[str], bytes]],
+    checkpoints: Mapping[int, CheckpointFiles],
+    *,
+    table: str,
+) -> list[CheckpointState]:
+    """Replay the JSON commits; at each later complete checkpoint, check it (the rule for invalid
+    logs) and compare; from there on the checkpoint's state is the table's, as readers see it."""
+    if not checkpoints:
+        return []
+    out: list[CheckpointState] = []
+    replay = ReplayState()
+    if base is not None:
+        replay.apply(base.actions)
+    last = max(checkpoints)
+    for version, lines, _data in commits:
+        if version > last:
+            break
+        if base is None or version != base.version:
+            replay.apply(lines)
+        cand = checkpoints.get(version)
+        if cand is None:
+            continue
+        actions = _read_checkpoint(store, list(cand.paths), table=table, version=version).actions
+        _check_checkpoint_lines(actions, version, table=table)
+        cp_state, by_role = checkpoint_state(actions)
+        found = compare_to_checkpoint(replay, cp_state, by_role, version)
+        if found is not None:
+            out.append(found)
+        replay = cp_state
+        replay.keep_lines = False
+    return out
+
+
 __all__ = [
-    "CATALOG_FEATURES",
-    "KNOWN_READER_FEATURES",
     "SourceCheckpoint",
     "SourceLog",
-    "canonical_line",
     "check_supported",
     "checkpoint_actions",
     "parse_commit_bytes",

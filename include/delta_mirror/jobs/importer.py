@@ -1,9 +1,12 @@
 """Import: put an existing Delta table's log under the store's authority.
 
-Import is lossless: every source commit is stored with its actions in their order, key order and
-unknown fields kept, so republishing reproduces it (byte for byte where the source writer wrote
-canonical JSON, as Delta-Spark does). A log whose early commits were cleaned up starts at its oldest
-complete checkpoint, whose actions become the table's base snapshot.
+Import is lossless: every source commit is stored with its lines in their order, key order,
+unknown fields and unknown keys beside an action kept, so republishing reproduces it (byte for
+byte where the source writer wrote canonical JSON, as Delta-Spark does). A log whose early commits
+were cleaned up starts at its oldest complete checkpoint, whose actions become the table's base
+snapshot. Import reproduces what readers see: where a later source checkpoint disagrees with the
+JSON commits, its state is recorded at its version and the disagreement reported
+(``delta.source_state``); a log readers cannot reconstruct is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -12,16 +15,22 @@ import hashlib
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from delta_mirror.delta.actions import Action
+from delta_mirror.delta.actions import Action, line_action
 from delta_mirror.delta.log_listing import list_log
 from delta_mirror.delta.source_log import SourceLog, read_source_log
+from delta_mirror.delta.source_state import Disagreement
 from delta_mirror.errors import PermanentError
 from delta_mirror.storage import normalize_location, open_store
 from delta_mirror.store import db
 from delta_mirror.store.schema import PART_SNAPSHOT
-from delta_mirror.store.sql_store import SqlStore, check_table_name, now_ms
+from delta_mirror.store.source_import import CHECKPOINT_STATE_SETTING, record_checkpoint_state
+from delta_mirror.store.sql_store import SqlStore, TableInfo, check_table_name, now_ms
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
 
 DEFAULT_PART_SIZE = 1_000_000
 ANALYZE_EVERY_ROWS = 20_000  # refresh planner statistics this often during a large import
@@ -38,17 +47,22 @@ class ImportResult:
     commits: int
     base_checkpoint_version: int | None
     checkpoint_kind: str
+    # Where a source checkpoint disagreed with the JSON commits (its state was kept).
+    checkpoint_disagreements: list[Disagreement] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        out["checkpoint_disagreements"] = [d.to_json() for d in self.checkpoint_disagreements]
+        return out
+
+    def warnings(self) -> list[str]:
+        """One line per disagreement, for the CLI and logs."""
+        return [d.describe() for d in self.checkpoint_disagreements]
 
 
 def _parse(lines: list[str]) -> list[Action]:
-    out: list[Action] = []
-    for line in lines:
-        ((kind, body),) = json.loads(line).items()
-        out.append((kind, body))
-    return out
+    """(action type, body) of each stored line: the known action, unknown keys beside it ignored."""
+    return [line_action(json.loads(line)) for line in lines]
 
 
 def _part_size(src: SourceLog) -> int | None:
@@ -70,7 +84,9 @@ def import_table(
     """Import the Delta table at ``source`` as ``name``, to be published at ``location``.
 
     ``location`` defaults to the source (in-place migration): the existing commit files are adopted
-    as already published. A different location must not hold a ``_delta_log`` yet.
+    as already published. A different location must not hold a ``_delta_log`` yet. The source is
+    read and checked in full first; the store is written in one transaction, so a refused or
+    failed import leaves nothing behind.
     """
     check_table_name(name)
     source_uri = normalize_location(source)
@@ -86,48 +102,22 @@ def import_table(
                 hint="choose an empty location, or omit --location to import in place",
             )
     base = src.base_checkpoint
-    kind = src.checkpoint_kind
-    table_info = None
-    total = len(src.commits)
+    disagreements = [d for state in src.checkpoint_states for d in state.disagreements]
+    settings: dict[str, object] = {"imported_from": source_uri, "imported_at": now_ms()}
+    if disagreements:
+        settings[CHECKPOINT_STATE_SETTING] = [d.to_json() for d in disagreements]
     with db.translated(store.url, f"importing table '{name}'"), store.begin() as conn:
         table_info = store.create_table(
             name,
             target,
             first_version=src.start_version,
             base_checkpoint_version=base.version if base else None,
-            checkpoint_kind=kind,
+            checkpoint_kind=src.checkpoint_kind,
             checkpoint_part_size=_part_size(src),
             conn=conn,
-            settings={"imported_from": source_uri, "imported_at": now_ms()},
+            settings=settings,
         )
-        if base is not None:
-            store.import_version(
-                conn, table_info, base.version, _parse(base.actions), base.actions, part=PART_SNAPSHOT
-            )
-            if not src.commits or src.commits[0][0] != base.version:
-                store.import_version(
-                    conn, table_info, base.version, [], [], has_json=False, index_files=False
-                )
-        unanalysed = len(base.actions) if base is not None else 0
-        for done, (version, lines, original) in enumerate(src.commits, start=1):
-            if unanalysed > ANALYZE_EVERY_ROWS:
-                store.refresh_statistics(conn)
-                unanalysed = 0
-            actions = _parse(lines)
-            published = hashlib.sha256(original).hexdigest() if in_place else None
-            store.import_version(
-                conn,
-                table_info,
-                version,
-                actions,
-                lines,
-                published_sha256=published,
-                published_size=len(original) if in_place else None,
-                index_files=not (base is not None and version == base.version),
-            )
-            unanalysed += len(lines)
-            if progress:
-                progress(done, total)
+        _store_versions(store, conn, table_info, src, in_place=in_place, progress=progress)
     if in_place:
         # The source's checkpoints are already there: record them so cadence and validation know.
         for version in src.checkpoint_versions:
@@ -143,8 +133,50 @@ def import_table(
         src.end_version,
         len(src.commits),
         base.version if base else None,
-        kind,
+        src.checkpoint_kind,
+        disagreements,
     )
+
+
+def _store_versions(
+    store: SqlStore,
+    conn: Connection,
+    table_info: TableInfo,
+    src: SourceLog,
+    *,
+    in_place: bool,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    """The base snapshot, every commit, and the state of later checkpoints where it differs."""
+    base = src.base_checkpoint
+    if base is not None:
+        store.import_version(
+            conn, table_info, base.version, _parse(base.actions), base.actions, part=PART_SNAPSHOT
+        )
+        if not src.commits or src.commits[0][0] != base.version:
+            store.import_version(conn, table_info, base.version, [], [], has_json=False, index_files=False)
+    states = {state.version: state for state in src.checkpoint_states}
+    unanalysed = len(base.actions) if base is not None else 0
+    for done, (version, lines, original) in enumerate(src.commits, start=1):
+        if unanalysed > ANALYZE_EVERY_ROWS:
+            store.refresh_statistics(conn)
+            unanalysed = 0
+        published = hashlib.sha256(original).hexdigest() if in_place else None
+        store.import_version(
+            conn,
+            table_info,
+            version,
+            _parse(lines),
+            lines,
+            published_sha256=published,
+            published_size=len(original) if in_place else None,
+            index_files=not (base is not None and version == base.version),
+        )
+        unanalysed += len(lines)
+        if version in states:
+            record_checkpoint_state(store, conn, table_info, states[version], enqueue_checkpoint=not in_place)
+        if progress:
+            progress(done, len(src.commits))
 
 
 __all__ = ["ImportResult", "import_table"]
