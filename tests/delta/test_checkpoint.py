@@ -7,6 +7,7 @@ checkpoint version deleted, and compare what deltalake sees with the original ta
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -20,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import CommitProperties, DeltaTable, QueryBuilder, TableFeatures, Transaction, write_deltalake
+from support.builders import action, log_line, protocol_body
 
 from delta_mirror.delta.checkpoint import (
     CHECKPOINT_SCHEMA,
@@ -34,9 +36,8 @@ from delta_mirror.delta.checkpoint import file_actions as ck
 from delta_mirror.delta.log_path import LogFileKind, parse_log_file
 from delta_mirror.errors import InvalidActionError, PermanentError
 
-V2_PROTOCOL = (
-    '{"protocol":{"minReaderVersion":3,"minWriterVersion":7,'
-    '"readerFeatures":["v2Checkpoint"],"writerFeatures":["v2Checkpoint"]}}'
+V2_PROTOCOL = log_line(
+    action("protocol", protocol_body(3, 7, readerFeatures=["v2Checkpoint"], writerFeatures=["v2Checkpoint"]))
 )
 
 
@@ -52,6 +53,37 @@ def _dv_id(body: dict[str, Any]) -> str | None:
     return f"{dv.get('storageType')}{dv.get('pathOrInlineDv')}@{dv.get('offset')}"
 
 
+@dataclasses.dataclass
+class _Replay:
+    """A log replayed in order: the last protocol and metaData, live txns and domains, and each file
+    (path and deletion vector) as either live (``adds``) or a tombstone (``removes``)."""
+
+    protocol: str = ""
+    metadata: str = ""
+    txns: dict[str, str] = dataclasses.field(default_factory=dict)
+    domains: dict[str, str] = dataclasses.field(default_factory=dict)
+    adds: dict[tuple[str, str | None], str] = dataclasses.field(default_factory=dict)
+    removes: dict[tuple[str, str | None], str] = dataclasses.field(default_factory=dict)
+
+    def apply(self, kind: str, body: dict[str, Any], line: str) -> None:
+        if kind == "protocol":
+            self.protocol = line
+        elif kind == "metaData":
+            self.metadata = line
+        elif kind == "txn":
+            self.txns[body["appId"]] = line
+        elif kind == "domainMetadata":
+            if body.get("removed"):
+                self.domains.pop(body["domain"], None)
+            else:
+                self.domains[body["domain"]] = line
+        elif kind in ("add", "remove"):
+            key = (body["path"], _dv_id(body))
+            live, gone = (self.adds, self.removes) if kind == "add" else (self.removes, self.adds)
+            live[key] = line
+            gone.pop(key, None)
+
+
 def log_state(table: Path, version: int | None = None) -> CheckpointInput:
     """Reconcile the table's JSON commits up to ``version`` (the SQL store's job in production)."""
     commits = sorted(
@@ -61,47 +93,21 @@ def log_state(table: Path, version: int | None = None) -> CheckpointInput:
     )
     if version is None:
         version = commits[-1][0]
-    protocol = metadata = ""
-    txns: dict[str, str] = {}
-    domains: dict[str, str] = {}
-    adds: dict[tuple[str, str | None], str] = {}
-    removes: dict[tuple[str, str | None], str] = {}
-    for v, path in commits:
-        if v > version:
-            break
+    state = _Replay()
+    for _, path in (c for c in commits if c[0] <= version):
         for raw in path.read_text(encoding="utf-8").splitlines():
-            if not raw.strip():
-                continue
-            action = json.loads(raw)
-            ((kind, body),) = action.items()
-            line = json.dumps(action, separators=(",", ":"), ensure_ascii=False)
-            if kind == "protocol":
-                protocol = line
-            elif kind == "metaData":
-                metadata = line
-            elif kind == "txn":
-                txns[body["appId"]] = line
-            elif kind == "domainMetadata":
-                if body.get("removed"):
-                    domains.pop(body["domain"], None)
-                else:
-                    domains[body["domain"]] = line
-            elif kind == "add":
-                key = (body["path"], _dv_id(body))
-                adds[key] = line
-                removes.pop(key, None)
-            elif kind == "remove":
-                key = (body["path"], _dv_id(body))
-                adds.pop(key, None)
-                removes[key] = line
+            if raw.strip():
+                action = json.loads(raw)
+                ((kind, body),) = action.items()
+                state.apply(kind, body, json.dumps(action, separators=(",", ":"), ensure_ascii=False))
     return CheckpointInput(
         version=version,
-        protocol=protocol,
-        metadata=metadata,
-        txns=list(txns.values()),
-        domain_metadata=list(domains.values()),
-        adds=list(adds.values()),
-        removes=list(removes.values()),
+        protocol=state.protocol,
+        metadata=state.metadata,
+        txns=list(state.txns.values()),
+        domain_metadata=list(state.domains.values()),
+        adds=list(state.adds.values()),
+        removes=list(state.removes.values()),
     )
 
 
@@ -699,9 +705,10 @@ def test_300k_file_corpus_table_checkpoints_and_reads_back(corpus_dir: Path, tmp
 
 def test_feature_lists_are_written_only_with_reader_3_and_writer_7(appended_table: Path) -> None:
     state = log_state(appended_table)
-    state.protocol = (
-        '{"protocol":{"minReaderVersion":1,"minWriterVersion":7,'
-        '"readerFeatures":["columnMapping"],"writerFeatures":["appendOnly"]}}'
+    state.protocol = log_line(
+        action(
+            "protocol", protocol_body(1, 7, readerFeatures=["columnMapping"], writerFeatures=["appendOnly"])
+        )
     )
     (protocol,) = [r["protocol"] for r in rows(build_checkpoint(state).files[0].data) if "protocol" in r]
     assert protocol == {

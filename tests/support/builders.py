@@ -113,6 +113,11 @@ PROTOCOL = action("protocol", protocol_body())
 METADATA = action("metaData", metadata_body())
 
 
+def log_line(action: dict[str, Any]) -> str:
+    """One action as a compact log line (no spaces), as Delta writers and our store write it."""
+    return json.dumps(action, separators=(",", ":"))
+
+
 def lines(*actions: dict[str, Any]) -> bytes:
     """Actions as commit input (``json.dumps`` defaults, one per line)."""
     return "".join(json.dumps(a) + "\n" for a in actions).encode()
@@ -123,7 +128,7 @@ def write_commit(root: Path, version: int, actions: Iterable[dict[str, Any]]) ->
     log = root / "_delta_log"
     log.mkdir(parents=True, exist_ok=True)
     path = log / f"{version:020d}.json"
-    path.write_text("".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions), encoding="utf-8")
+    path.write_text("".join(log_line(a) + "\n" for a in actions), encoding="utf-8")
     return path
 
 
@@ -166,6 +171,7 @@ __all__ = [
     "create_data_table",
     "event_add",
     "lines",
+    "log_line",
     "metadata_body",
     "protocol_body",
     "remove",
