@@ -12,14 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from sqlalchemy import insert, select, update
-
+from delta_mirror.delta.protocol import now_ms
 from delta_mirror.errors import TransientError
-from delta_mirror.store import db
-from delta_mirror.store.schema import dl_breakers
-from delta_mirror.store.sql_store import SqlStore, now_ms
+from delta_mirror.store.breakers import BreakerState
+from delta_mirror.store.sql_store import SqlStore
+from delta_mirror.store.states import CircuitState
 
-CLOSED, OPEN, HALF_OPEN = "CLOSED", "OPEN", "HALF_OPEN"
+CLOSED, OPEN, HALF_OPEN = CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN
 
 
 class CircuitOpenError(TransientError):
@@ -40,15 +39,6 @@ class BreakerPolicy:
         )
 
 
-@dataclass(frozen=True)
-class BreakerState:
-    key: str
-    state: str
-    failures: int
-    opened_at: int | None
-    last_error: str | None
-
-
 def table_key(name: str) -> str:
     return f"table:{name}"
 
@@ -65,16 +55,14 @@ def endpoint_key(location: str, storage_options: Mapping[str, str] | None = None
 
 
 class CircuitBreakers:
+    """The state machine above over the breaker rows in the store (``store/breakers.py``)."""
+
     def __init__(self, store: SqlStore, policy: BreakerPolicy | None = None) -> None:
         self.store = store
         self.policy = policy or BreakerPolicy.from_env()
 
     def get(self, key: str) -> BreakerState:
-        with db.translated(self.store.url, "reading a circuit breaker"), self.store.engine.connect() as conn:
-            row = conn.execute(select(dl_breakers).where(dl_breakers.c.key == key)).first()
-        if row is None:
-            return BreakerState(key, CLOSED, 0, None, None)
-        return BreakerState(key, row.state, row.failures, row.opened_at, row.last_error)
+        return self.store.breaker(key)
 
     def check(self, key: str, *, table: str | None = None) -> None:
         """Refuse while OPEN; after the cool-down let one run through (HALF_OPEN)."""
@@ -109,13 +97,7 @@ class CircuitBreakers:
         )
 
     def _write(self, key: str, **values: object) -> None:
-        values["updated_at"] = now_ms()
-        with db.translated(self.store.url, "updating a circuit breaker"), self.store.engine.begin() as conn:
-            done = conn.execute(update(dl_breakers).where(dl_breakers.c.key == key).values(**values))
-            if done.rowcount == 0:
-                conn.execute(
-                    insert(dl_breakers).values(key=key, **{"state": CLOSED, "failures": 0, **values})
-                )
+        self.store.write_breaker(key, **values)
 
 
 __all__ = [

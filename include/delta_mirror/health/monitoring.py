@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from delta_mirror.delta.protocol import now_ms
 from delta_mirror.health.status import TableStatus, table_status
-from delta_mirror.store.sql_store import SqlStore, TableInfo, now_ms
+from delta_mirror.store.sql_store import SqlStore, TableInfo
+from delta_mirror.store.states import Artifact, CircuitState, TableState
 
 DEFAULT_LAG_SLO = timedelta(minutes=15)
 DEFAULT_LAG_RETENTION = timedelta(days=14)
@@ -88,9 +90,9 @@ def judge(status: TableStatus, lag_slo: timedelta = DEFAULT_LAG_SLO) -> TableHea
     """Healthy unless lag > SLO, halted, an open circuit breaker, or failed / conflicting versions."""
     slo = lag_slo.total_seconds()
     problems: list[str] = []
-    if status.state == "HALTED":
+    if status.state == TableState.HALTED:
         problems.append(f"halted: {status.halted_reason or 'no reason recorded'}")
-    if status.breaker != "CLOSED":
+    if status.breaker != CircuitState.CLOSED:
         problems.append(
             f"circuit breaker {status.breaker}: publishing paused after repeated transient failures"
         )
@@ -205,7 +207,7 @@ def table_detail(
     row = overview_row(store, table, lag_slo)
     latest = row["latest_committed"]
     since = None if latest is None else max(table.first_version, int(latest) - versions + 1)
-    json_rows = store.status_rows(table.id, artifact="json", from_version=since)
+    json_rows = store.status_rows(table.id, artifact=Artifact.JSON, from_version=since)
     commit_times: dict[int, int] = {}
     if json_rows:
         commit_times = {
@@ -231,7 +233,7 @@ def table_detail(
         item = status(r)
         item["committed_at"] = commit_times.get(r.version)
         timeline.append(item)
-    checkpoints = [status(r) for r in store.status_rows(table.id, artifact="checkpoint")]
+    checkpoints = [status(r) for r in store.status_rows(table.id, artifact=Artifact.CHECKPOINT)]
     return {
         **row,
         "lag_window": window if window in WINDOWS else "24h",

@@ -14,6 +14,7 @@ from delta_mirror.delta.last_checkpoint import LAST_CHECKPOINT_PATH, judge_last_
 from delta_mirror.delta.log_listing import list_log, sidecar_refs
 from delta_mirror.storage import ObjectStore
 from delta_mirror.store.sql_store import SqlStore, TableInfo
+from delta_mirror.store.states import Artifact, PublishState
 
 
 @dataclass
@@ -50,7 +51,9 @@ def audit_log(store: SqlStore, table: TableInfo, objects: ObjectStore, *, hashes
     floor = floor if isinstance(floor, int) else table.first_version
     latest = store.latest_version(table.id)
     audit.foreign_commits = sorted(v for v in commits if latest is None or v > latest)
-    for row in store.status_rows(table.id, artifact="json", states=("SUCCESS",), from_version=floor):
+    for row in store.status_rows(
+        table.id, artifact=Artifact.JSON, states=(PublishState.SUCCESS,), from_version=floor
+    ):
         path = commits.get(row.version)
         if path is None:
             audit.missing_commits.append(row.version)
@@ -59,7 +62,7 @@ def audit_log(store: SqlStore, table: TableInfo, objects: ObjectStore, *, hashes
             if data is None or hashlib.sha256(data).hexdigest() != row.sha256:
                 audit.different_commits.append(row.version)
     published_cps = store.status_rows(
-        table.id, artifact="checkpoint", states=("SUCCESS",), from_version=floor
+        table.id, artifact=Artifact.CHECKPOINT, states=(PublishState.SUCCESS,), from_version=floor
     )
     audit.missing_checkpoints = [
         r.version for r in published_cps if listing.complete_checkpoint(r.version, refs) is None

@@ -15,9 +15,10 @@ from datetime import UTC, datetime
 
 from delta_mirror.delta.log_listing import list_log
 from delta_mirror.delta.log_path import LogFileKind
-from delta_mirror.delta.protocol import DEFAULT_LOG_RETENTION_MS, LOG_RETENTION, property_duration_ms
+from delta_mirror.delta.protocol import DEFAULT_LOG_RETENTION_MS, LOG_RETENTION, now_ms, property_duration_ms
 from delta_mirror.storage import ObjectMeta, open_store
-from delta_mirror.store.sql_store import SqlStore, now_ms
+from delta_mirror.store.sql_store import SqlStore
+from delta_mirror.store.states import Artifact, PublishState
 
 _CLEANABLE = (
     LogFileKind.COMMIT,
@@ -77,7 +78,10 @@ def cleanup_log(
     cutoff = current - retention_ms
     objects = open_store(table.location, storage_options)
     listing = list_log(objects).entries
-    succeeded = {r.version for r in store.status_rows(table.id, artifact="checkpoint", states=("SUCCESS",))}
+    succeeded = {
+        r.version
+        for r in store.status_rows(table.id, artifact=Artifact.CHECKPOINT, states=(PublishState.SUCCESS,))
+    }
     candidates = [
         f.version for m, f in listing if f.is_checkpoint and f.version in succeeded and _mtime_ms(m) <= cutoff
     ]

@@ -34,6 +34,7 @@ from delta_mirror.delta.protocol import (
     DEFAULT_TOMBSTONE_RETENTION_MS,
     DELETED_FILE_RETENTION,
     CheckpointKind,
+    now_ms,
     property_duration_ms,
 )
 from delta_mirror.errors import (
@@ -47,7 +48,8 @@ from delta_mirror.errors import (
 from delta_mirror.failpoints import failpoint
 from delta_mirror.health.breaker import BreakerPolicy, CircuitBreakers, endpoint_key, table_key
 from delta_mirror.storage import ObjectExistsError, ObjectStore, open_store
-from delta_mirror.store.sql_store import Snapshot, SqlStore, TableInfo, now_ms
+from delta_mirror.store.sql_store import Snapshot, SqlStore, TableInfo
+from delta_mirror.store.states import Artifact, CommitSource, PublishState, TableState
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -196,7 +198,7 @@ class Publisher:
         self, name: str, to_version: int | None = None, progress: Callable[[int, int], None] | None = None
     ) -> PublishResult:
         table = self.store.get_table(name)
-        if table.state == "HALTED":
+        if table.state == TableState.HALTED:
             raise PermanentError(
                 f"the table is halted: {table.halted_reason}",
                 table=name,
@@ -298,7 +300,10 @@ class Publisher:
         if last is None or not self.cadence_checkpoints:  # else the separate checkpoint step owns them
             return
         for row in self.store.status_rows(
-            table.id, artifact="checkpoint", states=("PENDING", "FAILED"), to_version=last
+            table.id,
+            artifact=Artifact.CHECKPOINT,
+            states=(PublishState.PENDING, PublishState.FAILED),
+            to_version=last,
         ):
             if row.version not in result.checkpoints:
                 self._checkpoint(table, objects, row.version, result)
@@ -318,7 +323,7 @@ class Publisher:
                     hint="the store was edited by hand; restore it from backup",
                 )
             expected += 1
-        self.store.mark_started(table.id, [r.version for r in rows if r.has_json], "json", self.owner)
+        self.store.mark_started(table.id, [r.version for r in rows if r.has_json], Artifact.JSON, self.owner)
         done: list[tuple[int, str, int]] = []
         try:
             for row in rows:
@@ -328,7 +333,7 @@ class Publisher:
                         table=table.name,
                         version=row.version,
                         location=table.location,
-                        native=row.source != "import",  # native and spark: writer input
+                        native=row.source != CommitSource.IMPORT,  # native and spark: writer input
                     )
                     data = render_commit(lines.get(row.version, []))
                     digest = hashlib.sha256(data).hexdigest()
@@ -346,22 +351,22 @@ class Publisher:
                     (result.already_present if present else result.published).append(row.version)
                     result.last_published = row.version
                 if row.version == table.base_checkpoint_version:
-                    self.store.mark_succeeded(table.id, "json", done)
+                    self.store.mark_succeeded(table.id, Artifact.JSON, done)
                     done = []
                     if self.store.last_checkpoint_version(table.id) is None:
                         self._checkpoint(table, objects, row.version, result)
                     result.last_published = row.version
         except MirrorError as exc:
-            self.store.mark_succeeded(table.id, "json", done)
+            self.store.mark_succeeded(table.id, Artifact.JSON, done)
             if isinstance(exc, LeaseHeldError):
                 raise  # the new lease holder owns the status rows now
             failed = done[-1][0] + 1 if done else start
-            state = "CONFLICT" if isinstance(exc, PublishConflictError) else "FAILED"
-            self.store.mark_failed(table.id, failed, "json", state, exc.error_class.value, exc.message)
+            state = PublishState.CONFLICT if isinstance(exc, PublishConflictError) else PublishState.FAILED
+            self.store.mark_failed(table.id, failed, Artifact.JSON, state, exc.error_class.value, exc.message)
             if isinstance(exc, PublishConflictError | DataError):
                 self.store.halt_table(table.id, exc.message, failed)
             raise
-        self.store.mark_succeeded(table.id, "json", done)
+        self.store.mark_succeeded(table.id, Artifact.JSON, done)
 
     def _put_with_retry(
         self, table: TableInfo, objects: ObjectStore, version: int, data: bytes, digest: str
@@ -465,8 +470,8 @@ class Publisher:
         self, table: TableInfo, objects: ObjectStore, version: int, result: PublishResult
     ) -> None:
         built = self._build_checkpoint(table, version)
-        self.store.ensure_status(table.id, version, "checkpoint")
-        self.store.mark_started(table.id, [version], "checkpoint", self.owner)
+        self.store.ensure_status(table.id, version, Artifact.CHECKPOINT)
+        self.store.mark_started(table.id, [version], Artifact.CHECKPOINT, self.owner)
         try:
             for f in built.files:
                 self._keep_lease(table)
@@ -474,18 +479,23 @@ class Publisher:
                 failpoint("checkpoint.after_part")
             self._keep_lease(table)
             failpoint("checkpoint.before_last_checkpoint")
-            self.retry.run(lambda: self._put_last_checkpoint(objects, version, built.last_checkpoint))
+            self.retry.run(lambda: _move_last_checkpoint_forward(objects, version, built.last_checkpoint))
             failpoint("checkpoint.after_last_checkpoint")
         except LeaseHeldError:
             raise
         except MirrorError as exc:
             self.store.mark_failed(
-                table.id, version, "checkpoint", "FAILED", exc.error_class.value, exc.message
+                table.id,
+                version,
+                Artifact.CHECKPOINT,
+                PublishState.FAILED,
+                exc.error_class.value,
+                exc.message,
             )
             raise
         top = built.files[-1]
         self.store.mark_succeeded(
-            table.id, "checkpoint", [(version, hashlib.sha256(top.data).hexdigest(), len(top.data))]
+            table.id, Artifact.CHECKPOINT, [(version, hashlib.sha256(top.data).hexdigest(), len(top.data))]
         )
         result.checkpoints.append(version)
 
@@ -534,26 +544,23 @@ class Publisher:
         self._take_lease(table)
         try:
             objects = self.open_location(table.location)
-            if self._points_at_complete_checkpoint(objects, at_least=version):
-                return
+            listing = list_log(objects)
+            pointer = objects.get(LAST_CHECKPOINT_PATH)
+            if pointer is not None and not judge_last_checkpoint(
+                pointer, listing, sidecar_refs(objects), newest_checkpoint=version
+            ):
+                return  # already good by the rule validation and the audit apply
             built = self._build_checkpoint(table, version)
             objects.put(LAST_CHECKPOINT_PATH, built.last_checkpoint)
         finally:
             self.store.release_lease(table.id, self.owner)
 
-    @staticmethod
-    def _points_at_complete_checkpoint(objects: ObjectStore, at_least: int) -> bool:
-        """Whether ``_last_checkpoint`` is good by the rule validation and the audit apply."""
-        listing = list_log(objects)
-        data = objects.get(LAST_CHECKPOINT_PATH)
-        problems = judge_last_checkpoint(data, listing, sidecar_refs(objects), newest_checkpoint=at_least)
-        return data is not None and not problems
 
-    @staticmethod
-    def _put_last_checkpoint(objects: ObjectStore, version: int, data: bytes) -> None:
-        existing = LastCheckpoint.read(objects.get(LAST_CHECKPOINT_PATH))
-        if existing is not None and existing.version > version:
-            return  # never move backwards; a malformed pointer is replaced
+def _move_last_checkpoint_forward(objects: ObjectStore, version: int, data: bytes) -> None:
+    """Replace ``_last_checkpoint`` with ``data`` (the pointer at ``version``) unless the current
+    one names a newer checkpoint: it never moves backwards; an unreadable one is replaced."""
+    current = LastCheckpoint.read(objects.get(LAST_CHECKPOINT_PATH))
+    if current is None or current.version <= version:
         objects.put(LAST_CHECKPOINT_PATH, data)
 
 

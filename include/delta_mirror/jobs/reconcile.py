@@ -15,12 +15,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from delta_mirror.delta.log_path import LOG_DIR, commit_name
-from delta_mirror.errors import LeaseHeldError, MirrorError
+from delta_mirror.delta.protocol import now_ms
+from delta_mirror.errors import ErrorClass, LeaseHeldError, MirrorError
 from delta_mirror.jobs.log_audit import audit_log
 from delta_mirror.jobs.publisher import Publisher
-from delta_mirror.store.sql_store import SqlStore, TableInfo, now_ms
+from delta_mirror.store.sql_store import SqlStore, TableInfo
+from delta_mirror.store.states import Artifact, PublishState, TableState
 
 STRATEGIES = ("incremental", "full", "smart")
+_STUCK = (PublishState.FAILED, PublishState.CONFLICT)  # versions a run did not get out
 
 
 @dataclass
@@ -55,7 +58,11 @@ def _needs_work(store: SqlStore, table: TableInfo) -> bool:
         return False
     if published is None or published < latest:
         return True
-    return bool(store.status_rows(table.id, states=("PENDING", "FAILED", "IN_PROGRESS")))
+    return bool(
+        store.status_rows(
+            table.id, states=(PublishState.PENDING, PublishState.FAILED, PublishState.IN_PROGRESS)
+        )
+    )
 
 
 def _persistent_failures(store: SqlStore, table: TableInfo, after_attempts: int) -> list[dict[str, object]]:
@@ -68,14 +75,14 @@ def _persistent_failures(store: SqlStore, table: TableInfo, after_attempts: int)
             "error": r.last_error,
             "age_seconds": round((now_ms() - r.enqueued_at) / 1000, 1),
         }
-        for r in store.status_rows(table.id, states=("FAILED", "CONFLICT"))
-        if r.attempts >= after_attempts or r.state == "CONFLICT"
+        for r in store.status_rows(table.id, states=_STUCK)
+        if r.attempts >= after_attempts or r.state == PublishState.CONFLICT
     ]
 
 
 def _troubled(store: SqlStore, publisher: Publisher, table: TableInfo) -> bool:
     """Signs of trouble worth a full listing: failures, a backlog, or a log tip that disagrees."""
-    if _needs_work(store, table) or store.status_rows(table.id, states=("FAILED", "CONFLICT")):
+    if _needs_work(store, table) or store.status_rows(table.id, states=_STUCK):
         return True
     published = store.last_published_version(table.id)
     if published is None:
@@ -103,11 +110,11 @@ def _repair(store: SqlStore, publisher: Publisher, table: TableInfo, entry: Tabl
             f"external writer: {what}; import the foreign commit or restore the log, then resume",
             version,
         )
-        entry.action, entry.error_class = "halted", "CONFLICT"
+        entry.action, entry.error_class = "halted", ErrorClass.CONFLICT.value
         entry.error = f"external writer: {what}"
         return False
     if audit.missing_commits:  # republished first: checkpoints follow their commits
-        store.mark_pending(table.id, "json", audit.missing_commits)
+        store.mark_pending(table.id, Artifact.JSON, audit.missing_commits)
         result = publisher.publish(table.name)
         entry.published = len(result.published) + len(result.already_present)
     for version in audit.missing_checkpoints:
@@ -126,7 +133,7 @@ def _reconcile_table(
     store: SqlStore, publisher: Publisher, table: TableInfo, strategy: str = "incremental"
 ) -> TableReconcile:
     entry = TableReconcile(table.name, "up-to-date")
-    if table.state == "HALTED":
+    if table.state == TableState.HALTED:
         entry.action = "halted"
         entry.error = table.halted_reason
         return entry

@@ -267,21 +267,6 @@ class SparkCheckpointEngine:
 # Reading the active file set
 # --------------------------------------------------------------------------------------------
 
-_ADD_WHERE = "f.add_version IS NOT NULL AND f.add_version <= {v} AND (f.remove_version IS NULL OR f.remove_version > {v})"
-_REMOVE_WHERE = (
-    "f.remove_version <= {v} AND f.remove_seq IS NOT NULL "
-    "AND (f.deletion_timestamp IS NULL OR f.deletion_timestamp >= {min_ts})"
-)
-
-
-def _side_sql(side: str, where: str, table_id: int) -> str:
-    """dl_files drives the join to its action row by primary key: O(active files)."""
-    return (
-        f"SELECT f.id AS fid, a.payload AS line FROM dl_files f JOIN dl_actions a "
-        f"ON a.table_id = f.table_id AND a.version = f.{side}_version AND a.part = f.{side}_part "
-        f"AND a.seq = f.{side}_seq WHERE f.table_id = {int(table_id)} AND {where}"
-    )
-
 
 def jdbc_url(url: str) -> tuple[str, dict[str, str]]:
     """A SQLAlchemy PostgreSQL URL as a JDBC URL and its connection properties."""
@@ -304,42 +289,28 @@ def _file_lines(
 ) -> tuple[Any, int, int]:
     """A DataFrame of one string column ``line`` (adds then tombstones) and the two counts."""
     table_id, v = plan.table.id, plan.version
-    wheres = {
-        "add": _ADD_WHERE.format(v=int(v)),
-        "remove": _REMOVE_WHERE.format(v=int(v), min_ts=int(plan.min_deletion_timestamp)),
-    }
     if store.engine.dialect.name == "postgresql":
-        from sqlalchemy import text
-
         url, props = jdbc_url(store.url)
         props["fetchsize"] = str(fetch_size)
         frames: list[Any] = []
         counts: dict[str, int] = {}
-        with store.reader.connect() as conn:
-            for side, where in wheres.items():
-                row = conn.execute(
-                    text(
-                        f"SELECT count(*), min(f.id), max(f.id) FROM dl_files f WHERE f.table_id = :t AND {where}"
-                    ),
-                    {"t": table_id},
-                ).one()
-                counts[side] = int(row[0] or 0)
-                if not counts[side]:
-                    continue
-                lo, hi = int(row[1]), int(row[2])
-                # small sides (tombstones, usually) are not worth many connections
-                n = max(1, min(parts, -(-counts[side] // 50_000)))
-                frames.append(
-                    spark.read.jdbc(
-                        url,
-                        f"({_side_sql(side, where, table_id)}) AS q",
-                        column="fid",
-                        lowerBound=lo,
-                        upperBound=hi + 1,
-                        numPartitions=n,
-                        properties=props,
-                    ).select("line")
-                )
+        for side in store.file_id_ranges(table_id, v, plan.min_deletion_timestamp):
+            counts[side.side] = side.count
+            if not side.count:
+                continue
+            # small sides (tombstones, usually) are not worth many connections
+            n = max(1, min(parts, -(-side.count // 50_000)))
+            frames.append(
+                spark.read.jdbc(
+                    url,
+                    f"({side.query}) AS q",
+                    column="fid",
+                    lowerBound=side.first_id,
+                    upperBound=side.last_id + 1,
+                    numPartitions=n,
+                    properties=props,
+                ).select("line")
+            )
         if not frames:
             return spark.createDataFrame([], "line string"), 0, 0
         df = frames[0]

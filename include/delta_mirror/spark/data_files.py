@@ -27,12 +27,13 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
+
+from delta_mirror.delta.protocol import now_ms  # re-exported: spark/ingest.py imports it from here
 
 STAGING_DIR = "_delta_mirror_staging"
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
@@ -334,16 +335,13 @@ def _file_stats(
     return out
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 __all__ = [
     "HIVE_DEFAULT_PARTITION",
     "STAGING_DIR",
     "WrittenFile",
     "hadoop_root",
     "indexed_columns",
+    "now_ms",
     "partition_values",
     "stats_json",
     "unescape_path_name",
