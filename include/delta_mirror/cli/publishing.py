@@ -113,14 +113,31 @@ def checkpoint(ctx: Ctx, name: str, version: int | None, engine: str | None, con
 @click.argument("name")
 @click.option("--from-version", type=click.IntRange(min=0), default=None)
 @click.option("--to-version", type=click.IntRange(min=0), default=None)
-@click.option("--reader", type=click.Choice(["deltalake", "spark"]), default="deltalake", show_default=True)
+@click.option(
+    "--reader",
+    type=click.Choice(["deltalake", "spark", "duckdb", "kernel-java", "auto"]),
+    default="deltalake",
+    show_default=True,
+    help="auto: deltalake, and Delta-Spark for the versions deltalake cannot read (when installed).",
+)
+@click.option("--strict", is_flag=True, help="Fail on reader limitations too, not only on mirror problems.")
 @click.option("--json", "as_json", is_flag=True)
 @store_option
 @click.pass_obj
 def validate(
-    ctx: Ctx, name: str, from_version: int | None, to_version: int | None, reader: str, as_json: bool
+    ctx: Ctx,
+    name: str,
+    from_version: int | None,
+    to_version: int | None,
+    reader: str,
+    strict: bool,
+    as_json: bool,
 ) -> None:
-    """Compare a reader's view of the published table and the log listing with the store."""
+    """Compare a reader's view of the published table and the log listing with the store.
+
+    Exit 1 on a mirror problem; a reader limitation (the table is right, the reader cannot read it)
+    is reported with the reader to use instead, and fails only with --strict.
+    """
     from delta_mirror.jobs.validate import validate_table
 
     with errors(ctx, name):
@@ -140,14 +157,25 @@ def validate(
             for p in report.problems:
                 where = f"version {p.version}: " if p.version is not None else ""
                 click.echo(f"PROBLEM [{p.kind}] {where}{p.message}\n  what to do: {p.hint}")
+            for lim in report.limitations:
+                where = f"version {lim.version}: " if lim.version is not None else ""
+                click.echo(
+                    f"LIMITATION [{lim.reader}] {where}{lim.message}\n  read it with: {lim.use_instead}"
+                )
+            for note in report.fallbacks:
+                click.echo(f"NOTE {note}")
             verdict = "OK" if report.ok else f"{len(report.problems)} problem(s)"
+            if report.limitations:
+                verdict += f", {len(report.limitations)} reader limitation(s)" + (
+                    " (--strict)" if strict else ""
+                )
             click.echo(
                 f"validated '{name}' versions {report.from_version}..{report.to_version} "
                 f"({report.versions_checked} checked with {reader}): {verdict}"
             )
 
         emit(report.to_json(), as_json, text)
-        if not report.ok:
+        if not report.passed(strict=strict):
             sys.exit(1)
 
 

@@ -247,7 +247,9 @@ class DuckDBCheck:
                 return
             limit = verdict
         if limit is not None:
-            self.limitations.append(limit)
+            n = self.counts["limitation"] = self.counts.get("limitation", 0) + 1
+            if n <= MAX_PROBLEMS_PER_KIND:
+                self.limitations.append(limit)
             return
         self._report("reader_error", version, f"DuckDB cannot load version {version}: {error}", _ERROR_HINT)
 

@@ -99,7 +99,7 @@ def judge_dv_failure(
     ``exists``: whether a path (relative to the table root, or absolute) is in storage.
     """
     missing: list[tuple[str, str]] = []
-    prefixed = 0
+    prefixed = checked = 0
     for data_path, dv in dvs:
         try:
             path = dv_file_path(dv)
@@ -110,8 +110,18 @@ def judge_dv_failure(
             continue
         if dv.get("storageType") == "u" and "/" in path:
             prefixed += 1
+        checked += 1
         if not exists(path):
             missing.append((data_path, path))
+    if not checked and not missing:
+        return Problem(
+            "reader_error",
+            version,
+            f"at version {version}: {reader} cannot read the deletion vectors (the version has no "
+            f"deletion vector file): {error}",
+            "an inline deletion vector or the protocol's deletionVectors feature confuses the reader; "
+            "check the deletionVector fields of the version's adds, and compare with --reader spark",
+        )
     if missing:
         data_path, path = missing[0]
         return Problem(

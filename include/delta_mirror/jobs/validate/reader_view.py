@@ -182,7 +182,7 @@ class ReaderCheck:
             if self._open(self.hi)[1] is not None:
                 limit = unsupported_feature("deltalake", None, error)
                 if limit is not None:
-                    self.limitations.append(limit)
+                    self._limit(limit)
                     self.unreadable.update(range(self.lo, self.hi + 1))
                     return
                 self._report(
@@ -238,11 +238,16 @@ class ReaderCheck:
             span = f"version {first}" if first == last else f"versions {first}..{last}"
             limit = unsupported_feature("deltalake", first, f"{span}: {text}")
             if limit is not None:
-                self.limitations.append(limit)
+                self._limit(limit)
                 self.unreadable.update(range(first, last + 1))
             else:
                 self._report("reader_error", first, f"deltalake cannot load {span}: {text}", _READER_HINT)
             i = j + 1
+
+    def _limit(self, limitation: Limitation) -> None:
+        n = self.counts["limitation"] = self.counts.get("limitation", 0) + 1
+        if n <= MAX_PROBLEMS_PER_KIND:
+            self.limitations.append(limitation)
 
     def _report(self, kind: str, version: int | None, message: str, hint: str) -> None:
         n = self.counts[kind] = self.counts.get(kind, 0) + 1
@@ -468,7 +473,7 @@ class ReaderCheck:
                 "deltalake", version, _text(exc), [(k[0], dv) for k, dv in state.dvs.items()], self._exists
             )
             if isinstance(verdict, Limitation):
-                self.limitations.append(verdict)
+                self._limit(verdict)
                 self.unreadable.add(version)
             else:
                 self._report(verdict.kind, version, verdict.message, verdict.hint)
