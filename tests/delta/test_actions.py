@@ -12,9 +12,12 @@ from support.builders import add_body, metadata_body
 from delta_mirror.delta.actions import (
     KNOWN_ACTIONS,
     SPARK_KEY_ORDER,
+    canonical_json,
     canonical_line,
     check_data_path,
+    check_stored_commit,
     dv_id,
+    line_action,
     parse_actions,
     render_commit,
     spark_ordered,
@@ -40,6 +43,46 @@ def _validate(kind: str, body: dict[str, object]) -> None:
 
 
 # -- canonical encoding ----------------------------------------------------------------------------
+
+
+def test_canonical_json_keeps_every_key_of_a_line_and_refuses_nan() -> None:
+    line = {"commitInfo": {"b": 1, "a": "ü"}, "someFutureAction": [1, None]}
+    assert canonical_json(line) == '{"commitInfo":{"b":1,"a":"ü"},"someFutureAction":[1,null]}'
+    assert canonical_line("commitInfo", {"b": 1}) == canonical_json({"commitInfo": {"b": 1}})
+    with pytest.raises(InvalidActionError, match="cannot be encoded as JSON"):
+        canonical_line("add", {"size": float("nan")})
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ({"add": {"path": "p"}}, ("add", {"path": "p"})),
+        ({"commitInfo": {}, "some_future_action": [1]}, ("commitInfo", {})),  # unknown key ignored
+        ({"x_future": 1, "add": {"path": "p"}}, ("add", {"path": "p"})),  # wherever it sits
+        ({"futureAction": [1], "other": 2}, ("futureAction", [1])),  # only unknown: the first
+    ],
+)
+def test_line_action_is_the_known_action_of_a_line(line: dict[str, Any], expected: tuple[str, Any]) -> None:
+    assert line_action(line) == expected
+
+
+@pytest.mark.parametrize(("line", "match"), [({"add": {}, "remove": {}}, "holds 2 actions"), ({}, "empty")])
+def test_line_action_refuses_ambiguous_lines(line: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        line_action(line)
+
+
+def test_native_commits_stay_one_action_per_line_imported_ones_may_carry_unknown_keys() -> None:
+    line = '{"commitInfo":{"timestamp":1},"some_future_action":[1]}'
+    with pytest.raises(InvalidActionError, match="exactly one key"):
+        parse_actions(line.encode() + b"\n", table="t")
+    with pytest.raises(InvalidActionError, match="not one JSON object with one key"):
+        check_stored_commit([line], table="t", version=1, location=ROOT, native=True)
+    check_stored_commit([line, '{"futureAction":[1]}'], table="t", version=1, location=ROOT, native=False)
+    with pytest.raises(InvalidActionError, match=r"stored line 1 holds 2 actions"):
+        check_stored_commit(['{"add":{},"txn":{}}'], table="t", version=1, location=ROOT, native=False)
+    with pytest.raises(InvalidActionError, match="has no object body"):
+        check_stored_commit(['{"add":[1],"x":1}'], table="t", version=1, location=ROOT, native=False)
 
 
 def test_canonical_line_is_compact_utf8_with_non_ascii_unescaped() -> None:

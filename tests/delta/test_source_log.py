@@ -179,7 +179,6 @@ def _check_refusal(table_dir: Path, name: str) -> None:
 
 
 def _check_log(log: SourceLog, row: dict[str, str], table_dir: Path) -> None:
-    name = row["path"]
     commits_fs, checkpoints_fs = _fs_versions(table_dir)
     latest = max(commits_fs | checkpoints_fs)
     assert log.end_version == latest
@@ -519,6 +518,36 @@ def test_unknown_actions_and_fields_are_kept() -> None:
     assert lines == ['{"futureAction":{"z":1,"a":null}}', '{"add":{"path":"p","newField":[true]}}']
 
 
+def test_unknown_keys_beside_an_action_are_kept(tmp_path: Path) -> None:
+    """Spark's forward-compatible writers put unknown keys beside the action; readers ignore them."""
+    line = '{"commitInfo":{"timestamp":1},"some_future_action":[1,{"a":null}]}'
+    (obj,) = parse_commit_bytes(line.encode() + b"\n", table="t", version=1)
+    assert canonical_json(obj) == line
+    _write_commit(tmp_path, 0, [PROTOCOL, METADATA, _add("p=1/a")])
+    (tmp_path / "_delta_log" / f"{1:020d}.json").write_text(
+        line + "\n" + '{"add":{"path":"p=1/b","partitionValues":{"p":"1"},"size":1,"modificationTime":1,'
+        '"dataChange":true,"futureField":{"x":1}},"x_future":2}\n'
+    )
+    log = _read(tmp_path, "fc")
+    assert log.commits[1][1][0] == line and log.commits[1][2] == "\n".join(log.commits[1][1]).encode() + b"\n"
+    assert {p for p, _dv in _active_files_any(log)} == {"p=1/a", "p=1/b"}
+
+
+def _active_files_any(log: SourceLog) -> set[tuple[str, Any]]:
+    """Active (path, dv) by replaying with the known action of each line (unknown keys ignored)."""
+    from delta_mirror.delta.actions import line_action
+
+    active: set[tuple[str, Any]] = set()
+    for _version, lines, _data in log.commits:
+        for line in lines:
+            kind, payload = line_action(json.loads(line))
+            if kind == "add":
+                active.add((payload["path"], _dv_id(payload)))
+            elif kind == "remove":
+                active.discard((payload["path"], _dv_id(payload)))
+    return active
+
+
 def test_canonical_line_keeps_unicode_unescaped() -> None:
     line = canonical_json({"add": {"path": "ä/€/😀", "partitionValues": {"x": None}}})
     assert line == '{"add":{"path":"ä/€/😀","partitionValues":{"x":null}}}'
@@ -810,6 +839,101 @@ def test_checkpoint_row_with_two_actions_is_rejected(tmp_path: Path) -> None:
             table="t",
             version=0,
         )
+
+
+def _protocol_row() -> dict[str, Any]:
+    return {
+        "protocol": {
+            "minReaderVersion": 1,
+            "minWriterVersion": 2,
+            "readerFeatures": None,
+            "writerFeatures": None,
+        }
+    }
+
+
+def _metadata_row(schema_string: str | None) -> dict[str, Any]:
+    return {
+        "metaData": {
+            "id": METADATA["metaData"]["id"],
+            "name": None,
+            "format": {"provider": "parquet", "options": []},
+            "schemaString": schema_string,
+            "partitionColumns": ["p"],
+            "configuration": [],
+            "createdTime": METADATA["metaData"].get("createdTime"),
+        }
+    }
+
+
+def _add_row(path: str) -> dict[str, Any]:
+    return {
+        "add": {
+            "path": path,
+            "partitionValues": [("p", "1")],
+            "size": 1,
+            "modificationTime": 1,
+            "dataChange": False,
+        }
+    }
+
+
+def test_checkpoint_that_disagrees_with_json_replay_wins_and_is_reported(tmp_path: Path) -> None:
+    _write_commit(tmp_path, 0, [PROTOCOL, METADATA, _add("p=1/a")])
+    _write_commit(tmp_path, 1, [_add("p=1/b")])
+    _write_commit(tmp_path, 2, [_add("p=1/c")])
+    schema = json.loads(METADATA["metaData"]["schemaString"])
+    schema["fields"].append({"name": "extra", "type": "long", "nullable": True, "metadata": {}})
+    rows = [_protocol_row(), _metadata_row(json.dumps(schema)), _add_row("p=1/a"), _add_row("p=1/z")]
+    pq.write_table(_checkpoint_table(rows), tmp_path / "_delta_log" / f"{1:020d}.checkpoint.parquet")
+    log = _read(tmp_path, "cp")
+    assert log.start_version == 0 and log.checkpoint_versions == [1]
+    (state,) = log.checkpoint_states
+    fields = {d.field: d.detail for d in state.disagreements}
+    assert state.version == 1 and set(fields) == {"metaData.schemaString", "files"}
+    assert "'extra' only in the checkpoint" in fields["metaData.schemaString"]
+    assert "1 active only in the checkpoint, 1 only in the JSON replay" in fields["files"]
+    assert state.dropped_files == [("p=1/b", "")]
+    kinds = [next(iter(json.loads(line))) for line in state.lines]
+    assert kinds == ["metaData", "add"] and "p=1/z" in state.lines[1]
+
+
+def test_checkpoint_that_agrees_with_json_replay_records_nothing(tmp_path: Path) -> None:
+    _write_commit(tmp_path, 0, [PROTOCOL, METADATA, _add("p=1/a")])
+    _write_commit(tmp_path, 1, [_add("p=1/b")])
+    rows = [
+        _protocol_row(),
+        _metadata_row(METADATA["metaData"]["schemaString"]),
+        _add_row("p=1/a"),
+        _add_row("p=1/b"),
+    ]
+    pq.write_table(_checkpoint_table(rows), tmp_path / "_delta_log" / f"{1:020d}.checkpoint.parquet")
+    assert _read(tmp_path, "cp").checkpoint_states == []
+
+
+@pytest.mark.parametrize("missing", ["protocol", "metaData"])
+def test_checkpoint_without_protocol_or_metadata_is_refused(tmp_path: Path, missing: str) -> None:
+    _write_commit(tmp_path, 0, [PROTOCOL, METADATA, _add("p=1/a")])
+    _write_commit(tmp_path, 1, [_add("p=1/b")])
+    rows = [_protocol_row(), _metadata_row(METADATA["metaData"]["schemaString"]), _add_row("p=1/a")]
+    rows = [r for r in rows if missing not in r]
+    pq.write_table(_checkpoint_table(rows), tmp_path / "_delta_log" / f"{1:020d}.checkpoint.parquet")
+    with pytest.raises(DataError, match=f"checkpoint 1 has no {missing} action") as info:
+        _read(tmp_path, "cp")
+    assert info.value.version == 1 and info.value.hint
+
+
+@pytest.mark.corpus
+@pytest.mark.skipif(not HAVE_CORPUS, reason=NO_CORPUS)
+def test_parquet_row_group_skipping_checkpoint_schema_is_reported() -> None:
+    """Its multi-part checkpoint's metaData has a column 'missing' the JSON commits lack."""
+    log = _read(CORPUS / "kernel-rs/parquet_row_group_skipping")
+    (state,) = log.checkpoint_states
+    fields = {d.field: d.detail for d in state.disagreements}
+    assert state.version == 1 and "metaData.schemaString" in fields
+    assert "'missing' only in the checkpoint" in fields["metaData.schemaString"]
+    (meta,) = [line for line in state.lines if line.startswith('{"metaData":')]
+    assert "missing" in json.loads(json.loads(meta)["metaData"]["schemaString"])["fields"][-1]["name"]
 
 
 def test_catalog_managed_in_later_commit_is_refused(tmp_path: Path) -> None:
