@@ -57,7 +57,7 @@ def test_the_example_dag_ingests_publishes_and_validates_the_sample(
 def test_the_ingest_operator_renders_its_template_fields() -> None:
     from airflow.sdk import DAG
 
-    from delta_mirror.airflow.operators import DeltaMirrorSparkIngestOperator, _as_dict, _as_list
+    from delta_mirror.airflow.operators.spark import DeltaMirrorSparkIngestOperator, as_dict, as_list
 
     with DAG("templates"):
         op = DeltaMirrorSparkIngestOperator(
@@ -89,9 +89,9 @@ def test_the_ingest_operator_renders_its_template_fields() -> None:
         "/lake/events",
         "overwrite",
     )
-    assert _as_list(op.partition_by) == ["country", "day"] and op.schema == "None"
-    assert _as_dict(op.options) == {"multiLine": "true"}
-    assert _as_list("") is None and _as_list("['a']") == ["a"] and _as_dict("") == {}
+    assert as_list(op.partition_by) == ["country", "day"] and op.schema == "None"
+    assert as_dict(op.options) == {"multiLine": "true"}
+    assert as_list("") is None and as_list("['a']") == ["a"] and as_dict("") == {}
     assert set(op.template_fields) == {
         "table",
         "enabled",

@@ -6,13 +6,18 @@
 - checked both by calling ``execute()`` and by real runs: a storage endpoint that refuses
   connections (retried, then failed) and a foreign commit file at the table location (a conflict:
   failed at once, the table halted, an email naming both hashes);
-- every operator's ``template_fields`` are rendered by Airflow's Jinja.
+- every operator's ``template_fields`` are rendered by Airflow's Jinja;
+- every operator shares one base (``DeltaMirrorHookMixin``): its connection ids, their template
+  fields and the hook built from them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
+import inspect
 import json
+import pkgutil
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -306,8 +311,8 @@ def test_every_operator_renders_its_template_fields() -> None:
             "to_version",
             "reader",
         },
-        reconcile: {"tables", "strategy"},
-        lag: {"tables"},
+        reconcile: {"store_conn_id", "aws_conn_id", "tables", "strategy"},
+        lag: {"store_conn_id", "aws_conn_id", "tables"},
         maintenance: {"table", "enabled", "store_conn_id", "aws_conn_id", "cleanup_dry_run"},
     }
     for op, fields in expected.items():
@@ -329,3 +334,56 @@ def test_unset_templated_connection_ids_mean_the_defaults() -> None:
     _render(op, table="t", aws=None)
     assert (op.store_conn_id, op.aws_conn_id) == ("", "None")
     assert (op.hook.store_conn_id, op.hook.aws_conn_id) == (None, None)
+
+
+# --------------------------------------------------------------------------------------------------
+# one base for every operator
+
+
+def _operator_classes() -> dict[str, type]:
+    """Every operator class defined in ``delta_mirror.airflow``, by name."""
+    from airflow.sdk import BaseOperator
+
+    import delta_mirror.airflow
+
+    found: dict[str, type] = {}
+    for info in pkgutil.walk_packages(delta_mirror.airflow.__path__, "delta_mirror.airflow."):
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if (
+                isinstance(obj, type)
+                and issubclass(obj, BaseOperator)
+                and obj.__module__.startswith("delta_mirror.airflow")
+            ):
+                found[name] = obj
+    return found
+
+
+def test_every_operator_is_exported_and_derives_from_the_shared_base() -> None:
+    import delta_mirror.airflow
+    from delta_mirror.airflow.mixins import DeltaMirrorHookMixin
+
+    defined = _operator_classes()
+    assert "DeltaMirrorSparkCheckpointOperator" in defined and "DeltaMirrorPublishOperator" in defined
+    exported = {n: getattr(delta_mirror.airflow, n) for n in delta_mirror.airflow.__all__}
+    assert {n: c for n, c in exported.items() if n in defined} == defined, "an operator is not exported"
+    shared_hook = inspect.getattr_static(DeltaMirrorHookMixin, "hook")
+    for name, cls in defined.items():
+        assert issubclass(cls, DeltaMirrorHookMixin), f"{name} does not derive from DeltaMirrorHookMixin"
+        assert inspect.getattr_static(cls, "hook") is shared_hook, f"{name} builds its own hook"
+
+
+def test_every_operator_declares_the_shared_template_fields_once_and_each_is_an_argument() -> None:
+    from delta_mirror.airflow.mixins import CONNECTION_FIELDS
+    from delta_mirror.airflow.operators import DeltaMirrorTableOperator
+
+    for name, cls in _operator_classes().items():
+        fields = list(cls.template_fields)  # type: ignore[attr-defined]
+        assert len(fields) == len(set(fields)), f"{name} declares a template field twice"
+        assert set(CONNECTION_FIELDS) <= set(fields), f"{name} does not template its connection ids"
+        if issubclass(cls, DeltaMirrorTableOperator):
+            assert set(DeltaMirrorTableOperator.template_fields) <= set(fields), name
+        arguments = {
+            p for c in cls.__mro__ if "__init__" in vars(c) for p in inspect.signature(c.__init__).parameters
+        }
+        assert set(fields) <= arguments, f"{name} templates a field that is no constructor argument"

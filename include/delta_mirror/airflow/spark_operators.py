@@ -3,8 +3,8 @@
 
 Imported only by tables whose ``checkpoint.engine`` is ``spark`` (the provider is optional).
 The store URL and the object-store credentials reach the job through the environment of
-spark-submit — resolved from ``store_conn_id`` / ``aws_conn_id`` at execute time, never templated,
-so they are neither on the command line nor in the rendered task fields.
+spark-submit — resolved from ``store_conn_id`` / ``aws_conn_id`` (the shared ``DeltaMirrorHookMixin``) at execute
+time, never templated, so they are neither on the command line nor in the rendered task fields.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from delta_mirror.airflow.errors import translated
-from delta_mirror.airflow.hooks import DeltaMirrorHook
+from delta_mirror.airflow.mixins import DeltaMirrorHookMixin, template_fields_with
 from delta_mirror.spark import checkpoint_job
 from delta_mirror.spark.session import EXTRA_PACKAGES, ivy_dir
 
@@ -25,10 +25,13 @@ JOB_FILE = str(Path(checkpoint_job.__file__).resolve())
 JDBC_PACKAGES = ",".join(p for p in EXTRA_PACKAGES if p.startswith("org.postgresql:"))
 
 
-class DeltaMirrorSparkCheckpointOperator(SparkSubmitOperator):
+class DeltaMirrorSparkCheckpointOperator(DeltaMirrorHookMixin, SparkSubmitOperator):
     """spark-submit the checkpoint job for ``table`` (``--if-due``, or ``--version``)."""
 
-    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "table", "version")
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        *template_fields_with("table", "version"),
+    )
     ui_color = "#e5844a"
 
     def __init__(
@@ -71,10 +74,9 @@ class DeltaMirrorSparkCheckpointOperator(SparkSubmitOperator):
 
     @translated
     def _environment(self) -> dict[str, str]:
-        hook = DeltaMirrorHook(store_conn_id=self.store_conn_id, aws_conn_id=self.aws_conn_id)
-        env = dict(hook.storage_options)
-        if hook.store_url:
-            env["DELTA_MIRROR_STORE"] = hook.store_url
+        env = dict(self.hook.storage_options)
+        if self.hook.store_url:
+            env["DELTA_MIRROR_STORE"] = self.hook.store_url
         env.setdefault("PYSPARK_PYTHON", sys.executable)
         env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         return env

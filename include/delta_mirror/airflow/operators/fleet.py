@@ -1,0 +1,121 @@
+"""Operators over many tables: reconcile (re-drive failed and stuck versions) and lag metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from delta_mirror.airflow.errors import translated
+from delta_mirror.airflow.mixins import template_fields_with
+from delta_mirror.airflow.operators.base import DeltaMirrorBaseOperator
+
+
+class DeltaMirrorReconcileOperator(DeltaMirrorBaseOperator):
+    """Re-drive FAILED, stuck and lagging versions across tables; returns the report."""
+
+    template_fields: Sequence[str] = template_fields_with("tables", "strategy")
+
+    def __init__(
+        self,
+        *,
+        tables: Sequence[str] | None = None,
+        strategy: str = "incremental",
+        escalate_after_attempts: int = 3,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.tables = list(tables) if tables else None
+        self.strategy = strategy
+        self.escalate_after_attempts = escalate_after_attempts
+
+    @translated
+    def execute(self, context: Any) -> dict[str, object]:
+        from delta_mirror.jobs.reconcile import reconcile
+
+        tables = self.tables
+        if tables:
+            # A table that is configured but not created yet must not stop the others' reconcile.
+            known = {t.name for t in self.hook.store.list_tables()}
+            for name in tables:
+                if name not in known:
+                    self.log.warning("%s is configured but not in the store yet: skipped", name)
+            tables = [n for n in tables if n in known]
+            if not tables:
+                return {"strategy": self.strategy, "tables": []}
+        report = reconcile(
+            self.hook.store,
+            tables,
+            strategy=self.strategy,
+            escalate_after_attempts=self.escalate_after_attempts,
+            publisher=self.publisher(),
+        )
+        for t in report.tables:
+            self.log.info(
+                "%s: %s (%d re-driven)%s", t.table, t.action, t.published, f" — {t.error}" if t.error else ""
+            )
+        return report.to_json()
+
+
+class DeltaMirrorLagOperator(DeltaMirrorBaseOperator):
+    """Measure lag per table and emit it through Airflow's stats (StatsD / OpenTelemetry)."""
+
+    template_fields: Sequence[str] = template_fields_with("tables")
+
+    def __init__(
+        self,
+        *,
+        tables: Sequence[str] | None = None,
+        lag_history_retention: dict[str, float] | float | None = None,
+        record_samples: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        """``lag_history_retention``: seconds (or seconds per table) of lag samples to keep (default 14 d)."""
+        super().__init__(**kwargs)
+        self.tables = list(tables) if tables else None
+        self.lag_history_retention = lag_history_retention
+        self.record_samples = record_samples
+
+    def _retention(self, name: str) -> Any:
+        from datetime import timedelta
+
+        from delta_mirror.health.monitoring import DEFAULT_LAG_RETENTION
+
+        value = self.lag_history_retention
+        if isinstance(value, dict):
+            value = value.get(name)
+        return DEFAULT_LAG_RETENTION if value is None else timedelta(seconds=float(value))
+
+    @translated
+    def execute(self, context: Any) -> list[dict[str, object]]:
+        from delta_mirror.airflow.metrics import emit_table_metrics
+        from delta_mirror.health.status import table_status
+
+        store = self.hook.store
+        if self.tables:
+            # A table that is configured but not created yet must not hide the others' lag.
+            known = {t.name: t for t in store.list_tables()}
+            for name in self.tables:
+                if name not in known:
+                    self.log.warning("%s is configured but not in the store yet: no lag to measure", name)
+            tables = [known[n] for n in self.tables if n in known]
+        else:
+            tables = store.list_tables()
+        out = []
+        for table in tables:
+            status = table_status(store, table)
+            emit_table_metrics(status)
+            if self.record_samples:
+                from delta_mirror.health.monitoring import record_lag_sample
+
+                record_lag_sample(store, table, retention=self._retention(table.name), status=status)
+            self.log.info(
+                "%s: %d version(s) behind, lag %.1f s",
+                status.table,
+                status.versions_behind,
+                status.lag_seconds,
+            )
+            out.append(status.to_json())
+        return out
+
+
+__all__ = ["DeltaMirrorLagOperator", "DeltaMirrorReconcileOperator"]

@@ -1,0 +1,173 @@
+"""The steps of a table's DAG: publish, checkpoint, validate, and log maintenance."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from delta_mirror.airflow.errors import translated
+from delta_mirror.airflow.operators.base import DeltaMirrorTableOperator, optional_int
+
+
+class DeltaMirrorPublishOperator(DeltaMirrorTableOperator):
+    """Publish the table's pending versions (up to ``to_version``) as ``_delta_log`` commits."""
+
+    metric_step = "publish"
+    template_fields: Sequence[str] = (*DeltaMirrorTableOperator.template_fields, "to_version")
+
+    def __init__(
+        self, *, to_version: int | str | None = None, cadence_checkpoints: bool = True, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.to_version = to_version
+        self.cadence_checkpoints = cadence_checkpoints  # False: a separate (Spark) step checkpoints
+
+    @translated
+    def run(self, context: Any) -> dict[str, object]:
+        publisher = self.publisher(cadence_checkpoints=self.cadence_checkpoints)
+        result = publisher.publish(self.table, optional_int(self.to_version, "to_version"))
+        self.log.info(
+            "published %d version(s) of %s through %s",
+            len(result.published),
+            self.table,
+            result.last_published,
+        )
+        return dict(result.to_json())
+
+
+class DeltaMirrorCheckpointOperator(DeltaMirrorTableOperator):
+    """Write a checkpoint when the cadence policy says one is due (or at ``version``)."""
+
+    metric_step = "checkpoint"
+    template_fields: Sequence[str] = (*DeltaMirrorTableOperator.template_fields, "version")
+
+    def __init__(
+        self,
+        *,
+        version: int | str | None = None,
+        only_if_due: bool = True,
+        engine: str = "local",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.version = version
+        self.only_if_due = only_if_due
+        self.engine = engine  # local, or auto: Spark in this worker above the table's file threshold
+
+    @translated
+    def run(self, context: Any) -> int | None:
+        version = optional_int(self.version, "version")
+        builder = None
+        if self.engine != "local":
+            from delta_mirror.spark.checkpoint_engine import builder_for
+            from delta_mirror.table_config import load_config
+
+            config = load_config()
+            settings = config.tables.get(self.table, config.defaults).checkpoint
+            chosen, builder = builder_for(self.hook.store, self.table, self.engine, settings)
+            self.log.info("checkpoint engine for %s: %s", self.table, chosen)
+        publisher = self.publisher(checkpoint_builder=builder)
+        if version is None and self.only_if_due:
+            written = publisher.checkpoint_if_due(self.table)
+        else:
+            written = publisher.checkpoint(self.table, version)
+        self.log.info("checkpoint for %s: %s", self.table, written if written is not None else "not due")
+        return written  # type: ignore[no-any-return]
+
+
+class DeltaMirrorValidateOperator(DeltaMirrorTableOperator):
+    """Compare a reader's view of the published versions with the store; fail on any problem."""
+
+    metric_step = "validate"
+    template_fields: Sequence[str] = (
+        *DeltaMirrorTableOperator.template_fields,
+        "from_version",
+        "to_version",
+        "reader",
+    )
+
+    def __init__(
+        self,
+        *,
+        from_version: int | str | None = None,
+        to_version: int | str | None = None,
+        reader: str = "deltalake",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.from_version = from_version
+        self.to_version = to_version
+        self.reader = reader
+
+    @translated
+    def run(self, context: Any) -> dict[str, Any]:
+        from delta_mirror.errors import DataError
+        from delta_mirror.jobs.validate import validate_table
+
+        report = validate_table(
+            self.hook.store,
+            self.table,
+            from_version=optional_int(self.from_version, "from_version"),
+            to_version=optional_int(self.to_version, "to_version"),
+            reader=self.reader,
+            storage_options=self.hook.storage_options,
+        )
+        from delta_mirror.health.monitoring import record_validation
+
+        record_validation(self.hook.store, self.table, {**report.to_json(), "reader": self.reader})
+        for p in report.problems:
+            self.log.error("[%s] version %s: %s — %s", p.kind, p.version, p.message, p.hint)
+        if not report.ok:
+            raise DataError(
+                f"validation found {len(report.problems)} problem(s): "
+                + "; ".join(f"[{p.kind}] v{p.version}: {p.message}" for p in report.problems[:5]),
+                table=self.table,
+                hint="see the task log for every problem and what to do",
+            )
+        self.log.info("validated %s versions %s..%s: OK", self.table, report.from_version, report.to_version)
+        return report.to_json()
+
+
+class DeltaMirrorMaintenanceOperator(DeltaMirrorTableOperator):
+    """Clean up log files by the table's retention (dry-run unless ``cleanup_dry_run=False``)."""
+
+    metric_step = "maintenance"
+    template_fields: Sequence[str] = (*DeltaMirrorTableOperator.template_fields, "cleanup_dry_run")
+
+    def __init__(
+        self, *, cleanup_dry_run: bool | str = True, log_retention_seconds: float | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.cleanup_dry_run = cleanup_dry_run
+        self.log_retention_seconds = log_retention_seconds
+
+    @translated
+    def run(self, context: Any) -> dict[str, object]:
+        from delta_mirror.jobs.maintenance import cleanup_log
+
+        dry_run = str(self.cleanup_dry_run).strip().lower() not in ("false", "0", "no")
+        retention = int(self.log_retention_seconds * 1000) if self.log_retention_seconds is not None else None
+        report = cleanup_log(
+            self.hook.store,
+            self.table,
+            dry_run=dry_run,
+            retention_ms=retention,
+            storage_options=self.hook.storage_options,
+        )
+        verb = "would delete" if dry_run else "deleted"
+        self.log.info(
+            "%s: %s %d log file(s) older than checkpoint %s",
+            self.table,
+            verb,
+            len(report.deleted),
+            report.kept_checkpoint,
+        )
+        return report.to_json()
+
+
+__all__ = [
+    "DeltaMirrorCheckpointOperator",
+    "DeltaMirrorMaintenanceOperator",
+    "DeltaMirrorPublishOperator",
+    "DeltaMirrorValidateOperator",
+]
