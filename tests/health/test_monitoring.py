@@ -12,11 +12,11 @@ from sqlalchemy import update
 from support.builders import append_rows, create_data_table
 
 from delta_mirror.cli import cli
+from delta_mirror.delta.protocol import now_ms
 from delta_mirror.health.monitoring import health_report, lag_history, record_lag_sample
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.store import SqlStore
 from delta_mirror.store.schema import dl_commits
-from delta_mirror.store.sql_store import now_ms
 
 SCHEMA = pa.schema([("id", pa.int64())])
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event, func, inspect, select, text
+from support.builders import add_body, metadata_body, protocol_body, remove_body
 
 from delta_mirror.delta.actions import canonical_line, dv_id
 from delta_mirror.errors import (
@@ -35,50 +36,28 @@ from delta_mirror.store import SqlStore
 from delta_mirror.store.schema import dl_actions, dl_commits, dl_files, dl_mirror_status, dl_tables
 from delta_mirror.store.sql_store import CommitResult, default_table_name
 
-SCHEMA = json.dumps(
-    {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]},
-    separators=(",", ":"),
-)
 Action = tuple[str, dict[str, Any]]
 
 
+# The store takes (kind, body) pairs; the bodies come from support.builders.
 def protocol(**extra: Any) -> Action:
-    return ("protocol", {"minReaderVersion": 1, "minWriterVersion": 2, **extra})
+    return ("protocol", protocol_body(**extra))
 
 
 def metadata(**configuration: str) -> Action:
-    return (
-        "metaData",
-        {
-            "id": "7c5f3b2e-0000-4000-8000-000000000000",
-            "format": {"provider": "parquet", "options": {}},
-            "schemaString": SCHEMA,
-            "partitionColumns": [],
-            "configuration": dict(configuration),
-            "createdTime": 1,
-        },
-    )
+    return ("metaData", metadata_body(configuration=configuration))
+
+
+def _dv(dv: dict[str, Any] | None) -> dict[str, Any]:
+    return {} if dv is None else {"deletionVector": dv}
 
 
 def add(path: str, size: int = 1, dv: dict[str, Any] | None = None, **extra: Any) -> Action:
-    body: dict[str, Any] = {
-        "path": path,
-        "partitionValues": {},
-        "size": size,
-        "modificationTime": 1,
-        "dataChange": True,
-    }
-    if dv is not None:
-        body["deletionVector"] = dv
-    body.update(extra)
-    return ("add", body)
+    return ("add", add_body(path, size=size, **_dv(dv), **extra))
 
 
 def remove(path: str, dv: dict[str, Any] | None = None) -> Action:
-    body: dict[str, Any] = {"path": path, "deletionTimestamp": 5, "dataChange": True}
-    if dv is not None:
-        body["deletionVector"] = dv
-    return ("remove", body)
+    return ("remove", remove_body(path, **_dv(dv)))
 
 
 def inline_dv(n: int) -> dict[str, Any]:
