@@ -1,9 +1,18 @@
 """The SQL store: the authority for every table's Delta log (SQLAlchemy 2 Core + Alembic).
 
-``SqlStore`` (``sql_store.py``) is one facade over a module per topic: tables and leases,
-commits (native, verbatim, import), reads, mirror status, lag history and circuit-breaker rows.
-All of the package's SQL lives in this folder (``schema.py`` names the tables, ``states.py`` the
-values of their state columns).
+All of the package's SQL lives in this folder. ``SqlStore`` (``sql_store.py``) is one facade
+composed of a mixin per topic:
+
+- ``tables.py``: tables and the publisher lease;
+- ``commits.py``: native commits and imported versions (the Delta rules: ``delta/commit_rules.py``);
+- ``verbatim.py``: a writer's exact commit file (the commit service), one statement when it can;
+- ``log_rows.py``: the rows every write path writes (commit claim, actions, file index, queue);
+- ``reads.py``: commits, snapshots and active file sets (also as id ranges for Spark over JDBC);
+- ``mirror_status.py``: the per-version publish states (the publisher's queue);
+- ``lag.py``: lag history; ``breakers.py``: circuit-breaker rows.
+
+``schema.py`` names the tables, ``states.py`` the values of their state columns, ``db.py`` makes
+engines, runs migrations and turns database errors into the core's error classes.
 """
 
 from __future__ import annotations

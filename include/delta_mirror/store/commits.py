@@ -161,7 +161,7 @@ class Commits(Tables):
             )
         ts = claim_version(conn, table, version, CommitSource.NATIVE)
         check_commit_rules(conn, table, version, actions)
-        ordered = self._with_commit_info(
+        ordered = self._first_commit_info(
             conn, table, version, commit_rules.in_spark_order(actions), ts, operation
         )
         write_actions(conn, table.id, version, PART_COMMIT, ordered, strict=True)
@@ -182,7 +182,7 @@ class Commits(Tables):
         return version
 
     @staticmethod
-    def _with_commit_info(
+    def _first_commit_info(
         conn: Connection,
         table: TableInfo,
         version: int,

@@ -1,14 +1,5 @@
-"""``SqlStore``: the authority for every table's Delta log, one facade over the store's topics.
-
-Each topic is a mixin in its own module (a newcomer reads one concern at a time):
-
-- ``tables.py``: tables and the publisher lease;
-- ``commits.py``: native commits and imported versions (the Delta rules: ``delta/commit_rules.py``);
-- ``verbatim.py``: a writer's exact commit file (the commit service), one statement when it can;
-- ``log_rows.py``: the rows every write path writes (commit claim, actions, file index, queue);
-- ``reads.py``: commits, snapshots and active file sets;
-- ``mirror_status.py``: the per-version publish states (the publisher's queue);
-- ``lag.py``: lag history; ``breakers.py``: circuit-breaker rows.
+"""``SqlStore``: the authority for every table's Delta log, one facade over the store's topics
+(the module list is in ``store/__init__.py``).
 
 Invariants (kept in ``commits.py`` and ``verbatim.py``): a version is committed exactly once (the
 ``dl_commits`` primary key decides races); a commit is one transaction, so a refused commit leaves
