@@ -332,12 +332,12 @@ def p_publish_bare(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
 @piece("publish_deltalake")
 def p_publish_deltalake(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
     from deltalake import DeltaTable
-    from deltalake.transaction import AddAction
+    from deltalake.transaction import AddAction, RemoveAction
 
     schema = pa_schema()
     batches = []  # the same actions as ours, built before timing
     for v in range(1, a["versions"]):
-        acts = []
+        acts: list[AddAction | RemoveAction] = []
         for i in range(a["adds"]):
             b = add_body(v, i)
             acts.append(
@@ -485,7 +485,8 @@ def _pyarrow_max_memory() -> float | None:
         return None
     import pyarrow as pa
 
-    return round(pa.default_memory_pool().max_memory() / 2**20, 1)
+    mib: float = pa.default_memory_pool().max_memory() / 2**20
+    return round(mib, 1)
 
 
 # The Spark checkpoint figure's pieces live beside this file (benchmarks/ is on sys.path as the
@@ -573,7 +574,9 @@ class Bench:
         self.tmp = tmp
         self.corpus = corpus
         self.idx = 1 if opts.quick else 0
-        self.repeat = opts.repeat or SIZES["repeat"][self.idx]
+        default_repeat = SIZES["repeat"][self.idx]
+        assert default_repeat is not None
+        self.repeat: int = opts.repeat or default_repeat
         self.databases: list[str] = []
         self.profiles: dict[str, Any] = {}
 
@@ -870,8 +873,8 @@ def machine_info(pg_url: str) -> dict[str, Any]:
         dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True)
         git = head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     digest = hashlib.sha256()
-    for f in sorted((REPO / "include" / "delta_mirror").rglob("*.py")):
-        digest.update(str(f.relative_to(REPO)).encode() + b"\0" + f.read_bytes())
+    for source in sorted((REPO / "include" / "delta_mirror").rglob("*.py")):
+        digest.update(str(source.relative_to(REPO)).encode() + b"\0" + source.read_bytes())
     return {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "hostname": platform.node(),
@@ -894,7 +897,12 @@ def machine_info(pg_url: str) -> dict[str, Any]:
     }
 
 
-def main() -> int:
+FIGURES = ("publish", "checkpoint", "history", "spark_checkpoint", "commit_service", "spark_writers")
+#: The figures whose ``targets`` make ``all_targets_met`` (keys of the output).
+TARGET_FIGURES = ("publish", "checkpoint_300k", "long_history", "commit_service", "spark_writers")
+
+
+def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -905,7 +913,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=0, help="runs per checkpoint figure (median reported)")
     parser.add_argument(
         "--only",
-        default="publish,checkpoint,history,spark_checkpoint,commit_service,spark_writers",
+        default=",".join(FIGURES),
         help="figures to run (comma separated); a partial run updates only its figures in latest.json",
     )
     parser.add_argument(
@@ -914,8 +922,11 @@ def main() -> int:
         help="spark_checkpoint without the 1,000,000-file size (also DELTA_MIRROR_BENCH_SKIP_1M=1)",
     )
     parser.add_argument("--child", nargs=2, metavar=("PIECE", "ARGS_JSON"), help=argparse.SUPPRESS)
-    opts = parser.parse_args()
+    return parser.parse_args()
 
+
+def main() -> int:
+    opts = _parse_args()
     if opts.child:
         run_child(opts.child[0], json.loads(opts.child[1]))
         return 0
@@ -924,14 +935,8 @@ def main() -> int:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, on_signal)
-    corpus = Path(os.environ.get("DELTA_MIRROR_CORPUS") or REPO.parent / "shared" / "corpus").resolve()
-    from support.services import PgServer  # the tests' throwaway PostgreSQL
-
     started = time.perf_counter()
     RESULTS_DIR.mkdir(exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="dm-bench-"))
-    server = None
-    bench = None
     out: dict[str, Any] = {
         "benchmark": "delta-mirror",
         "quick": opts.quick,
@@ -940,7 +945,36 @@ def main() -> int:
         "PostgreSQL server's own memory); rss_before_mib = the child's peak after imports; the store "
         "database is VACUUM ANALYZEd after each setup (not timed)",
     }
-    errors: dict[str, str] = {}
+    errors = _measure(opts, out)
+    targets: dict[str, bool] = {}
+    for fig in TARGET_FIGURES:
+        for k, v in (out.get(fig) or {}).get("targets", {}).items():
+            targets[f"{fig}.{k}"] = v
+    out["targets"] = targets
+    out["all_targets_met"] = bool(targets) and all(targets.values()) and not errors
+    if errors:
+        out["errors"] = errors
+    out["total_seconds"] = round(time.perf_counter() - started, 1)
+    if "machine" in out:  # other work on the machine skews every figure: say how busy it was
+        out["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    result_file = RESULTS_DIR / ("quick.json" if opts.quick else "latest.json")
+    only = opts.only.split(",")
+    if set(only) != set(FIGURES) and result_file.exists():
+        out = _merge_previous(json.loads(result_file.read_text()), out, only, errors)
+    text = json.dumps(out, indent=2)
+    result_file.write_text(text + "\n")
+    print(text)
+    return 1 if errors else 0
+
+
+def _measure(opts: argparse.Namespace, out: dict[str, Any]) -> dict[str, str]:
+    """Run the figures ``--only`` names into ``out`` around one PostgreSQL server; their errors by figure."""
+    from support.services import PgServer  # the tests' throwaway PostgreSQL
+
+    corpus = Path(os.environ.get("DELTA_MIRROR_CORPUS") or REPO.parent / "shared" / "corpus").resolve()
+    tmp = Path(tempfile.mkdtemp(prefix="dm-bench-"))
+    server = None
+    bench = None
     try:
         log("starting PostgreSQL")
         server = PgServer.from_env_or_start()
@@ -948,45 +982,7 @@ def main() -> int:
         out["corpus"] = str(corpus)
         bench = Bench(opts, server, tmp, corpus)
         out["repeat"] = bench.repeat
-        only = set(opts.only.split(","))
-        figures: list[tuple[str, Callable[[], None]]] = []
-
-        def run_publish() -> None:
-            out["publish"] = bench.fig_publish()  # type: ignore[union-attr]
-
-        def run_checkpoint() -> None:
-            out["import_300k"], out["checkpoint_300k"] = bench.fig_300k()  # type: ignore[union-attr]
-
-        def run_history() -> None:
-            out["long_history"] = bench.fig_history()  # type: ignore[union-attr]
-
-        def run_spark_checkpoint() -> None:
-            out["spark_checkpoint"] = spark_checkpoint.figure(bench, child, log, sys.modules[__name__])
-
-        def run_commit_service() -> None:
-            out["commit_service"] = commit_service.figure(bench, log)
-
-        def run_spark_writers() -> None:
-            out["spark_writers"] = spark_writers.figure(bench, log)
-
-        for key, fn in (
-            ("publish", run_publish),
-            ("checkpoint", run_checkpoint),
-            ("history", run_history),
-            ("spark_checkpoint", run_spark_checkpoint),
-            ("commit_service", run_commit_service),
-            ("spark_writers", run_spark_writers),
-        ):
-            if key in only:
-                figures.append((key, fn))
-        for key, fn in figures:
-            try:
-                fn()
-            except KeyboardInterrupt:
-                raise
-            except Exception as exc:
-                log(f"figure {key} failed: {exc}\n{traceback.format_exc()}")
-                errors[key] = f"{type(exc).__name__}: {exc}"
+        errors = _run_figures(bench, out, set(opts.only.split(",")))
         if bench.profiles:
             out["profiles"] = bench.profiles
     finally:
@@ -1000,47 +996,52 @@ def main() -> int:
             log("stopping PostgreSQL")
             server.stop_and_remove()
         shutil.rmtree(tmp, ignore_errors=True)
+    return errors
 
-    targets: dict[str, bool] = {}
-    for fig in ("publish", "checkpoint_300k", "long_history", "commit_service", "spark_writers"):
-        for k, v in (out.get(fig) or {}).get("targets", {}).items():
-            targets[f"{fig}.{k}"] = v
-    out["targets"] = targets
-    out["all_targets_met"] = bool(targets) and all(targets.values()) and not errors
-    if errors:
-        out["errors"] = errors
-    out["total_seconds"] = round(time.perf_counter() - started, 1)
-    if "machine" in out:  # other work on the machine skews every figure: say how busy it was
-        out["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    result_file = RESULTS_DIR / ("quick.json" if opts.quick else "latest.json")
-    partial = set(opts.only.split(",")) != {
-        "publish",
-        "checkpoint",
-        "history",
-        "spark_checkpoint",
-        "commit_service",
-        "spark_writers",
+
+def _run_figures(bench: Bench, out: dict[str, Any], only: set[str]) -> dict[str, str]:
+    """Each figure in ``only``, in the order of ``FIGURES``; one failing figure does not stop the others."""
+
+    def run_checkpoint() -> None:
+        out["import_300k"], out["checkpoint_300k"] = bench.fig_300k()
+
+    runners: dict[str, Callable[[], None]] = {
+        "publish": lambda: out.update(publish=bench.fig_publish()),
+        "checkpoint": run_checkpoint,
+        "history": lambda: out.update(long_history=bench.fig_history()),
+        "spark_checkpoint": lambda: out.update(
+            spark_checkpoint=spark_checkpoint.figure(bench, child, log, sys.modules[__name__])
+        ),
+        "commit_service": lambda: out.update(commit_service=commit_service.figure(bench, log)),
+        "spark_writers": lambda: out.update(spark_writers=spark_writers.figure(bench, log)),
     }
-    if partial and result_file.exists():
-        # keep the figures this run did not measure (each says when it was measured)
-        previous = json.loads(result_file.read_text())
-        merged = {k: v for k, v in previous.items() if k not in out}
-        merged.update(out)
-        if "machine" in previous:  # the figures kept were measured on the machine as it was then
-            merged["machine_for_other_figures"] = previous.get(
-                "machine_for_other_figures", previous["machine"]
-            )
-        merged["targets"] = {**previous.get("targets", {}), **out["targets"]}
-        merged["all_targets_met"] = bool(merged["targets"]) and all(merged["targets"].values()) and not errors
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        merged.setdefault("measured_at", {})
-        for key in opts.only.split(","):
-            merged["measured_at"][key] = stamp
-        out = merged
-    text = json.dumps(out, indent=2)
-    result_file.write_text(text + "\n")
-    print(text)
-    return 1 if errors else 0
+    errors: dict[str, str] = {}
+    for key in (k for k in FIGURES if k in only):
+        try:
+            runners[key]()
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:
+            log(f"figure {key} failed: {exc}\n{traceback.format_exc()}")
+            errors[key] = f"{type(exc).__name__}: {exc}"
+    return errors
+
+
+def _merge_previous(
+    previous: dict[str, Any], out: dict[str, Any], only: list[str], errors: dict[str, str]
+) -> dict[str, Any]:
+    """A partial run: keep the figures this run did not measure (each says when it was measured)."""
+    merged = {k: v for k, v in previous.items() if k not in out}
+    merged.update(out)
+    if "machine" in previous:  # the figures kept were measured on the machine as it was then
+        merged["machine_for_other_figures"] = previous.get("machine_for_other_figures", previous["machine"])
+    merged["targets"] = {**previous.get("targets", {}), **out["targets"]}
+    merged["all_targets_met"] = bool(merged["targets"]) and all(merged["targets"].values()) and not errors
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    merged.setdefault("measured_at", {})
+    for key in only:
+        merged["measured_at"][key] = stamp
+    return merged
 
 
 if __name__ == "__main__":

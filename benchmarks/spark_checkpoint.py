@@ -191,7 +191,7 @@ def _spark(tree: TreeRss) -> tuple[Any, float]:
     from delta_mirror.spark.session import get_spark
 
     t0 = time.perf_counter()
-    spark = get_spark(**SPARK_CONF)
+    spark = get_spark(**SPARK_CONF)  # type: ignore[arg-type]  # **conf: Spark keys, never authority=
     spark.range(1).count()  # the JVM and one task are up
     return spark, time.perf_counter() - t0
 

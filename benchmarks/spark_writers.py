@@ -136,6 +136,10 @@ def figure(bench: Any, log: Callable[[str], None]) -> dict[str, Any]:
     return out
 
 
+def _stderr(message: str) -> None:
+    sys.stderr.write(message + "\n")
+
+
 def main() -> int:
     import argparse
     from types import SimpleNamespace
@@ -154,7 +158,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         bench = SimpleNamespace(opts=opts, tmp=Path(tmp), new_db=server.create_database)
         try:
-            result = figure(bench, lambda m: sys.stderr.write(m + "\n"))
+            result = figure(bench, _stderr)
         finally:
             server.stop_and_remove()
     sys.stdout.write(json.dumps(result, indent=2) + "\n")
