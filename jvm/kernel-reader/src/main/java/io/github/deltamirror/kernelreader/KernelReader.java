@@ -90,7 +90,7 @@ public final class KernelReader {
     }
     TableReader reader;
     try {
-      reader = new TableReader(DefaultEngine.create(new Configuration()));
+      reader = new TableReader(DefaultEngine.create(hadoopConf()));
     } catch (Throwable t) {
       print(out, failure(t));
       return ERROR;
@@ -110,6 +110,18 @@ public final class KernelReader {
       print(out, result);
     }
     return OK;
+  }
+
+  /**
+   * Local files through Hadoop's raw file system: the checksummed default verifies Hadoop's own
+   * {@code .x.crc} sidecars, which are no part of Delta, and refuses a commit whose sidecar is
+   * stale (a log copied or edited by a non-Hadoop tool) though every other reader reads it.
+   */
+  static Configuration hadoopConf() {
+    Configuration conf = new Configuration();
+    conf.set("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem");
+    conf.setBoolean("fs.file.impl.disable.cache", true);
+    return conf;
   }
 
   private static Map<String, Object> readOne(

@@ -59,6 +59,17 @@ class KernelReaderTest {
   }
 
   @Test
+  void staleHadoopChecksumIsIgnored() throws IOException {
+    commit(0, "{\"protocol\":{\"minReaderVersion\":1,\"minWriterVersion\":2}}", METADATA);
+    // a Hadoop .crc sidecar that does not match the commit (the log was copied by another tool)
+    Files.write(
+        dir.resolve("_delta_log").resolve(String.format(".%020d.json.crc", 0)),
+        new byte[] {'c', 'r', 'c', 0, 0, 0, 2, 0, 1, 2, 3, 4});
+    JsonNode[] out = run(dir.toString());
+    assertEquals(KernelReader.OK, out[1].asInt(), out[0].toString());
+  }
+
+  @Test
   void unknownReaderFeatureIsUnsupported() throws IOException {
     commit(
         0,
