@@ -28,21 +28,21 @@ from delta_mirror.delta.actions import KNOWN_ACTIONS, canonical_json, line_actio
 from delta_mirror.delta.last_checkpoint import LastCheckpoint
 from delta_mirror.delta.log_listing import CheckpointFiles, LogListing, list_log, sidecar_refs
 from delta_mirror.delta.log_path import LOG_DIR, SIDECAR_DIR, LogFileKind
-from delta_mirror.delta.protocol import CheckpointKind, unsupported_reasons
+from delta_mirror.delta.protocol import CheckpointKind
 from delta_mirror.delta.source_state import (
     CheckpointState,
     ReplayState,
-    check_action,
+    check_checkpoint,
+    check_segment,
+    check_supported,
     checkpoint_state,
     compare_to_checkpoint,
-    require_state,
 )
 from delta_mirror.errors import (
     DataError,
     InvalidActionError,
     NotADeltaTableError,
     TransientError,
-    UnsupportedTableError,
 )
 from delta_mirror.storage import ObjectStore
 
@@ -391,23 +391,6 @@ def _other_files(listing: LogListing) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------
-# Protocol check
-# --------------------------------------------------------------------------------------------
-
-
-def check_supported(protocol: Mapping[str, Any], metadata: Mapping[str, Any] | None, *, table: str) -> None:
-    """Refuse tables whose protocol we cannot carry unchanged, naming the feature (README, "Unsupported tables")."""
-    problems = unsupported_reasons(protocol, metadata)
-    if problems:
-        raise UnsupportedTableError(
-            "cannot import: " + "; ".join(problems),
-            table=table,
-            hint="delta-mirror only imports tables that every plain Delta reader can read; "
-            "remove the feature (or fix the protocol) in the source table first",
-        )
-
-
-# --------------------------------------------------------------------------------------------
 # The entry point
 # --------------------------------------------------------------------------------------------
 
@@ -426,7 +409,7 @@ def read_source_log(store: ObjectStore, *, table: str) -> SourceLog:
     base = _choose_base(store, listing, latest, table=table)
     start = base.version if base is not None else 0
     commits = _read_commits(store, listing, start, latest, table=table)
-    replay = _check_segment(base, commits, start, table=table)
+    replay = check_segment(base.actions if base is not None else None, commits, start, table=table)
     assert replay.protocol is not None
     check_supported(replay.protocol, replay.metadata, table=table)
     reader_features = replay.protocol.get("readerFeatures")
@@ -519,53 +502,6 @@ def _read_commits(
     return commits
 
 
-def _check_segment(
-    base: SourceCheckpoint | None, commits: list[tuple[int, list[str], bytes]], start: int, *, table: str
-) -> ReplayState:
-    """Apply the rule for invalid logs to the base checkpoint and every commit; the latest state."""
-    state = ReplayState()
-    if base is not None:
-        _check_checkpoint_lines(base.actions, base.version, table=table)
-        state.protocol, state.metadata = _protocol_and_metadata(base.actions, None, None)
-    for version, lines, _data in commits:
-        for line in lines:
-            if line.startswith(('{"commitInfo":', '{"add":', '{"remove":')):
-                continue  # one known action per line: not a protocol or metaData one
-            kind, body = line_action(json.loads(line))
-            check_action(kind, body, table=table, version=version, where="commit")
-            if kind == "protocol":
-                state.protocol = body
-            elif kind == "metaData":
-                state.metadata = body
-        if version == start:
-            require_state(
-                state.protocol, state.metadata, table=table, version=version, where="the table at version"
-            )
-    if not commits:  # a checkpoint alone
-        require_state(
-            state.protocol, state.metadata, table=table, version=start, where="the table at version"
-        )
-    return state
-
-
-def _check_checkpoint_lines(lines: list[str], version: int, *, table: str) -> None:
-    """A checkpoint readers can start from: one well-formed protocol and metaData."""
-    protocol, metadata = _protocol_and_metadata(lines, None, None)
-    require_state(protocol, metadata, table=table, version=version, where="checkpoint")
-    check_action("protocol", protocol, table=table, version=version, where="checkpoint")
-    check_action("metaData", metadata, table=table, version=version, where="checkpoint")
-
-
-def _protocol_and_metadata(lines: Iterable[str], protocol: Any, metadata: Any) -> tuple[Any, Any]:
-    """The last protocol / metaData payloads among canonical checkpoint lines (prefix test first)."""
-    for line in lines:
-        if line.startswith('{"protocol":'):
-            protocol = json.loads(line)["protocol"]
-        elif line.startswith('{"metaData":'):
-            metadata = json.loads(line)["metaData"]
-    return protocol, metadata
-
-
 def _complete_checkpoints(
     store: ObjectStore, listing: LogListing, base: SourceCheckpoint | None, *, v2_table: bool
 ) -> dict[int, CheckpointFiles]:
@@ -611,7 +547,7 @@ def _checkpoint_states(
         if cand is None:
             continue
         actions = _read_checkpoint(store, list(cand.paths), table=table, version=version).actions
-        _check_checkpoint_lines(actions, version, table=table)
+        check_checkpoint(actions, version, table=table)
         cp_state, by_role = checkpoint_state(actions)
         found = compare_to_checkpoint(replay, cp_state, by_role, version)
         if found is not None:

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from delta_mirror.delta.actions import dv_id, line_action, schema_problem
-from delta_mirror.errors import DataError
+from delta_mirror.delta.protocol import unsupported_reasons
+from delta_mirror.errors import DataError, UnsupportedTableError
 
 _FIX_HINT = (
     "repair the source log with a Delta writer (or restore the file from a backup), then import again; "
@@ -84,6 +85,67 @@ def require_state(protocol: Any, metadata: Any, *, table: str, version: int, whe
     for kind, body in (("protocol", protocol), ("metaData", metadata)):
         if not isinstance(body, dict):
             raise _refuse(f"{where} {version} has no {kind} action", table=table, version=version)
+
+
+def check_supported(protocol: Mapping[str, Any], metadata: Mapping[str, Any] | None, *, table: str) -> None:
+    """Refuse tables whose protocol we cannot carry unchanged, naming the feature (README, "Unsupported tables")."""
+    problems = unsupported_reasons(protocol, metadata)
+    if problems:
+        raise UnsupportedTableError(
+            "cannot import: " + "; ".join(problems),
+            table=table,
+            hint="delta-mirror only imports tables that every plain Delta reader can read; "
+            "remove the feature (or fix the protocol) in the source table first",
+        )
+
+
+def check_segment(
+    base_lines: list[str] | None, commits: list[tuple[int, list[str], bytes]], start: int, *, table: str
+) -> ReplayState:
+    """Apply the rule to the base checkpoint (its lines, at ``start``) and every commit; returns
+    the latest protocol and metaData (files are not replayed)."""
+    state = ReplayState()
+    if base_lines is not None:
+        check_checkpoint(base_lines, start, table=table)
+        state.protocol, state.metadata = _protocol_and_metadata(base_lines)
+    for version, lines, _data in commits:
+        for line in lines:
+            if line.startswith(('{"commitInfo":', '{"add":', '{"remove":')):
+                continue  # one known action per line: not a protocol or metaData one
+            kind, body = line_action(json.loads(line))
+            check_action(kind, body, table=table, version=version, where="commit")
+            if kind == "protocol":
+                state.protocol = body
+            elif kind == "metaData":
+                state.metadata = body
+        if version == start:
+            require_state(
+                state.protocol, state.metadata, table=table, version=version, where="the table at version"
+            )
+    if not commits:  # a checkpoint alone
+        require_state(
+            state.protocol, state.metadata, table=table, version=start, where="the table at version"
+        )
+    return state
+
+
+def check_checkpoint(lines: list[str], version: int, *, table: str) -> None:
+    """A checkpoint readers can start from: a well-formed protocol and metaData."""
+    protocol, metadata = _protocol_and_metadata(lines)
+    require_state(protocol, metadata, table=table, version=version, where="checkpoint")
+    check_action("protocol", protocol, table=table, version=version, where="checkpoint")
+    check_action("metaData", metadata, table=table, version=version, where="checkpoint")
+
+
+def _protocol_and_metadata(lines: Iterable[str]) -> tuple[Any, Any]:
+    """The last protocol / metaData payloads among canonical checkpoint lines (prefix test first)."""
+    protocol = metadata = None
+    for line in lines:
+        if line.startswith('{"protocol":'):
+            protocol = json.loads(line)["protocol"]
+        elif line.startswith('{"metaData":'):
+            metadata = json.loads(line)["metaData"]
+    return protocol, metadata
 
 
 # --------------------------------------------------------------------------------------------
@@ -302,6 +364,9 @@ __all__ = [
     "Disagreement",
     "ReplayState",
     "check_action",
+    "check_checkpoint",
+    "check_segment",
+    "check_supported",
     "checkpoint_state",
     "compare_to_checkpoint",
     "require_state",
