@@ -3,7 +3,9 @@
 An action is one JSON object with exactly one key, the action type (``add``, ``remove``,
 ``metaData``, ``protocol``, ``txn``, ``commitInfo``, ``domainMetadata``, ``cdc``...). Its body keeps
 key order and unknown fields; the canonical line is its compact UTF-8 JSON (no ASCII escaping),
-which is how Delta-Spark writes commit files.
+which is how Delta-Spark writes commit files. Native commits are held to exactly that; a line of
+an imported log may also carry unknown keys beside its action, which readers ignore
+(``line_action``).
 """
 
 from __future__ import annotations
