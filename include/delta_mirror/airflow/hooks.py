@@ -62,7 +62,7 @@ class DeltaMirrorHook(BaseHook):
             _mask(url_text)
             # the password on its own too (a driver error may quote it without the URL)
             with contextlib.suppress(Exception):
-                _mask(make_url(url_text).password)  # type: ignore[arg-type]
+                _mask(make_url(url_text).password)
             return url_text
 
         url = URL.create(

@@ -30,7 +30,7 @@ class StoreCommitTrigger(BaseEventTrigger):
         poll_interval: float = 5.0,
         watermark: int | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # BaseTrigger.__init__ is unannotated
         self.table = table
         self.store_conn_id = store_conn_id
         self.poll_interval = poll_interval
@@ -68,6 +68,8 @@ class StoreCommitTrigger(BaseEventTrigger):
             if watermark is None and latest is not None:
                 watermark = published if published is not None else -1
             if latest is not None and watermark is not None and latest > watermark:
-                yield TriggerEvent({"table": self.table, "from_version": watermark + 1, "to_version": latest})
+                yield TriggerEvent(  # type: ignore[no-untyped-call]  # unannotated in Airflow
+                    {"table": self.table, "from_version": watermark + 1, "to_version": latest}
+                )
                 watermark = latest
             await asyncio.sleep(self.poll_interval)

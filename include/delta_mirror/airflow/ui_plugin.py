@@ -18,7 +18,7 @@ import html
 import os
 import threading
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar
+from typing import Any
 from urllib.parse import quote
 
 from airflow.plugins_manager import AirflowPlugin
@@ -392,10 +392,10 @@ class DeltaMirrorPlugin(AirflowPlugin):
     """Registered by ``plugins/delta_mirror_plugin.py`` (Airflow's plugins folder)."""
 
     name = "delta_mirror"
-    fastapi_apps: ClassVar[list[dict[str, Any]]] = [
+    fastapi_apps: list[Any] = [  # noqa: RUF012  # AirflowPlugin declares it an instance attribute
         {"app": create_app(), "url_prefix": URL_PREFIX, "name": "Delta Mirror"}
     ]
-    external_views: ClassVar[list[dict[str, Any]]] = [
+    external_views: list[Any] = [  # noqa: RUF012  # as fastapi_apps
         {
             "name": "Delta Mirror",
             "href": f"{URL_PREFIX}/",

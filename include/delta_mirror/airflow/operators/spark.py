@@ -99,7 +99,7 @@ class DeltaMirrorSparkIngestOperator(DeltaMirrorTableOperator):
         if self.idempotent and run_after is not None:
             app_id = f"airflow:{self.dag_id}.{self.task_id}"
             app_version = int(run_after.timestamp() * 1000)
-        conf = self.spark_conf or {}
+        conf: dict[str, Any] = self.spark_conf or {}
         spark = get_spark(self.spark_master, app_name=f"delta-mirror-ingest-{self.table}", **conf)
         result = ingest(
             spark,
