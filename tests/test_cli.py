@@ -551,3 +551,15 @@ def test_commit_and_import_to_an_unreachable_location_fail_fast_and_clearly(
 def test_help_and_version_work_without_a_store() -> None:
     assert run("--version").stdout.startswith("delta-mirror, version ")
     assert "commit" in run("--help").stdout
+
+
+def test_the_cli_runs_as_a_module_with_every_command() -> None:
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "delta_mirror.cli", "--help"], capture_output=True, text=True, env=clean_env()
+    )
+    assert proc.returncode == 0, proc.stderr
+    listed = set(proc.stdout.split("Commands:")[1].split())
+    commands = {"checkpoint", "commit", "health", "import", "init", "mirror", "reconcile", "resume"}
+    assert commands | {"serve", "status", "validate"} <= listed
