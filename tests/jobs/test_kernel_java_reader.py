@@ -178,6 +178,11 @@ def test_not_a_delta_table_is_a_failure(kernel: None, tmp_path: Path) -> None:
     assert not isinstance(info.value, ReaderLimitation)
 
 
+def test_timeout_is_a_failure(kernel: None, tmp_path: Path) -> None:
+    with pytest.raises(ReaderFailure, match="did not finish"):
+        read_with_kernel_java(str(tmp_path), timeout=0.01)
+
+
 # -- without the reader --------------------------------------------------------------------------
 def test_missing_jar_is_unavailable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv(kernel_java.JAR_ENV, str(tmp_path / "nowhere.jar"))

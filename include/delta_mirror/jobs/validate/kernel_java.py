@@ -24,6 +24,7 @@ from delta_mirror.storage import local_path, normalize_location
 JAR_NAME = "delta-mirror-kernel-reader.jar"
 JAR_ENV = "DELTA_MIRROR_KERNEL_JAR"  # another jar to use (a build elsewhere)
 DEFAULT_TIMEOUT = 300.0
+TIMEOUT_PER_VERSION = 15.0  # read_versions_with_kernel_java: a loaded machine, a large snapshot
 # a small heap and a quick start: one short-lived JVM per call
 JVM_OPTIONS = ("-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 _DOING = {"snapshot": "load the log of", "scan": "list the files of", "data": "read the data files of"}
@@ -142,15 +143,18 @@ def read_with_kernel_java(
 def read_versions_with_kernel_java(
     location: str,
     versions: Sequence[int],
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float | None = None,
     *,
     count_rows: bool = True,
 ) -> dict[int, KernelJavaView | ReaderError]:
     """Several versions in one JVM (what a walk over a table's history wants): each version's view,
-    or the :class:`ReaderLimitation` / :class:`ReaderFailure` it got. ``timeout`` is for the whole run.
+    or the :class:`ReaderLimitation` / :class:`ReaderFailure` it got. ``timeout`` is for the whole
+    run (default: :data:`DEFAULT_TIMEOUT` plus :data:`TIMEOUT_PER_VERSION` for each version).
     """
     if not versions:
         return {}
+    if timeout is None:
+        timeout = DEFAULT_TIMEOUT + TIMEOUT_PER_VERSION * len(versions)
     if any(v < 0 for v in versions):
         raise ValueError(f"versions must be >= 0, not {sorted(versions)[0]}")
     folder, command = _command(location, None)
