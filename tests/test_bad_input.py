@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import MetaData, select, text
-from support.builders import add_body, metadata_body, protocol_body
+from support.builders import action, add_body, cdc_body, lines, metadata_body, protocol_body, remove_body
 from support.cli import assert_one_error_line, clean_env, executable
 
 from delta_mirror.cli import cli
@@ -38,20 +38,9 @@ METADATA: dict[str, Any] = metadata_body()
 EXIT = {ErrorClass.DATA: 4, ErrorClass.CONFLICT: 3, ErrorClass.PERMANENT: 1}
 
 
-def add(path: str = "n.parquet", **extra: Any) -> dict[str, Any]:
-    return add_body(path, **extra)
-
-
-def cdc(path: str = "c.parquet") -> dict[str, Any]:
-    return {"path": path, "partitionValues": {}, "size": 1, "dataChange": False}
-
-
-def remove(path: str = "a.parquet") -> dict[str, Any]:
-    return {"path": path, "deletionTimestamp": 2, "dataChange": True}
-
-
 def jl(*actions: tuple[str, Any]) -> bytes:
-    return "".join(json.dumps({k: v}) + "\n" for k, v in actions).encode()
+    """``(kind, body)`` pairs as commit input."""
+    return lines(*(action(kind, body) for kind, body in actions))
 
 
 def without(body: dict[str, Any], key: str) -> dict[str, Any]:
@@ -89,25 +78,47 @@ def _paths(table_root: str, other_root: str) -> list[tuple[str, str]]:
     ]
 
 
+class _Cases(list[Case]):
+    def data(self, cid: str, body: bytes, needles: tuple[str, ...], extra: list[str] | None = None) -> None:
+        """A commit refused as bad data (exit 4), saying each of ``needles``."""
+        self.append((cid, body, extra or [], ErrorClass.DATA, needles))
+
+
 def generate(table_root: str, other_root: str) -> list[Case]:
     """Each validation rule × its variants; version 2 is the next version of table 't'."""
-    cases: list[Case] = []
-    data = ErrorClass.DATA
+    return [
+        *_path_cases(table_root, other_root),
+        *_required_field_cases(),
+        *_wrong_type_cases(),
+        *_metadata_cases(),
+        *_protocol_cases(),
+        *_commit_rule_cases(),
+        *_raw_byte_cases(),
+    ]
 
-    def case(cid: str, body: bytes, needles: tuple[str, ...], extra: list[str] | None = None) -> None:
-        cases.append((cid, body, extra or [], data, needles))
 
-    # 1. paths that leave the table root, in every action that names a data file
+def _path_cases(table_root: str, other_root: str) -> list[Case]:
+    """Paths that leave the table root, in every action that names a data file."""
+    cases = _Cases()
     for i, (path, says) in enumerate(_paths(table_root, other_root)):
-        case(f"path{i}-add", jl(("add", add(path))), ("version 2", says))
-        case(f"path{i}-remove", jl(("remove", remove(path))), ("version 2", says))
-        case(f"path{i}-cdc", jl(("cdc", cdc(path))), ("version 2", says))
-        case(f"path{i}-after-valid", jl(("add", add("ok.parquet")), ("add", add(path))), ("action 2", says))
-    # 2. required fields, one missing at a time
+        cases.data(f"path{i}-add", jl(("add", add_body(path))), ("version 2", says))
+        cases.data(f"path{i}-remove", jl(("remove", remove_body(path))), ("version 2", says))
+        cases.data(f"path{i}-cdc", jl(("cdc", cdc_body(path))), ("version 2", says))
+        cases.data(
+            f"path{i}-after-valid",
+            jl(("add", add_body("ok.parquet")), ("add", add_body(path))),
+            ("action 2", says),
+        )
+    return cases
+
+
+def _required_field_cases() -> list[Case]:
+    """Required fields, one missing at a time."""
+    cases = _Cases()
     required = {
-        "add": (add(), ("path", "size", "partitionValues", "modificationTime", "dataChange")),
-        "remove": (remove(), ("path", "dataChange")),
-        "cdc": (cdc(), ("path", "size", "partitionValues", "dataChange")),
+        "add": (add_body(), ("path", "size", "partitionValues", "modificationTime", "dataChange")),
+        "remove": (remove_body("a.parquet"), ("path", "dataChange")),
+        "cdc": (cdc_body("c.parquet"), ("path", "size", "partitionValues", "dataChange")),
         "metaData": (METADATA, ("id", "format", "schemaString", "partitionColumns")),
         "protocol": (PROTOCOL, ("minReaderVersion", "minWriterVersion")),
         "txn": ({"appId": "app", "version": 1}, ("appId", "version")),
@@ -118,29 +129,34 @@ def generate(table_root: str, other_root: str) -> list[Case]:
     }
     for kind, (body, fields) in required.items():
         for f in fields:
-            case(
+            cases.data(
                 f"missing-{kind}-{f}",
                 jl((kind, without(body, f))),
                 ("version 2", f"missing required field '{f}'"),
             )
-            case(f"null-{kind}-{f}", jl((kind, {**body, f: None})), ("version 2", f"'{f}'"))
-    # 3. wrong types and values
+            cases.data(f"null-{kind}-{f}", jl((kind, {**body, f: None})), ("version 2", f"'{f}'"))
+    return cases
+
+
+def _wrong_type_cases() -> list[Case]:
+    """Wrong types and values."""
+    cases = _Cases()
     wrong: list[tuple[str, str, dict[str, Any], str]] = [
-        ("add-size-string", "add", add(size="1"), "'size' must be int"),
-        ("add-size-float", "add", add(size=1.5), "'size' must be int"),
-        ("add-size-bool", "add", add(size=True), "must be an integer"),
-        ("add-size-negative", "add", add(size=-1), "must not be negative"),
-        ("add-size-huge-negative", "add", add(size=-(2**63)), "must not be negative"),
-        ("add-mtime-string", "add", add(modificationTime="now"), "'modificationTime' must be int"),
-        ("add-datachange-string", "add", add(dataChange="true"), "'dataChange' must be bool"),
-        ("add-stats-object", "add", add(stats={"numRecords": 1}), "'stats' must be str"),
-        ("add-pv-list", "add", add(partitionValues=["a"]), "'partitionValues' must be dict"),
-        ("add-pv-int", "add", add(partitionValues={"p": 1}), "must map strings to strings"),
-        ("add-path-int", "add", add(path=7), "'path' must be str"),
-        ("add-dv-string", "add", add(deletionVector="dv"), "deletionVector must be an object"),
-        ("add-dv-incomplete", "add", add(deletionVector={"storageType": "u"}), "missing required field"),
-        ("remove-size-negative", "remove", {**remove(), "size": -5}, "must not be negative"),
-        ("cdc-size-negative", "cdc", {**cdc(), "size": -5}, "must not be negative"),
+        ("add-size-string", "add", {**add_body(), "size": "1"}, "'size' must be int"),
+        ("add-size-float", "add", {**add_body(), "size": 1.5}, "'size' must be int"),
+        ("add-size-bool", "add", {**add_body(), "size": True}, "must be an integer"),
+        ("add-size-negative", "add", add_body(size=-1), "must not be negative"),
+        ("add-size-huge-negative", "add", add_body(size=-(2**63)), "must not be negative"),
+        ("add-mtime-string", "add", add_body(modificationTime="now"), "'modificationTime' must be int"),
+        ("add-datachange-string", "add", add_body(dataChange="true"), "'dataChange' must be bool"),
+        ("add-stats-object", "add", add_body(stats={"numRecords": 1}), "'stats' must be str"),
+        ("add-pv-list", "add", add_body(partitionValues=["a"]), "'partitionValues' must be dict"),
+        ("add-pv-int", "add", add_body(partitionValues={"p": 1}), "must map strings to strings"),
+        ("add-path-int", "add", {**add_body(), "path": 7}, "'path' must be str"),
+        ("add-dv-string", "add", add_body(deletionVector="dv"), "deletionVector must be an object"),
+        ("add-dv-incomplete", "add", add_body(deletionVector={"storageType": "u"}), "missing required field"),
+        ("remove-size-negative", "remove", {**remove_body("a.parquet"), "size": -5}, "must not be negative"),
+        ("cdc-size-negative", "cdc", {**cdc_body("c.parquet"), "size": -5}, "must not be negative"),
         ("txn-version-string", "txn", {"appId": "a", "version": "1"}, "'version' must be int"),
         (
             "dm-config-object",
@@ -154,11 +170,16 @@ def generate(table_root: str, other_root: str) -> list[Case]:
         ("checkpoint-only-action", "sidecar", {"path": "x"}, "unknown action type 'sidecar'"),
     ]
     for cid, kind, body, says in wrong:
-        case(cid, jl((kind, body)), ("version 2", says))
-    # 4. metaData
+        cases.data(cid, jl((kind, body)), ("version 2", says))
+    return cases
+
+
+def _metadata_cases() -> list[Case]:
+    """MetaData."""
+    cases = _Cases()
     bad_schemas = ["not json", "[1,2]", '{"type":"array"}', '{"fields":[]}', "42", "null", '"struct"']
     for i, schema in enumerate(bad_schemas):
-        case(
+        cases.data(
             f"schema{i}",
             jl(("metaData", {**METADATA, "schemaString": schema})),
             ("version 2", "schemaString"),
@@ -178,78 +199,99 @@ def generate(table_root: str, other_root: str) -> list[Case]:
             "is not allowed",
         ),
     ]:
-        case(cid, jl(("metaData", body)), ("version 2", says))
+        cases.data(cid, jl(("metaData", body)), ("version 2", says))
+    return cases
 
-    # 5. protocol: features, versions, downgrades
-    def proto(r: int, w: int, rf: list[str] | None = None, wf: list[str] | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {"minReaderVersion": r, "minWriterVersion": w}
-        if rf is not None:
-            body["readerFeatures"] = rf
-        if wf is not None:
-            body["writerFeatures"] = wf
-        return body
+
+def _protocol_cases() -> list[Case]:
+    """Protocol: features, versions, downgrades."""
+    cases = _Cases()
 
     for cid, body, says in [
         (
             "unknown-reader-feature",
-            proto(3, 7, ["blahabl"], ["blahabl"]),
+            protocol_body(3, 7, ["blahabl"], ["blahabl"]),
             "unknown reader feature(s) 'blahabl'",
         ),
         (
             "reader-feature-wrong-case",
-            proto(3, 7, ["DeletionVectors"], ["DeletionVectors"]),
+            protocol_body(3, 7, ["DeletionVectors"], ["DeletionVectors"]),
             "unknown reader",
         ),
-        ("reader-feature-empty-name", proto(3, 7, [""], [""]), "unknown reader"),
-        ("reader-feature-not-in-writer", proto(3, 7, ["deletionVectors"], []), "missing from writerFeatures"),
+        ("reader-feature-empty-name", protocol_body(3, 7, [""], [""]), "unknown reader"),
+        (
+            "reader-feature-not-in-writer",
+            protocol_body(3, 7, ["deletionVectors"], []),
+            "missing from writerFeatures",
+        ),
         (
             "catalog-managed",
-            proto(3, 7, ["catalogManaged"], ["catalogManaged"]),
+            protocol_body(3, 7, ["catalogManaged"], ["catalogManaged"]),
             "'catalogManaged' is not allowed",
         ),
-        ("catalog-owned", proto(3, 7, [], ["catalogOwned-preview"]), "'catalogOwned-preview' is not allowed"),
-        ("reader-version-4", proto(4, 7, None, []), "does not exist"),
-        ("writer-version-8", proto(1, 8), "does not exist"),
-        ("reader-version-0", proto(0, 2), "must be positive"),
-        ("writer-version-negative", proto(1, -1), "must be positive"),
+        (
+            "catalog-owned",
+            protocol_body(3, 7, [], ["catalogOwned-preview"]),
+            "'catalogOwned-preview' is not allowed",
+        ),
+        ("reader-version-4", protocol_body(4, 7, None, []), "does not exist"),
+        ("writer-version-8", protocol_body(1, 8), "does not exist"),
+        ("reader-version-0", protocol_body(0, 2), "must be positive"),
+        ("writer-version-negative", protocol_body(1, -1), "must be positive"),
         (
             "reader-features-on-2",
-            proto(2, 7, [], []),
+            protocol_body(2, 7, [], []),
             "readerFeatures is only allowed with minReaderVersion 3",
         ),
-        ("writer-features-on-5", proto(1, 5, None, ["appendOnly"]), "writerFeatures is only allowed"),
-        ("reader-3-writer-5", proto(3, 5, []), "minReaderVersion 3 needs minWriterVersion 7"),
-        ("features-not-list", proto(3, 7, "deletionVectors", []), "must be a list of strings"),  # type: ignore[arg-type]
-        ("writer-downgrade", proto(1, 1), "protocol downgrade: minWriterVersion 2 -> 1"),
+        ("writer-features-on-5", protocol_body(1, 5, None, ["appendOnly"]), "writerFeatures is only allowed"),
+        ("reader-3-writer-5", protocol_body(3, 5, []), "minReaderVersion 3 needs minWriterVersion 7"),
+        (
+            "features-not-list",
+            protocol_body(3, 7, "deletionVectors", []),
+            "must be a list of strings",
+        ),  # a str, not a list
+        ("writer-downgrade", protocol_body(1, 1), "protocol downgrade: minWriterVersion 2 -> 1"),
     ]:
-        case(cid, jl(("protocol", body)), ("version 2", says))
-    # 6. commit-level rules
-    case("duplicate-add", jl(("add", add()), ("add", add())), ("version 2", "duplicate add"))
-    case(
-        "duplicate-remove", jl(("remove", remove()), ("remove", remove())), ("version 2", "duplicate remove")
+        cases.data(cid, jl(("protocol", body)), ("version 2", says))
+    return cases
+
+
+def _commit_rule_cases() -> list[Case]:
+    """Commit-level rules."""
+    cases = _Cases()
+    cases.data("duplicate-add", jl(("add", add_body()), ("add", add_body())), ("version 2", "duplicate add"))
+    cases.data(
+        "duplicate-remove",
+        jl(("remove", remove_body("a.parquet")), ("remove", remove_body("a.parquet"))),
+        ("version 2", "duplicate remove"),
     )
-    case("two-metadata", jl(("metaData", METADATA), ("metaData", METADATA)), ("2 'metaData' actions",))
-    case("two-protocol", jl(("protocol", PROTOCOL), ("protocol", PROTOCOL)), ("2 'protocol' actions",))
-    case("two-commitinfo", jl(("commitInfo", {}), ("commitInfo", {})), ("2 'commitInfo' actions",))
-    case("remove-unknown-file", jl(("remove", remove("ghost.parquet"))), ("not an active file",))
-    case(
+    cases.data("two-metadata", jl(("metaData", METADATA), ("metaData", METADATA)), ("2 'metaData' actions",))
+    cases.data("two-protocol", jl(("protocol", PROTOCOL), ("protocol", PROTOCOL)), ("2 'protocol' actions",))
+    cases.data("two-commitinfo", jl(("commitInfo", {}), ("commitInfo", {})), ("2 'commitInfo' actions",))
+    cases.data("remove-unknown-file", jl(("remove", remove_body("ghost.parquet"))), ("not an active file",))
+    cases.data(
         "remove-twice-removed",
-        jl(("remove", remove("a.parquet")), ("remove", remove("gone.parquet"))),
+        jl(("remove", remove_body("a.parquet")), ("remove", remove_body("gone.parquet"))),
         ("gone",),
     )
     for v in (3, 100, 2**62):
-        case(
+        cases.data(
             f"version-gap-{v}",
-            jl(("add", add())),
+            jl(("add", add_body())),
             (f"version {v}", "version gap"),
             ["--expected-version", str(v)],
         )
     for v in (0, 1):
         cases.append(
-            (f"version-taken-{v}", jl(("add", add())), ["--expected-version", str(v)], ErrorClass.CONFLICT,
+            (f"version-taken-{v}", jl(("add", add_body())), ["--expected-version", str(v)], ErrorClass.CONFLICT,
              (f"version {v}", "already committed"))
         )  # fmt: skip
-    # 7. bytes that are not JSON lines of actions
+    return cases
+
+
+def _raw_byte_cases() -> list[Case]:
+    """Bytes that are not JSON lines of actions."""
+    cases = _Cases()
     for cid, raw, says in [
         ("non-utf8-latin1", b'{"add": {"path": "caf\xe9.parquet"}}\n', "not valid UTF-8"),
         ("non-utf8-ff", b"\xff\xfe{}\n", "not valid UTF-8"),
@@ -276,9 +318,9 @@ def generate(table_root: str, other_root: str) -> list[Case]:
         ("empty-input", b"", "no actions"),
         ("blank-lines", b"\n\n  \n", "no actions"),
         ("crlf-garbage", b"\r\n\x1a\r\n", "malformed JSON"),
-        ("second-line-bad", jl(("add", add())) + b"{nope}\n", "line 2: malformed JSON"),
+        ("second-line-bad", jl(("add", add_body())) + b"{nope}\n", "line 2: malformed JSON"),
     ]:
-        case(cid, raw, (says,))
+        cases.data(cid, raw, (says,))
     return cases
 
 
@@ -356,10 +398,10 @@ def world(
     for name in ("t", "other"):
         store.commit(
             name,
-            [("protocol", PROTOCOL), ("metaData", METADATA), ("add", add("a.parquet"))],
+            [("protocol", PROTOCOL), ("metaData", METADATA), ("add", add_body("a.parquet"))],
             location=(roots / name).as_uri(),
         )
-    store.commit("t", [("add", add("b.parquet"))])
+    store.commit("t", [("add", add_body("b.parquet"))])
     for name in ("t", "other"):
         Publisher(store).publish(name)
     yield {"url": url, "store": store, "roots": roots, "tmp": tmp}
@@ -440,7 +482,7 @@ def test_hostile_table_names_are_refused_everywhere_and_nothing_is_injected(
     store: SqlStore = world["store"]
     roots: Path = world["roots"]
     before, before_files = dump(store), files(roots)
-    create = jl(("protocol", PROTOCOL), ("metaData", METADATA), ("add", add()))
+    create = jl(("protocol", PROTOCOL), ("metaData", METADATA), ("add", add_body()))
     with pytest.raises(MirrorError, match="invalid table name") as info:
         store.commit(name, parse_actions(create, table="x"), location=(roots / "new").as_uri())
     assert "use 1-128 letters" in info.value.message
@@ -502,7 +544,7 @@ def test_hostile_table_locations_are_refused_and_nothing_is_created(world: dict[
     store: SqlStore = world["store"]
     roots: Path = world["roots"]
     before, before_files = dump(store), files(roots)
-    create = [("protocol", PROTOCOL), ("metaData", METADATA), ("add", add())]
+    create = [("protocol", PROTOCOL), ("metaData", METADATA), ("add", add_body())]
     # (location, what the API says or None when only the CLI checks it, what the CLI says)
     hostile = [
         ((roots / "other").as_uri(), "overlaps table 'other'", "already holds a Delta log"),
@@ -593,15 +635,15 @@ def test_an_invalid_commit_found_in_the_store_halts_the_table_at_that_version(
     root = tmp_path / "t"
     store.commit(
         "t",
-        [("protocol", PROTOCOL), ("metaData", METADATA), ("add", add("a.parquet"))],
+        [("protocol", PROTOCOL), ("metaData", METADATA), ("add", add_body("a.parquet"))],
         location=root.as_uri(),
     )
-    store.commit("t", [("add", add("b.parquet"))])
+    store.commit("t", [("add", add_body("b.parquet"))])
     Publisher(store).publish("t")
     published = {p.name: p.read_bytes() for p in (root / LOG_DIR).iterdir()}
-    store.commit("t", [("add", add("c.parquet"))])  # version 2: valid, still pending
+    store.commit("t", [("add", add_body("c.parquet"))])  # version 2: valid, still pending
     _insert_raw_version(store, "t", 3, RAW_BAD[case])
-    store.commit("t", [("add", add("d.parquet"))])  # version 4: valid, behind the bad one
+    store.commit("t", [("add", add_body("d.parquet"))])  # version 4: valid, behind the bad one
 
     result = CliRunner().invoke(cli, ["--store", store_url, "mirror", "t"], env={"DELTA_MIRROR_STORE": None})
     assert result.exit_code == 4, (result.stderr, result.exception)

@@ -19,9 +19,11 @@ from typing import Any
 
 import pyarrow as pa
 import yaml
+from support.builders import metadata_body, protocol_body
 from support.mailserver import MailBox, SmtpServer, body_text  # noqa: F401 - re-exported for the tests
 from support.services import free_port  # noqa: F401 - re-exported for the tests
 
+from delta_mirror.delta.actions import Action
 from delta_mirror.dev.datafiles import delta_schema_string, write_data_file
 from delta_mirror.store import SqlStore
 
@@ -52,7 +54,7 @@ def config_yaml(tables: dict[str, Any], **defaults: Any) -> str:
         "deadline": None,
         "notify": {"email": []},
     }
-    extra_sections = {k: defaults.pop(k) for k in ("reconcile", "monitor") if k in defaults}
+    extra_sections: dict[str, Any] = {k: defaults.pop(k) for k in ("reconcile", "monitor") if k in defaults}
     base.update(defaults)
     doc: dict[str, Any] = {"defaults": base, "tables": tables, **extra_sections}
     return yaml.safe_dump(doc, sort_keys=False)
@@ -102,20 +104,13 @@ def make_table(
         return write_data_file(root, _batch(rows))
 
     store.create_table(name, location)
-    first = [
-        ("protocol", {"minReaderVersion": 1, "minWriterVersion": 2}),
-        (
-            "metaData",
-            {
-                "id": str(uuid.uuid4()),
-                "format": {"provider": "parquet", "options": {}},
-                "schemaString": delta_schema_string(SCHEMA),
-                "partitionColumns": [],
-                "configuration": {"delta.checkpointInterval": str(checkpoint_interval)},
-                "createdTime": 1_700_000_000_000,
-            },
-        ),
-    ]
+    metadata = metadata_body(
+        id=str(uuid.uuid4()),
+        schema_string=delta_schema_string(SCHEMA),
+        configuration={"delta.checkpointInterval": str(checkpoint_interval)},
+        created_time=1_700_000_000_000,
+    )
+    first: list[Action] = [("protocol", protocol_body()), ("metaData", metadata)]
     expected: list[tuple[int, str]] = []
     for v in range(versions):
         rows = ROWS[v % len(ROWS)]

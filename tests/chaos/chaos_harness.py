@@ -22,8 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from chaos_invariants import StoreReader, Verdict, check_table, log_reader
+from support.builders import ID_SCHEMA, add_body
 from support.services import _wait_port, free_port
 
+from delta_mirror.delta.actions import Action
+from delta_mirror.dev.datafiles import create_table_actions
 from delta_mirror.errors import MirrorError
 from delta_mirror.store import SqlStore
 
@@ -126,28 +129,15 @@ def kill_after(proc: subprocess.Popen[str], delay: float) -> bool:
 # tables and commits
 
 
-def add_action(i: int) -> tuple[str, dict[str, Any]]:
+def add_action(i: int) -> Action:
     """A unique ``add`` (the log only: readers and validate never open data files)."""
-    return (
-        "add",
-        {
-            "path": f"part-{uuid.uuid4()}-c000.snappy.parquet",
-            "partitionValues": {},
-            "size": 400 + i,
-            "modificationTime": int(time.time() * 1000),
-            "dataChange": True,
-            "stats": json.dumps(
-                {"numRecords": 1, "minValues": {"id": i}, "maxValues": {"id": i}, "nullCount": {"id": 0}}
-            ),
-        },
-    )
+    stats = {"numRecords": 1, "minValues": {"id": i}, "maxValues": {"id": i}, "nullCount": {"id": 0}}
+    path = f"part-{uuid.uuid4()}-c000.snappy.parquet"
+    body = add_body(path, size=400 + i, modificationTime=int(time.time() * 1000), stats=json.dumps(stats))
+    return ("add", body)
 
 
 def create_table(store: SqlStore, name: str, location: str, *, interval: int, part_size: int | None) -> None:
-    import pyarrow as pa
-
-    from delta_mirror.dev.datafiles import create_table_actions
-
     store.create_table(
         name,
         location,
@@ -155,7 +145,7 @@ def create_table(store: SqlStore, name: str, location: str, *, interval: int, pa
         checkpoint_part_size=part_size,
     )
     store.update_table(store.get_table(name).id, checkpoint_interval=interval)
-    store.commit(name, [*create_table_actions(pa.schema([("id", pa.int64())]))])
+    store.commit(name, [*create_table_actions(ID_SCHEMA)])
 
 
 class Writer(threading.Thread):
@@ -335,8 +325,7 @@ def validate_all(
 
 
 def pick(rng: random.Random, weights: dict[str, float]) -> str:
-    keys, w = zip(*weights.items(), strict=True)
-    return rng.choices(keys, w)[0]
+    return rng.choices(list(weights), list(weights.values()))[0]
 
 
 __all__ = [

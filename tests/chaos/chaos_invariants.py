@@ -111,6 +111,18 @@ class StoreReader:
         self.engine.dispose()
 
 
+@dataclass
+class _Log:
+    """What the checker read from ``_delta_log/``: commit files, their digests, complete checkpoints."""
+
+    names: list[str]
+    files: dict[int, str]  # version -> commit file name
+    digests: dict[int, str]  # version -> SHA-256 of the commit file
+    foreign_versions: set[int]  # versions an external writer put there on purpose
+    complete: dict[int, int] = field(default_factory=dict)  # checkpoint version -> rows
+    parts: dict[tuple[int, int], dict[int, str]] = field(default_factory=dict)  # (version, of) -> parts
+
+
 def check_table(
     store: StoreReader,
     name: str,
@@ -137,72 +149,82 @@ def check_table(
     v.committed = len(commits)
     names = log.names()
     files = {int(m[1]): n for n in names if (m := COMMIT.match(n))}
-    data = {ver: log.read(n) or b"" for ver, n in files.items()}
-    digests = {ver: hashlib.sha256(b).hexdigest() for ver, b in data.items()}
-
+    digests = {ver: hashlib.sha256(log.read(n) or b"").hexdigest() for ver, n in files.items()}
     for fname, content in foreign.items():
         if log.read(fname) != content:
             v.violations.append(f"the external writer's {fname} was overwritten or removed")
-    foreign_versions = {int(m[1]) for n in foreign if (m := COMMIT.match(n))}
+    seen = _Log(names, files, digests, {int(m[1]) for n in foreign if (m := COMMIT.match(n))})
 
-    # 1. in order, no gaps
-    if files:
-        lo, hi = min(files), max(files)
-        gaps = sorted(set(range(lo, hi + 1)) - set(files))
-        if gaps:
-            v.violations.append(f"gap in the log at versions {gaps[:10]}")
-        if lo != t.first_version:
-            v.violations.append(f"the log starts at {lo}, not {t.first_version}")
-    # 2-3. every committed version once, with its recorded bytes; nothing beyond the store
+    _check_order(v, seen, t.first_version)
+    _check_commits(v, seen, commits)
+    _read_checkpoints(v, seen, log)
+    _check_last_checkpoint(v, seen, log, status)
+    _check_status_rows(v, seen, status)
+    if t.state != "ACTIVE":
+        v.unfinished.append(f"table is {t.state}: {t.halted_reason}")
+    if v.lost:
+        v.unfinished.append(f"{len(v.lost)} committed version(s) not published yet")
+    if status_json is not None:
+        _check_status(v, status_json, files, digests, commits, t.state)
+    return v
+
+
+def _check_order(v: Verdict, seen: _Log, first_version: int) -> None:
+    """1. In order, no gaps, starting at the table's first version."""
+    if not seen.files:
+        return
+    lo, hi = min(seen.files), max(seen.files)
+    gaps = sorted(set(range(lo, hi + 1)) - set(seen.files))
+    if gaps:
+        v.violations.append(f"gap in the log at versions {gaps[:10]}")
+    if lo != first_version:
+        v.violations.append(f"the log starts at {lo}, not {first_version}")
+
+
+def _check_commits(v: Verdict, seen: _Log, commits: dict[int, tuple[str, bool]]) -> None:
+    """2-3. Every committed version once, with its recorded bytes; nothing beyond the store."""
     for ver, (sha, has_json) in sorted(commits.items()):
         if not has_json:
             continue
-        if ver not in files:
+        if ver not in seen.files:
             v.lost.append(ver)
-        elif ver in foreign_versions:
+        elif ver in seen.foreign_versions:
             pass  # the conflict the external writer caused: reported by the scenario
-        elif digests[ver] != sha:
+        elif seen.digests[ver] != sha:
             v.corrupted.append(ver)
         else:
             v.published += 1
     latest = max(commits, default=-1)
-    v.duplicated += [ver for ver in files if ver > latest and ver not in foreign_versions]
+    v.duplicated += [ver for ver in seen.files if ver > latest and ver not in seen.foreign_versions]
     by_digest: dict[str, list[int]] = defaultdict(list)
-    for ver, d in digests.items():
+    for ver, d in seen.digests.items():
         by_digest[d].append(ver)
     v.duplicated += [ver for vs in by_digest.values() if len(vs) > 1 for ver in sorted(vs)[1:]]
 
-    # 4. checkpoints follow their commits; _last_checkpoint points at a complete one
-    complete: dict[int, int] = {}  # version -> rows
+
+def _read_checkpoints(v: Verdict, seen: _Log, log: LogReader) -> None:
+    """4a. Complete checkpoints (classic, or every part of a multi-part one) follow their commits."""
     parts: dict[tuple[int, int], dict[int, str]] = defaultdict(dict)
-    for n in names:
+    for n in seen.names:
         if m := CLASSIC.match(n):
-            complete[int(m[1])] = _rows(log, [n], v)
+            seen.complete[int(m[1])] = _rows(log, [n], v)
         elif m := PART.match(n):
             parts[(int(m[1]), int(m[3]))][int(m[2])] = n
     for (ver, total), got in parts.items():
         if len(got) == total:
-            complete[ver] = _rows(log, [got[i] for i in sorted(got)], v)
-    for ver in {*complete, *(k[0] for k in parts)}:
-        if ver not in files:
+            seen.complete[ver] = _rows(log, [got[i] for i in sorted(got)], v)
+    seen.parts = dict(parts)
+    for ver in {*seen.complete, *(k[0] for k in parts)}:
+        if ver not in seen.files:
             v.violations.append(f"checkpoint {ver} without its commit")
+
+
+def _check_last_checkpoint(v: Verdict, seen: _Log, log: LogReader, status: list[Any]) -> None:
+    """4b. ``_last_checkpoint`` points at a complete checkpoint, never behind a SUCCESS one."""
     raw = log.read("_last_checkpoint")
     if raw is not None:
         try:
-            pointer = json.loads(raw)
-            v.last_checkpoint = int(pointer["version"])
-            if pointer.get("parts") == 1:
-                v.violations.append('_last_checkpoint has "parts": 1')
-            if v.last_checkpoint not in complete:
-                v.violations.append(
-                    f"_last_checkpoint points at {v.last_checkpoint}, not a complete checkpoint"
-                )
-            elif int(pointer["size"]) != complete[v.last_checkpoint]:
-                v.violations.append(
-                    f"_last_checkpoint size {pointer['size']} != {complete[v.last_checkpoint]} checkpoint rows"
-                )
-            elif pointer.get("parts") is not None and (v.last_checkpoint, int(pointer["parts"])) not in parts:
-                v.violations.append(f"_last_checkpoint parts {pointer['parts']} do not match the files")
+            _judge_pointer(v, seen, json.loads(raw))
         except (ValueError, KeyError, TypeError) as exc:
             v.violations.append(f"_last_checkpoint is invalid: {exc!r}")
     newest = max(
@@ -212,25 +234,33 @@ def check_table(
         # SUCCESS is recorded after the pointer is written, so this holds at every instant.
         v.violations.append(f"_last_checkpoint ({v.last_checkpoint}) is behind checkpoint {newest} (SUCCESS)")
 
-    # 5. status tells the truth (at any time), then: has it caught up?
+
+def _judge_pointer(v: Verdict, seen: _Log, pointer: dict[str, Any]) -> None:
+    v.last_checkpoint = int(pointer["version"])
+    if pointer.get("parts") == 1:
+        v.violations.append('_last_checkpoint has "parts": 1')
+    if v.last_checkpoint not in seen.complete:
+        v.violations.append(f"_last_checkpoint points at {v.last_checkpoint}, not a complete checkpoint")
+    elif int(pointer["size"]) != seen.complete[v.last_checkpoint]:
+        v.violations.append(
+            f"_last_checkpoint size {pointer['size']} != {seen.complete[v.last_checkpoint]} checkpoint rows"
+        )
+    elif pointer.get("parts") is not None and (v.last_checkpoint, int(pointer["parts"])) not in seen.parts:
+        v.violations.append(f"_last_checkpoint parts {pointer['parts']} do not match the files")
+
+
+def _check_status_rows(v: Verdict, seen: _Log, status: list[Any]) -> None:
+    """5. Status tells the truth (at any time); what is not SUCCESS yet is unfinished."""
     for r in status:
         if r.state != "SUCCESS":
             v.unfinished.append(f"{r.artifact} {r.version} is {r.state}")
-            continue
-        if r.artifact == "json":
-            if r.version not in files:
+        elif r.artifact == "json":
+            if r.version not in seen.files:
                 v.violations.append(f"status says {r.version}.json is SUCCESS but it is not there")
-            elif r.version not in foreign_versions and digests[r.version] != r.sha256:
+            elif r.version not in seen.foreign_versions and seen.digests[r.version] != r.sha256:
                 v.violations.append(f"status SUCCESS for {r.version}.json with a hash that is not the file's")
-        elif r.artifact == "checkpoint" and r.version not in complete:
+        elif r.artifact == "checkpoint" and r.version not in seen.complete:
             v.violations.append(f"status says checkpoint {r.version} is SUCCESS but it is incomplete")
-    if t.state != "ACTIVE":
-        v.unfinished.append(f"table is {t.state}: {t.halted_reason}")
-    if v.lost:
-        v.unfinished.append(f"{len(v.lost)} committed version(s) not published yet")
-    if status_json is not None:
-        _check_status(v, status_json, files, digests, commits, t.state)
-    return v
 
 
 def _rows(log: LogReader, names: list[str], v: Verdict) -> int:

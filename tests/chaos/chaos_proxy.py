@@ -194,8 +194,7 @@ class FaultProxy:
             return self.refuse_writes
         if self.rate <= 0 or self.rng.random() >= self.rate:
             return None
-        kinds, weights = zip(*self.kinds.items(), strict=True)
-        return self.rng.choices(kinds, weights)[0]
+        return self.rng.choices(list(self.kinds), list(self.kinds.values()))[0]
 
     async def _forward(self, req: Request) -> tuple[int, str, list[tuple[str, str]], bytes]:
         reader, writer = await asyncio.open_connection(*self.upstream)

@@ -14,6 +14,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from chaos_harness import (
     ProxyProcess,
     Scheduler,
     Writer,
+    add_action,
     check_all,
     cli,
     cli_env,
@@ -258,7 +260,7 @@ def _failing_tail(svc: Services, store: SqlStore, names: list[str], env: dict[st
     """
     for name in names:
         for i in range(3):
-            store.commit(name, [_add(i)])
+            store.commit(name, [add_action(i)])
     svc.proxy.configure(rate=1.0, kinds={"500": 1, "503": 1, "reset": 1})
     runs = [spawn(env, "mirror", n) for n in names]
     exits = [p.wait() for p in runs]
@@ -483,7 +485,7 @@ def external_writer(svc: Services, scale: Scale) -> ScenarioResult:
     for _round in range(scale.foreign_rounds):
         for n in names:
             for i in range(rng.randint(1, 3)):
-                store.commit(n, [_add(i)])
+                store.commit(n, [add_action(i)])
         assert all(cli(env, "mirror", n).returncode == 0 for n in names)
         foreign: dict[str, dict[str, bytes]] = {}
         for n in names:
@@ -498,10 +500,10 @@ def external_writer(svc: Services, scale: Scale) -> ScenarioResult:
             )
             when = rng.choice(["before_commit", "after_commit"])
             if when == "after_commit":
-                store.commit(n, [_add(nxt)])
+                store.commit(n, [add_action(nxt)])
             _put_direct(svc, locations[n], fname, data)
             if when == "before_commit":
-                store.commit(n, [_add(nxt)])
+                store.commit(n, [add_action(nxt)])
             foreign[n] = {fname: data}
             result.fault_kinds[when] = result.fault_kinds.get(when, 0) + 1
         # Detection: the mirror (exit 3) for some tables, a smart reconcile for the others.
@@ -537,12 +539,6 @@ def external_writer(svc: Services, scale: Scale) -> ScenarioResult:
     final.recover_cycles = max(worst[0], final.recover_cycles)
     final.recover_seconds = max(worst[1], final.recover_seconds)
     return final
-
-
-def _add(i: int) -> tuple[str, dict[str, Any]]:
-    from chaos_harness import add_action
-
-    return add_action(i)
 
 
 def _split(location: str) -> tuple[str, str]:
@@ -626,27 +622,15 @@ def target_faults(svc: Services, scale: Scale) -> ScenarioResult:
             ):
                 n = "tgt_s3" if kind.startswith("s3") else "tgt_local"
                 for i in range(2):
-                    store.commit(n, [_add(i)])
-                if kind == "s3_403_read_only":
-                    svc.proxy.configure(refuse_writes="403")
-                elif kind == "s3_507_full":
-                    svc.proxy.configure(refuse_writes="507")
-                elif kind == "local_full":
-                    _fill(mnt / "filler")
-                else:
-                    subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+                    store.commit(n, [add_action(i)])
+                _start_target_fault(svc, mnt, kind)
                 rc = cli(env, "mirror", n).returncode
                 if rc != 0:
                     refused += 1
                 else:
                     result.violations.append(f"{kind}: the mirror reported success on a refusing target")
                 _safe_now(result, store_url, locations, env, svc)
-                # The fault ends: space freed, mount writable again, bucket policy fixed.
-                svc.proxy.configure(refuse_writes=None)
-                if kind == "local_full":
-                    (mnt / "filler").unlink()
-                elif kind == "local_read_only":
-                    subprocess.run(["mount", "-o", "remount,rw", str(mnt)], check=True)
+                _end_target_fault(svc, mnt, kind)
                 result.fault_kinds[kind] = result.fault_kinds.get(kind, 0) + 1
                 result.faults += 1
                 rec = recover(store_url, locations, env, svc.s3.client())
@@ -666,6 +650,28 @@ def target_faults(svc: Services, scale: Scale) -> ScenarioResult:
     return final
 
 
+def _start_target_fault(svc: Services, mnt: Path, kind: str) -> None:
+    """The target starts refusing writes: the bucket read-only (403) or full (507), the tmpfs full or
+    remounted read-only."""
+    if kind == "s3_403_read_only":
+        svc.proxy.configure(refuse_writes="403")
+    elif kind == "s3_507_full":
+        svc.proxy.configure(refuse_writes="507")
+    elif kind == "local_full":
+        _fill(mnt / "filler")
+    else:
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+
+
+def _end_target_fault(svc: Services, mnt: Path, kind: str) -> None:
+    """The fault ends: space freed, mount writable again, bucket policy fixed."""
+    svc.proxy.configure(refuse_writes=None)
+    if kind == "local_full":
+        (mnt / "filler").unlink()
+    elif kind == "local_read_only":
+        subprocess.run(["mount", "-o", "remount,rw", str(mnt)], check=True)
+
+
 def _fill(path: Path) -> None:
     try:
         with open(path, "wb") as f:
@@ -680,7 +686,7 @@ def _fill(path: Path) -> None:
 
 
 def run_all(svc: Services, scale: Scale, only: list[str] | None = None) -> list[ScenarioResult]:
-    scenarios = {
+    scenarios: dict[str, Callable[[], ScenarioResult]] = {
         "s3_faults": lambda: s3_faults(svc, scale),
         "publisher_sigkill": lambda: kills(svc, scale),
         "postgres_restart": lambda: pg_restarts(svc, scale),

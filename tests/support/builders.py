@@ -31,8 +31,20 @@ EVENTS_SCHEMA = pa.schema([("id", pa.int64()), ("country", pa.string())])
 TABLE_ID = "0e0c5a4e-1111-4222-8333-444455556666"
 
 
-def protocol_body(reader: int = 1, writer: int = 2, **extra: Any) -> dict[str, Any]:
-    return {"minReaderVersion": reader, "minWriterVersion": writer, **extra}
+def protocol_body(
+    reader: int = 1,
+    writer: int = 2,
+    reader_features: Sequence[str] | None = None,
+    writer_features: Sequence[str] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """``readerFeatures`` / ``writerFeatures`` only when given (``None``: the key is absent)."""
+    body: dict[str, Any] = {"minReaderVersion": reader, "minWriterVersion": writer}
+    if reader_features is not None:
+        body["readerFeatures"] = reader_features
+    if writer_features is not None:
+        body["writerFeatures"] = writer_features
+    return {**body, **extra}
 
 
 def metadata_body(
@@ -70,6 +82,10 @@ def add_body(path: str = "n.parquet", *, size: int = 1, **extra: Any) -> dict[st
 
 def remove_body(path: str, **extra: Any) -> dict[str, Any]:
     return {"path": path, "deletionTimestamp": 2, "dataChange": True, **extra}
+
+
+def cdc_body(path: str, **extra: Any) -> dict[str, Any]:
+    return {"path": path, "partitionValues": {}, "size": 1, "dataChange": False, **extra}
 
 
 def event_add(
@@ -168,6 +184,7 @@ __all__ = [
     "add",
     "add_body",
     "append_rows",
+    "cdc_body",
     "create_data_table",
     "event_add",
     "lines",
