@@ -5,6 +5,14 @@ to a fresh location (data files copied beside it), then check that every source 
 with the same actions in the same order (byte-identical for Delta-Spark writers), that deltalake sees
 the same version, file set and row count, that every published checkpoint alone rebuilds the file
 set at its version, and that ``validate`` is clean. ``negative`` tables must be refused.
+deltalake also sees the same protocol and schema at every published version.
+
+The local pass reads every published table with three more readers: DuckDB's delta extension and
+Delta-Spark (the published table against the same reader's view of the source: version, schema,
+file set, row count) and delta-kernel-java (``validate --reader kernel-java``: every version against
+the store, in one JVM). A reader is skipped for a table only when it cannot read the source either;
+the reason is recorded (``reader_skips`` in the test's properties). Rows are not compared where
+the reader cannot count the source's rows either (data files absent from the corpus).
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import json
 import shutil
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -25,7 +34,8 @@ from delta_mirror.errors import MirrorError
 from delta_mirror.jobs.importer import import_table
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.jobs.validate import validate_table
-from delta_mirror.storage import open_store, storage_options_for
+from delta_mirror.jobs.validate.duckdb_reader import DuckDBView, connect, read_with_duckdb
+from delta_mirror.storage import local_path, normalize_location, open_store, storage_options_for
 from delta_mirror.store import SqlStore
 
 # Tables refused for a documented, protocol-level reason (README: "Unsupported tables").
@@ -156,8 +166,152 @@ def _store_adds(store: SqlStore, table_id: int, version: int) -> set[tuple[str, 
     return out
 
 
+def _protocol(dt: DeltaTable) -> tuple[Any, ...]:
+    p = dt.protocol()
+    return (
+        p.min_reader_version,
+        p.min_writer_version,
+        sorted(p.reader_features or []),
+        sorted(p.writer_features or []),
+    )
+
+
+def _same_protocol_and_schema_at_every_version(
+    name: str, source: str, location: str, opts: dict[str, str], result: Any
+) -> None:
+    """deltalake loads each published version of both tables (incrementally): same protocol, schema."""
+    first, last = result.start_version, result.end_version
+    src = _open_or_none(source, first)
+    dst = DeltaTable(location, version=first, storage_options=opts)
+    for version in range(first, last + 1):
+        if version > first:
+            try:
+                assert src is not None
+                src.load_as_version(version)
+            except Exception:
+                src = _open_or_none(source, version)
+            dst.load_as_version(version)
+        if src is None:
+            continue  # deltalake cannot load this version of the source either
+        assert _protocol(dst) == _protocol(src), f"{name} v{version}: protocol differs"
+        assert json.loads(dst.schema().to_json()) == json.loads(src.schema().to_json()), (
+            f"{name} v{version}: schema differs"
+        )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:200] if text else ''}"
+
+
+def _read_pair(
+    read: Any, name: str, reader: str, source: Path, published: Path, version: int, skips: list[str]
+) -> tuple[Any, Any] | None:
+    """``read(folder, version, count)`` of the published table and of the source (rows counted when
+    the reader can count both); ``None``, with the reason in ``skips``, when it cannot read the source."""
+    error = ""
+    for count in (True, False):
+        try:
+            return read(published, version, count), read(source, version, count)
+        except Exception as exc:
+            error = _first_line(exc)
+    try:
+        read(source, version, False)
+    except Exception as exc:
+        skips.append(f"{reader}: cannot read the source either ({_first_line(exc)})")
+        return None
+    raise AssertionError(
+        f"{name}: {reader} reads the source at v{version} but not the published copy: {error}"
+    )
+
+
+def _duckdb_matches_the_source(
+    name: str, source: Path, published: Path, version: int, skips: list[str]
+) -> None:
+    """DuckDB (delta-kernel-rs): the published table at ``version`` is the source's (one shared database)."""
+    con = connect()
+
+    def read(folder: Path, v: int, count: bool) -> DuckDBView:
+        return read_with_duckdb(con, str(folder), v, count=count)
+
+    pair = _read_pair(read, name, "duckdb", source, published, version, skips)
+    if pair is not None:
+        assert pair[0] == pair[1], f"{name}: DuckDB sees {pair[0]} published, {pair[1]} in the source"
+
+
+_SPARK: list[Any] = []
+
+
+def _spark() -> Any:
+    """The shared SparkSession (tests/support/spark.py), started on first use; None without pyspark."""
+    if not _SPARK:
+        try:
+            from support.spark import shared_spark
+
+            _SPARK.append(shared_spark())
+        except ImportError:
+            _SPARK.append(None)
+    return _SPARK[0]
+
+
+def _spark_matches_the_source(
+    name: str, source: Path, published: Path, version: int, skips: list[str]
+) -> None:
+    """Delta-Spark: schema, file set and rows of the published table at ``version`` are the source's."""
+    spark = _spark()
+    if spark is None:
+        skips.append("spark: pyspark is not installed")
+        return
+
+    def read(folder: Path, v: int, count: bool) -> tuple[Any, ...]:
+        df = spark.read.format("delta").option("versionAsOf", v).load(str(folder))
+        roots = (folder.as_uri().rstrip("/") + "/", f"file:{folder}/")
+        files = set()
+        for f in df.inputFiles():
+            for root in roots:
+                if f.startswith(root):
+                    f = f[len(root) :]
+                    break
+            files.add(unquote(f))
+        return (json.loads(df.schema.json()), frozenset(files), df.count() if count else None)
+
+    pair = _read_pair(read, name, "spark", source, published, version, skips)
+    if pair is not None:
+        assert pair[0] == pair[1], f"{name}: Delta-Spark sees {pair[0]} published, {pair[1]} in the source"
+
+
+def _kernel_java_matches_the_store(
+    store: SqlStore, table: str, source: Path, version: int, skips: list[str]
+) -> None:
+    """delta-kernel-java (one JVM for every version): the published table against the store."""
+    from delta_mirror.jobs.validate import kernel_java
+
+    if kernel_java.java_binary() is None or kernel_java.kernel_jar() is None:
+        skips.append("kernel-java: no java or no reader jar (make kernel-jar)")
+        return
+    report = validate_table(store, table, reader="kernel-java")
+    if report.limitations or any(p.kind == "reader_error" for p in report.problems):
+        try:
+            kernel_java.read_with_kernel_java(str(source), version, count_rows=False)
+            failures = [p.message for p in report.problems] + [lim.message for lim in report.limitations]
+            if any("cannot read the data files" in m for m in failures):  # the data of the source, then
+                kernel_java.read_with_kernel_java(str(source), version)
+        except kernel_java.ReaderError as exc:
+            skips.append(f"kernel-java: cannot read the source either ({exc.message[:200]})")
+            return
+    assert not report.problems and not report.limitations, [
+        f"{p.kind} v{p.version}: {p.message}" for p in report.problems
+    ] + [f"limitation v{lim.version}: {lim.message}" for lim in report.limitations]
+
+
 def _check_table(
-    row: dict[str, str], corpus: Path, store_url: str, location: str, opts: dict[str, str], upload: Any
+    row: dict[str, str],
+    corpus: Path,
+    store_url: str,
+    location: str,
+    opts: dict[str, str],
+    upload: Any,
+    skips: list[str] | None = None,
 ) -> None:
     name = row["path"]
     source = corpus / name
@@ -197,6 +351,7 @@ def _check_table(
         assert _add_paths(dst_dt) == _add_paths(src_dt)
         if row["category"] == "ok":
             assert _row_count(dst_dt) == _row_count(src_dt)
+        _same_protocol_and_schema_at_every_version(name, str(source), location, opts, result)
     # Every published checkpoint alone rebuilds the file set at its version.
     for status in store.status_rows(info.id, artifact="checkpoint", states=("SUCCESS",)):
         adds = _checkpoint_adds(objects, status.version)
@@ -212,6 +367,12 @@ def _check_table(
         if not (p.kind == "reader_error" and _open_or_none(str(source), p.version) is None)
     ]
     assert not problems, [f"{p.kind} v{p.version}: {p.message}" for p in problems]
+    published_dir = local_path(normalize_location(location))
+    if skips is not None and published_dir is not None:  # the local pass: three more readers
+        end = result.end_version
+        _duckdb_matches_the_source(name, source, published_dir, end, skips)
+        _spark_matches_the_source(name, source, published_dir, end, skips)
+        _kernel_java_matches_the_store(store, table, source, end, skips)
     store.close()
 
 
@@ -222,9 +383,10 @@ ALL_PARAMS = [pytest.param(r, id=r["path"], marks=[pytest.mark.corpus]) for r in
 
 @pytest.mark.parametrize("row", ALL_PARAMS)
 def test_corpus_table_on_sqlite_and_local_folder(
-    row: dict[str, str], corpus_dir: Path, tmp_path: Path
+    row: dict[str, str], corpus_dir: Path, tmp_path: Path, record_property: Any
 ) -> None:
     location = (tmp_path / "published").as_uri()
+    skips: list[str] = []
     _check_table(
         row,
         corpus_dir,
@@ -232,7 +394,9 @@ def test_corpus_table_on_sqlite_and_local_folder(
         location,
         {},
         lambda src: _copy_data(src, tmp_path / "published"),
+        skips,
     )
+    record_property("reader_skips", skips)
 
 
 @pytest.mark.parametrize("row", PARAMS)

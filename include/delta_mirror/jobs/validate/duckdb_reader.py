@@ -51,23 +51,33 @@ class DuckDBUnavailable(PermanentError):
     """duckdb or its delta extension is not installed."""
 
 
+_database: Any = None  # one in-memory DuckDB per process, the extension loaded once
+
+
 def connect() -> Any:
-    """A DuckDB connection with the delta extension loaded from its PyPI package's file."""
-    try:
-        import duckdb
-        import duckdb_extension_delta
-    except ImportError as exc:
-        raise DuckDBUnavailable(f"the duckdb reader needs {exc.name}", hint=_INSTALL_HINT) from exc
-    folder = Path(duckdb_extension_delta.__file__).parent / "extensions" / f"v{duckdb.__version__}"
-    ext = folder / "delta.duckdb_extension"
-    if not ext.exists():
-        raise DuckDBUnavailable(
-            f"duckdb-extension-delta has no extension for duckdb {duckdb.__version__} ({ext} is missing)",
-            hint="install the same version of duckdb and duckdb-extension-delta (requirements.txt pins both)",
-        )
-    con = duckdb.connect(config={"autoinstall_known_extensions": "false"})
-    con.execute(f"LOAD '{_quote(str(ext))}'")
-    return con
+    """A DuckDB connection with the delta extension loaded from its PyPI package's file.
+
+    Connections share one in-memory database per process, so the extension (~80 MB) loads once;
+    each caller gets its own cursor (DuckDB connections are not shared across threads).
+    """
+    global _database
+    if _database is None:
+        try:
+            import duckdb
+            import duckdb_extension_delta
+        except ImportError as exc:
+            raise DuckDBUnavailable(f"the duckdb reader needs {exc.name}", hint=_INSTALL_HINT) from exc
+        folder = Path(duckdb_extension_delta.__file__).parent / "extensions" / f"v{duckdb.__version__}"
+        ext = folder / "delta.duckdb_extension"
+        if not ext.exists():
+            raise DuckDBUnavailable(
+                f"duckdb-extension-delta has no extension for duckdb {duckdb.__version__} ({ext} is missing)",
+                hint="install the same version of duckdb and duckdb-extension-delta (requirements.txt pins both)",
+            )
+        con = duckdb.connect(config={"autoinstall_known_extensions": "false"})
+        con.execute(f"LOAD '{_quote(str(ext))}'")
+        _database = con
+    return _database.cursor()
 
 
 @dataclass(frozen=True)

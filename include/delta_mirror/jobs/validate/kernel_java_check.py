@@ -57,8 +57,10 @@ class _KernelJavaCheck:
         lines = self.store.commit_lines(self.table.id, lo + 1, hi) if hi > lo else {}
         for start in range(lo, hi + 1, _BATCH):
             versions = list(range(start, min(hi, start + _BATCH - 1) + 1))
+            # reading rows needs the data files: a table whose files are gone is still checked, without rows
+            count = all((self.folder / unquote(path)).exists() for path, _ in state.files)
             try:
-                views = kj.read_versions_with_kernel_java(str(self.folder), versions)
+                views = kj.read_versions_with_kernel_java(str(self.folder), versions, count_rows=count)
             except kj.ReaderUnavailable as exc:
                 raise PermanentError(exc.message, table=self.table.name, hint=exc.hint) from exc
             except kj.ReaderFailure as exc:
