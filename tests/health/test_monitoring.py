@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from click.testing import CliRunner
@@ -71,7 +72,7 @@ def test_lag_samples_record_the_oldest_unpublished_commit_and_are_pruned(
     assert store.lag_samples(info.id) == []
 
 
-def _health(store_url: str, *args: str, config: Path | None = None) -> tuple[int, dict]:
+def _health(store_url: str, *args: str, config: Path | None = None) -> tuple[int, dict[str, Any]]:
     argv = ["--store", store_url, "health", "--json", *args]
     if config is not None:
         argv += ["--config", str(config)]

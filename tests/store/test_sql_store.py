@@ -1165,7 +1165,7 @@ def test_every_commit_delta_spark_wrote_in_the_corpus_commits_verbatim(
             assert store.commit_bytes(store.get_table(result.table).id, result.version) == path.read_bytes()
             replayed += 1
     assert {p: m for p, m in refused.items() if p not in CORPUS_REFUSALS} == {}
-    for path, message in refused.items():
-        assert CORPUS_REFUSALS[path] in message, (path, message)
+    for refused_path, message in refused.items():
+        assert CORPUS_REFUSALS[refused_path] in message, (refused_path, message)
     assert replayed >= 300, replayed
     store.close()
