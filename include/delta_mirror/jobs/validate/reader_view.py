@@ -19,13 +19,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from delta_mirror.delta.actions import dv_id
+from delta_mirror.delta.actions import dv_id, line_action
 from delta_mirror.delta.protocol import parse_interval_ms
 from delta_mirror.jobs.validate.limits import judge_dv_failure, unsupported_feature
 from delta_mirror.jobs.validate.report import MAX_PROBLEMS_PER_KIND, Limitation, Problem
 from delta_mirror.jobs.validate.rows import num_records
 from delta_mirror.jobs.validate.schema_diff import schema_diffs, type_text
 from delta_mirror.storage import ObjectStore, local_path, normalize_location, open_store, storage_options_for
+from delta_mirror.store.source_import import checkpoint_state_versions
 from delta_mirror.store.sql_store import FileEntry, SqlStore, TableInfo, now_ms
 
 _BATCH = 200  # versions per store query while walking a range
@@ -63,6 +64,9 @@ class StoreState:
     def __init__(
         self, store: SqlStore, table: TableInfo, version: int, *, with_records: bool = False
     ) -> None:
+        # An import may have taken a version's state from the source's checkpoint (store.source_import):
+        # there the store's state is not the previous one plus the commit, so the view restarts.
+        self._at = (store, table, version, with_records, checkpoint_state_versions(table.settings))
         snap = store.snapshot(table.id, version)
         self.protocol: dict[str, Any] = json.loads(snap.protocol)["protocol"]
         self.metadata: dict[str, Any] = json.loads(snap.metadata)["metaData"]
@@ -106,9 +110,14 @@ class StoreState:
 
     def apply(self, lines: Iterable[str]) -> None:
         """One commit: removes apply to the state before it, then adds (as the store's index does)."""
+        store, table, version, with_records, restarts = self._at
+        if version + 1 in restarts:
+            self.__dict__.update(StoreState(store, table, version + 1, with_records=with_records).__dict__)
+            return
+        self._at = (store, table, version + 1, with_records, restarts)
         adds: list[dict[str, Any]] = []
         for line in lines:
-            ((kind, body),) = json.loads(line).items()
+            kind, body = line_action(json.loads(line))  # an imported line may carry unknown keys
             if kind == "protocol":
                 self.protocol = body
             elif kind == "metaData":
