@@ -22,6 +22,7 @@ from delta_mirror.cli import cli
 from delta_mirror.errors import DataError
 from delta_mirror.jobs.importer import import_table
 from delta_mirror.jobs.publisher import Publisher
+from delta_mirror.jobs.validate import validate_table
 from delta_mirror.store import SqlStore
 from delta_mirror.store.source_import import CHECKPOINT_STATE_SETTING
 
@@ -101,6 +102,7 @@ def test_forward_compatible_lines_import_and_publish_byte_identical(tmp_path: Pa
     publisher.checkpoint("fc", 1)
     assert (dst / LOG / f"{1:020d}.checkpoint.parquet").exists()
     assert DeltaTable(str(dst)).version() == 1 and _rows(dst) == 3
+    assert validate_table(store, "fc").problems == []
 
 
 def test_forward_compatible_lines_in_place(tmp_path: Path, store: SqlStore) -> None:
@@ -185,6 +187,7 @@ def test_checkpoint_schema_wins_and_is_reported(tmp_path: Path, store: SqlStore)
     (meta,) = [m for m in checkpoint.column("metaData").to_pylist() if m]
     assert EXTRA["name"] in [f["name"] for f in json.loads(meta["schemaString"])["fields"]]
     assert _columns(dst) == ["id", "extra"] and _rows(dst) == 3
+    assert validate_table(store, "cp").problems == []  # the store agrees with what readers see
 
 
 def test_checkpoint_state_in_place_keeps_the_source_checkpoint(tmp_path: Path, store: SqlStore) -> None:
@@ -225,6 +228,7 @@ def test_checkpoint_file_set_wins(tmp_path: Path, store: SqlStore) -> None:
     _copy_data(src, dst)
     Publisher(store).publish("fs")
     assert len(DeltaTable(str(dst)).file_uris()) == 1 and _rows(dst) == _rows(src)
+    assert validate_table(store, "fs").problems == []
 
 
 def test_cli_import_reports_the_disagreement(tmp_path: Path) -> None:
