@@ -247,6 +247,13 @@ def test_cli_import_reports_the_disagreement(tmp_path: Path) -> None:
     assert [(d["version"], d["field"]) for d in data["checkpoint_disagreements"]] == [
         (1, "metaData.schemaString")
     ]
+    text = runner.invoke(
+        cli, ["--store", url, "import", str(src), "--table", "cp2", "--location", str(tmp_path / "dst2")]
+    )
+    assert text.exit_code == 0, (text.output, text.exception)
+    assert "imported 'cp2'" in text.stdout
+    (warning,) = text.stderr.splitlines()
+    assert warning.startswith("warning: version 1: ") and "metaData.schemaString" in warning
 
 
 # --------------------------------------------------------------------------------------------

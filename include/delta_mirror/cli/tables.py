@@ -48,6 +48,8 @@ def import_(ctx: Ctx, source_uri: str, name: str, location: str | None, as_json:
                 f"({result.commits} commits, starting at {start}) -> {result.location}"
                 + (" (in place)" if result.in_place else "")
             )
+            for warning in result.warnings():  # a source checkpoint disagreed with its JSON commits
+                click.echo(f"warning: {warning}", err=True)
 
         emit(result.to_json(), as_json, text)
 
