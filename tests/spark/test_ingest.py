@@ -213,7 +213,7 @@ def check_stats(root: Path, add: dict[str, Any]) -> int:
             assert (float(lo), float(hi)) == (low, high)
         else:
             assert (lo, hi) == (low, high), name
-    return data.num_rows
+    return int(data.num_rows)
 
 
 @pytest.fixture

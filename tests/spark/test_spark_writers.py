@@ -17,6 +17,7 @@ from urllib.parse import unquote
 
 import pytest
 from authority_kit import WriterProcess, go, governed, spark_root
+from support.builders import action, protocol_body
 from support.commit_service import cli_path, commit_service, load_scaled
 
 from delta_mirror.jobs.publisher import Publisher
@@ -304,14 +305,9 @@ def test_refused_commits_leave_the_store_and_the_log_unchanged(spark: Any, tmp_p
                 ),
                 "CatalogOwned",
             )
-            protocol = {
-                "protocol": {
-                    "minReaderVersion": 3,
-                    "minWriterVersion": 7,
-                    "readerFeatures": ["catalogManaged"],
-                    "writerFeatures": ["catalogManaged", "inCommitTimestamp"],
-                }
-            }
+            protocol = action(
+                "protocol", protocol_body(3, 7, ["catalogManaged"], ["catalogManaged", "inCommitTimestamp"])
+            )
             text = fails_with(
                 lambda: logstore_write(
                     spark, location, 1, [json.dumps({"commitInfo": {"timestamp": 1}}), json.dumps(protocol)]

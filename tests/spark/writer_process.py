@@ -24,7 +24,8 @@ _EXCEPTION = re.compile(r"(\w+(?:Exception|Error))")
 
 def outcome(exc: BaseException) -> str:
     text = str(exc)
-    for name in _EXCEPTION.findall(text):
+    names: list[str] = _EXCEPTION.findall(text)
+    for name in names:
         if name.startswith("Concurrent") or name.startswith("ProtocolChanged") or name.startswith("Metadata"):
             return name
     return f"{type(exc).__name__}: {text[:300]}"
