@@ -841,6 +841,22 @@ def test_checkpoint_row_with_two_actions_is_rejected(tmp_path: Path) -> None:
         )
 
 
+def test_checkpoint_column_beside_a_known_action_is_ignored(tmp_path: Path) -> None:
+    """An unknown column set on a row with a known action is ignored, as readers do; alone, it is
+    kept as an unknown action (like an unknown line in a commit)."""
+    rows = [_protocol_row(), _metadata_row(METADATA["metaData"]["schemaString"]), _add_row("p=1/a"), {}]
+    table = _checkpoint_table(rows).append_column(
+        "futureAction", pa.array([None, None, {"x": 1}, {"x": 2}], pa.struct([("x", pa.int64())]))
+    )
+    (tmp_path / "_delta_log").mkdir()
+    pq.write_table(table, tmp_path / "_delta_log" / f"{0:020d}.checkpoint.parquet")
+    lines = checkpoint_actions(
+        open_store(str(tmp_path)), [f"_delta_log/{0:020d}.checkpoint.parquet"], table="t", version=0
+    )
+    assert [next(iter(json.loads(line))) for line in lines] == ["protocol", "metaData", "add", "futureAction"]
+    assert lines[3] == '{"futureAction":{"x":2}}'
+
+
 def _protocol_row() -> dict[str, Any]:
     return {
         "protocol": {

@@ -253,14 +253,9 @@ def _parquet_actions(data: bytes, *, name: str, table: str, version: int) -> Ite
                     payload = conv(value) if conv is not None else value
                     if payload == {} and pa.types.is_struct(col.type):
                         continue  # a struct whose fields are all null carries no action
-                    if (other := slots[row]) is not None:
-                        raise DataError(
-                            f"checkpoint {name}: a row holds two actions ('{other[0]}' and '{col_name}')",
-                            table=table,
-                            version=version,
-                            hint="every checkpoint row must hold exactly one action; the checkpoint is corrupt",
-                        )
-                    slots[row] = (col_name, payload)
+                    slots[row] = _one_action(
+                        slots[row], (col_name, payload), name=name, table=table, version=version
+                    )
             for slot in slots:
                 if slot is not None:
                     yield slot
@@ -273,6 +268,23 @@ def _parquet_actions(data: bytes, *, name: str, table: str, version: int) -> Ite
             version=version,
             hint="the checkpoint is corrupt or truncated",
         ) from exc
+
+
+def _one_action(
+    other: tuple[str, Any] | None, found: tuple[str, Any], *, name: str, table: str, version: int
+) -> tuple[str, Any]:
+    """The action of a checkpoint row: its one known action; an unknown column beside it is
+    ignored, as readers do (see ``line_action``)."""
+    if other is None or other[0] not in _OBJECT_ACTIONS:
+        return found if other is None or found[0] in _OBJECT_ACTIONS else other
+    if found[0] not in _OBJECT_ACTIONS:
+        return other
+    raise DataError(
+        f"checkpoint {name}: a row holds two actions ('{other[0]}' and '{found[0]}')",
+        table=table,
+        version=version,
+        hint="every checkpoint row must hold exactly one action; the checkpoint is corrupt",
+    )
 
 
 def _file_actions(store: ObjectStore, path: str, *, table: str, version: int) -> Iterator[tuple[str, Any]]:
