@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func, select
+from support.builders import action, add_body, log_line, metadata_body, protocol_body, remove_body
 from support.commit_service import TOKEN_ENV, CommitService, load_scaled
 from support.commit_service import cli_path as cli
 from support.services import free_port
@@ -30,13 +31,10 @@ from delta_mirror.store.schema import dl_actions, dl_commits, dl_files, dl_mirro
 
 Service = CommitService
 MAX_BODY = 64 * 1024
-SCHEMA = json.dumps(
-    {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]}
-)
 
 
 def line(kind: str, body: dict[str, Any]) -> str:
-    return json.dumps({kind: body}, separators=(",", ":"))
+    return log_line(action(kind, body))
 
 
 def commit_file(*lines: str, operation: str = "WRITE") -> bytes:
@@ -47,36 +45,21 @@ def commit_file(*lines: str, operation: str = "WRITE") -> bytes:
 
 
 def protocol(reader: int = 1, writer: int = 2, **features: list[str]) -> str:
-    return line("protocol", {"minReaderVersion": reader, "minWriterVersion": writer, **features})
+    return line("protocol", protocol_body(reader, writer, **features))
 
 
 def metadata() -> str:
-    body = {
-        "id": "a6b9e1c2-0000-4000-8000-000000000000",
-        "format": {"provider": "parquet", "options": {}},
-        "schemaString": SCHEMA,
-        "partitionColumns": [],
-        "configuration": {},
-        "createdTime": 1700000000000,
-    }
-    return line("metaData", body)
-
-
-def add(path: str) -> str:
     return line(
-        "add",
-        {
-            "path": path,
-            "partitionValues": {},
-            "size": 10,
-            "modificationTime": 1700000000000,
-            "dataChange": True,
-        },
+        "metaData", metadata_body(id="a6b9e1c2-0000-4000-8000-000000000000", created_time=1700000000000)
     )
 
 
+def add(path: str) -> str:
+    return line("add", add_body(path, size=10, modificationTime=1700000000000))
+
+
 def remove(path: str) -> str:
-    return line("remove", {"path": path, "deletionTimestamp": 1700000000001, "dataChange": True})
+    return line("remove", remove_body(path, deletionTimestamp=1700000000001))
 
 
 V0 = commit_file(protocol(), metadata(), add("part-0.parquet"), operation="CREATE TABLE")

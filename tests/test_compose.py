@@ -225,7 +225,7 @@ def bucket(services: dict[str, dict[str, Any]]) -> str:
     assert (parts["host"], parts["port"]) == ("minio", 9000), alias[2]
     made = re.findall(rf"mc\s+mb\s+(?:--?\S+\s+)*{re.escape(alias[1])}/([a-z0-9][a-z0-9.-]+)", script)
     assert len(made) == 1, f"minio-init creates exactly one bucket: {made}"
-    return made[0]
+    return str(made[0])
 
 
 @pytest.fixture(scope="module")

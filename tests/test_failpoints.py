@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from support.builders import append_rows, create_data_table
 
@@ -18,8 +17,6 @@ from delta_mirror.errors import LeaseHeldError
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.storage import open_store
 from delta_mirror.store import SqlStore
-
-SCHEMA = pa.schema([("id", pa.int64())])
 
 
 def _table(store_url: str, root: Path, versions: int, interval: int) -> SqlStore:
@@ -97,11 +94,11 @@ def test_a_publisher_that_lost_its_lease_stops_and_leaves_the_status_to_the_new_
     calls: list[str] = []
     original = store.acquire_lease
 
-    def acquire(table_id: int, owner: str, ttl: float) -> bool:
+    def acquire(table_id: int, owner: str, ttl_seconds: float) -> bool:
         calls.append(owner)
         if len(calls) == 2:  # slow's first renewal: its lease has expired, another publisher takes it
             assert original(table_id, "other-publisher", 60)
-        return original(table_id, owner, ttl)
+        return original(table_id, owner, ttl_seconds)
 
     store.acquire_lease = acquire  # type: ignore[method-assign]
     with pytest.raises(LeaseHeldError, match="another publisher took it"):

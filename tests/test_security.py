@@ -35,14 +35,6 @@ AWS_SECRET = "aws-S3cr3t-0b8e44d1c7"
 PROTOCOL = protocol_body()
 
 
-def metadata(**extra: Any) -> dict[str, Any]:
-    return metadata_body(**extra)
-
-
-def add(path: str, **extra: Any) -> dict[str, Any]:
-    return add_body(path, **extra)
-
-
 def cli(*args: str, env: dict[str, str], stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([*executable(), *args], input=stdin, capture_output=True, env=env, timeout=120)
     return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode())
@@ -115,6 +107,7 @@ def test_aws_secret_keys_never_appear_in_cli_output_or_errors(s3: Any, tmp_path:
         NO_PROXY="127.0.0.1,localhost",
     )
     texts = []
+    args: tuple[str, ...]
     for args, stdin in (
         (("init",), None),
         (("commit", "t", "--actions", "-", "--location", f"s3://{bucket}/t"), _create()),
@@ -141,7 +134,7 @@ def test_aws_secret_keys_never_appear_in_cli_output_or_errors(s3: Any, tmp_path:
 def _create() -> bytes:
     return "".join(
         json.dumps(a) + "\n"
-        for a in ({"protocol": PROTOCOL}, {"metaData": metadata()}, {"add": add("a.parquet")})
+        for a in ({"protocol": PROTOCOL}, {"metaData": metadata_body()}, {"add": add_body("a.parquet")})
     ).encode()
 
 
@@ -184,14 +177,14 @@ def test_sql_metacharacters_in_every_stored_value_round_trip_and_inject_nothing(
         "t",
         [
             ("protocol", PROTOCOL),
-            ("metaData", metadata(name=HOSTILE_VALUES[0], description=HOSTILE_VALUES[1])),
-            *[("add", add(p, tags={"t": v})) for p, v in zip(paths, HOSTILE_VALUES, strict=True)],
+            ("metaData", metadata_body(name=HOSTILE_VALUES[0], description=HOSTILE_VALUES[1])),
+            *[("add", add_body(p, tags={"t": v})) for p, v in zip(paths, HOSTILE_VALUES, strict=True)],
             ("txn", {"appId": HOSTILE_VALUES[2], "version": 1}),
         ],
         location=root.as_uri(),
     )
     store.commit(
-        "other", [("protocol", PROTOCOL), ("metaData", metadata())], location=(tmp_path / "o").as_uri()
+        "other", [("protocol", PROTOCOL), ("metaData", metadata_body())], location=(tmp_path / "o").as_uri()
     )
     # removing one file removes exactly that one (no pattern matching, no injection)
     store.commit("t", [("remove", {"path": paths[4], "deletionTimestamp": 1, "dataChange": True})])
@@ -360,7 +353,7 @@ def test_publishing_into_a_symlinked_delta_log_fails_clearly_and_writes_nothing(
     root = tmp_path / "t"
     store.commit(
         "t",
-        [("protocol", PROTOCOL), ("metaData", metadata()), ("add", add("a.parquet"))],
+        [("protocol", PROTOCOL), ("metaData", metadata_body()), ("add", add_body("a.parquet"))],
         location=root.as_uri(),
     )
     root.mkdir()
@@ -385,7 +378,7 @@ def test_symlinked_log_files_are_never_written_through(tmp_path: Path) -> None:
     store.init()
     store.commit(
         "t",
-        [("protocol", PROTOCOL), ("metaData", metadata()), ("add", add("a.parquet"))],
+        [("protocol", PROTOCOL), ("metaData", metadata_body()), ("add", add_body("a.parquet"))],
         location=root.as_uri(),
     )
     with pytest.raises(PublishConflictError):  # a different "file" is there: halt, never overwrite
@@ -404,10 +397,14 @@ def test_hostile_table_names_never_reach_a_storage_path(tmp_path: Path) -> None:
     for name in ("../escape", "a/../../b", "t/../../x", "/abs"):
         with pytest.raises(MirrorError, match="invalid table name"):
             store.commit(
-                name, [("protocol", PROTOCOL), ("metaData", metadata())], location=(tmp_path / "t").as_uri()
+                name,
+                [("protocol", PROTOCOL), ("metaData", metadata_body())],
+                location=(tmp_path / "t").as_uri(),
             )
     store.commit(
-        "_delta_log", [("protocol", PROTOCOL), ("metaData", metadata())], location=(tmp_path / "t").as_uri()
+        "_delta_log",
+        [("protocol", PROTOCOL), ("metaData", metadata_body())],
+        location=(tmp_path / "t").as_uri(),
     )
     Publisher(store).publish("_delta_log")
     assert sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "t").rglob("*")) == [
