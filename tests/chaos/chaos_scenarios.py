@@ -7,7 +7,6 @@ runs ``validate``, and returns a ``ScenarioResult`` with what it injected and wh
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import subprocess
@@ -15,26 +14,32 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from chaos_harness import (
-    CheckpointWatch,
-    ProxyProcess,
     Scheduler,
     Writer,
     add_action,
-    check_all,
     cli,
     cli_env,
     create_table,
     kill_after,
     recover,
     spawn,
-    validate_all,
 )
-from chaos_invariants import Verdict
+from chaos_results import (
+    LARGE,
+    SMALL,
+    CommitWatch,
+    Scale,
+    ScenarioResult,
+    Services,
+    finish,
+    judge,
+    new_store,
+    safe_now,
+)
 
 from delta_mirror.store import SqlStore
 
@@ -46,166 +51,6 @@ FAILPOINTS = (
 )
 
 
-@dataclass
-class Scale:
-    name: str
-    s3_versions: int  # versions per table published through the faulty proxy
-    s3_fault_rate: float
-    kills: int
-    pg_restarts: int
-    race_versions: int
-    foreign_rounds: int
-    target_rounds: int
-    tables: int = 3
-
-
-SMALL = Scale(
-    "small",
-    s3_versions=40,
-    s3_fault_rate=0.25,
-    kills=8,
-    pg_restarts=3,
-    race_versions=20,
-    foreign_rounds=1,
-    target_rounds=1,
-    tables=2,
-)
-LARGE = Scale(
-    "large",
-    s3_versions=260,
-    s3_fault_rate=0.3,
-    kills=100,
-    pg_restarts=12,
-    race_versions=60,
-    foreign_rounds=4,
-    target_rounds=4,
-    tables=4,
-)
-
-
-@dataclass
-class Services:
-    workdir: Path
-    s3: Any  # services.S3Server
-    proxy: ProxyProcess
-    pg: Any = None  # services.PgServer (owned: it is restarted)
-    seed: int = 0
-
-
-@dataclass
-class ScenarioResult:
-    name: str
-    faults: int
-    fault_kinds: dict[str, int]
-    committed: int = 0
-    published: int = 0
-    lost: int = 0
-    duplicated: int = 0
-    corrupted: int = 0
-    overwritten: int = 0
-    recover_seconds: float = 0.0
-    recover_cycles: int = 0
-    violations: list[str] = field(default_factory=list)
-    notes: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return not (self.violations or self.lost or self.duplicated or self.corrupted or self.overwritten)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-class CommitWatch(CheckpointWatch):
-    """Also remembers the bytes of each commit file when first seen: a later change is an overwrite."""
-
-    def __init__(self, locations: dict[str, str], s3_client: Any = None) -> None:
-        super().__init__(locations, s3_client)
-        self.first: dict[tuple[str, str], str] = {}
-
-    def sample(self) -> None:
-        super().sample()
-        for name, log in self.logs.items():
-            try:
-                for n in log.names():
-                    if n.endswith(".json") and (name, n) not in self.first:
-                        data = log.read(n)
-                        if data is not None:
-                            self.first[(name, n)] = hashlib.sha256(data).hexdigest()
-            except Exception:
-                continue
-
-    def overwritten(self, skip: set[tuple[str, str]] = frozenset()) -> list[str]:  # type: ignore[assignment]
-        out = []
-        for (name, n), digest in self.first.items():
-            if (name, n) in skip:
-                continue
-            data = self.logs[name].read(n)
-            if data is not None and hashlib.sha256(data).hexdigest() != digest:
-                out.append(f"{name}/{n}")
-        return out
-
-
-def _store(url: str) -> SqlStore:
-    store = SqlStore(url)
-    store.init()
-    return store
-
-
-def _finish(
-    result: ScenarioResult,
-    store_url: str,
-    locations: dict[str, str],
-    env: dict[str, str],
-    svc: Services,
-    watch: CommitWatch,
-    *,
-    proxy_stats: dict[str, Any] | None = None,
-    skip: set[tuple[str, str]] = frozenset(),  # type: ignore[assignment]
-) -> ScenarioResult:
-    """Faults are off: recover, then judge every table with the independent checker and validate."""
-    rec = recover(store_url, locations, env, svc.s3.client())
-    result.recover_cycles, result.recover_seconds = rec.cycles, rec.seconds
-    result.violations += [f"checkpoint watch: {v}" for v in watch.finish()]
-    over = watch.overwritten(skip)
-    if proxy_stats:
-        over += [f"{k} PUT {n} extra time(s)" for k, n in proxy_stats["overwrites"].items()]
-    result.overwritten = len(over)
-    result.violations += [f"overwritten: {o}" for o in over]
-    _judge(result, rec.verdicts)
-    problems = validate_all(store_url, list(locations), svc.s3.env())
-    result.violations += [f"validate {n}: {p}" for n, ps in problems.items() for p in ps]
-    return result
-
-
-def _judge(result: ScenarioResult, verdicts: dict[str, Verdict]) -> None:
-    for name, v in verdicts.items():
-        result.committed += v.committed
-        result.published += v.published
-        result.lost += len(v.lost)
-        result.duplicated += len(v.duplicated)
-        result.corrupted += len(v.corrupted)
-        result.violations += [f"{name}: {x}" for x in v.violations]
-        if not v.recovered:
-            result.violations += [f"{name} not recovered: {x}" for x in v.unfinished[:5]]
-
-
-def _safe_now(
-    result: ScenarioResult,
-    store_url: str,
-    locations: dict[str, str],
-    env: dict[str, str],
-    svc: Services,
-    foreign: dict[str, dict[str, bytes]] | None = None,
-) -> None:
-    """Mid-fault check: nothing broken, status truthful (catching up is allowed)."""
-    for name, v in check_all(store_url, locations, env, svc.s3.client(), foreign).items():
-        result.violations += [
-            f"{name} (during faults): {x}" for x in v.violations + [str(d) for d in v.duplicated]
-        ]
-        result.violations += [f"{name} (during faults): corrupted {c}" for c in v.corrupted]
-
-
 # --------------------------------------------------------------------------------------------------
 # 1. S3 behind the fault proxy
 
@@ -214,7 +59,7 @@ def s3_faults(svc: Services, scale: Scale) -> ScenarioResult:
     """500 / 503 SlowDown / timeouts / resets mid-body / slow answers on every log request."""
     bucket = svc.s3.make_bucket("chaos-s3-")
     store_url = f"sqlite:///{svc.workdir / 's3_faults.db'}"
-    store = _store(store_url)
+    store = new_store(store_url)
     names = [f"s3f{i}" for i in range(scale.tables)]
     locations = {n: f"s3://{bucket}/{n}" for n in names}
     for i, n in enumerate(names):
@@ -248,9 +93,9 @@ def s3_faults(svc: Services, scale: Scale) -> ScenarioResult:
         "mirror_exits": _merge(s.exits for s in schedulers),
         "left_for_recovery": tail,
     }
-    _safe_now(result, store_url, locations, env, svc)
+    safe_now(result, store_url, locations, env, svc)
     store.close()
-    return _finish(result, store_url, locations, env, svc, watch, proxy_stats=stats)
+    return finish(result, store_url, locations, env, svc, watch, proxy_stats=stats)
 
 
 def _failing_tail(svc: Services, store: SqlStore, names: list[str], env: dict[str, str]) -> dict[str, Any]:
@@ -302,7 +147,7 @@ def kills(svc: Services, scale: Scale) -> ScenarioResult:
     """SIGKILL at the failpoints (after put / mid-checkpoint / around _last_checkpoint) and at random times."""
     rng = random.Random(svc.seed + 2)
     store_url = f"sqlite:///{svc.workdir / 'kills.db'}"
-    store = _store(store_url)
+    store = new_store(store_url)
     names = [f"kill{i}" for i in range(max(2, scale.tables + 1))]
     locations = {n: (svc.workdir / "kills" / n).as_uri() for n in names}
     for i, n in enumerate(names):
@@ -346,9 +191,9 @@ def kills(svc: Services, scale: Scale) -> ScenarioResult:
     writer.join()
     result = ScenarioResult("publisher_sigkill", sum(kinds.values()), dict(kinds))
     result.notes = {"mirror_exits": _merge(s.exits for s in schedulers)}
-    _safe_now(result, store_url, locations, env, svc)
+    safe_now(result, store_url, locations, env, svc)
     store.close()
-    return _finish(result, store_url, locations, env, svc, watch)
+    return finish(result, store_url, locations, env, svc, watch)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -358,7 +203,7 @@ def kills(svc: Services, scale: Scale) -> ScenarioResult:
 def pg_restarts(svc: Services, scale: Scale) -> ScenarioResult:
     rng = random.Random(svc.seed + 3)
     store_url = svc.pg.create_database("chaos_")
-    store = _store(store_url)
+    store = new_store(store_url)
     names = [f"pg{i}" for i in range(scale.tables)]
     locations = {n: (svc.workdir / "pg" / n).as_uri() for n in names}
     for i, n in enumerate(names):
@@ -391,8 +236,8 @@ def pg_restarts(svc: Services, scale: Scale) -> ScenarioResult:
         "writer_retries": writer.errors,
         "mirror_seconds": round(sum(s.busy_seconds for s in schedulers), 1),
     }
-    _safe_now(result, store_url, locations, env, svc)
-    return _finish(result, store_url, locations, env, svc, watch)
+    safe_now(result, store_url, locations, env, svc)
+    return finish(result, store_url, locations, env, svc, watch)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -409,7 +254,7 @@ def race(svc: Services, scale: Scale, publishers: int) -> ScenarioResult:
     store_url = (
         svc.pg.create_database("chaos_") if big else f"sqlite:///{svc.workdir / f'race{publishers}.db'}"
     )
-    store = _store(store_url)
+    store = new_store(store_url)
     names = [f"race{publishers}_{i}" for i in range(2)]
     if big:
         bucket = svc.s3.make_bucket("chaos-race-")
@@ -447,9 +292,9 @@ def race(svc: Services, scale: Scale, publishers: int) -> ScenarioResult:
         "backend": "postgresql + s3 (proxy)" if big else "sqlite + local",
         "left_for_recovery": tail,
     }
-    _safe_now(result, store_url, locations, env, svc)
+    safe_now(result, store_url, locations, env, svc)
     store.close()
-    return _finish(result, store_url, locations, env, svc, watch, proxy_stats=stats)
+    return finish(result, store_url, locations, env, svc, watch, proxy_stats=stats)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -465,7 +310,7 @@ def external_writer(svc: Services, scale: Scale) -> ScenarioResult:
     rng = random.Random(svc.seed + 5)
     bucket = svc.s3.make_bucket("chaos-ext-")
     store_url = f"sqlite:///{svc.workdir / 'external.db'}"
-    store = _store(store_url)
+    store = new_store(store_url)
     names = ["ext_local0", "ext_local1", "ext_s3"]
     locations = {
         "ext_local0": (svc.workdir / "ext" / "l0").as_uri(),
@@ -510,7 +355,7 @@ def external_writer(svc: Services, scale: Scale) -> ScenarioResult:
         by_mirror = [n for n in names if rng.random() < 0.5]
         codes = {n: cli(env, "mirror", n).returncode for n in by_mirror}
         cli(env, "reconcile", "--strategy", "smart")
-        _safe_now(result, store_url, locations, env, svc, foreign)
+        safe_now(result, store_url, locations, env, svc, foreign)
         for n in names:
             t = store.get_table(n)
             ((fname, data),) = foreign[n].items()
@@ -530,12 +375,12 @@ def external_writer(svc: Services, scale: Scale) -> ScenarioResult:
         rec = recover(store_url, locations, env, svc.s3.client())
         worst = max(worst, (rec.cycles, rec.seconds))
         if not rec.recovered:
-            _judge(ScenarioResult("x", 0, {}), rec.verdicts)
+            judge(ScenarioResult("x", 0, {}), rec.verdicts)
             result.violations.append(f"round {_round}: not recovered within {rec.cycles - 1} cycles")
         result.faults += len(names)
     result.notes = {"detected_and_halted": detected}
     store.close()
-    final = _finish(result, store_url, locations, env, svc, watch, skip=skip)
+    final = finish(result, store_url, locations, env, svc, watch, skip=skip)
     final.recover_cycles = max(worst[0], final.recover_cycles)
     final.recover_seconds = max(worst[1], final.recover_seconds)
     return final
@@ -596,7 +441,7 @@ def target_faults(svc: Services, scale: Scale) -> ScenarioResult:
     """Local: a tmpfs filled up, or remounted read-only. S3: the proxy refuses writes (403, 507)."""
     bucket = svc.s3.make_bucket("chaos-tgt-")
     store_url = f"sqlite:///{svc.workdir / 'target.db'}"
-    store = _store(store_url)
+    store = new_store(store_url)
     mnt = svc.workdir / "tmpfs"
     local = _mount_tmpfs(mnt, "2m")
     names = ["tgt_s3"] + (["tgt_local"] if local else [])
@@ -629,7 +474,7 @@ def target_faults(svc: Services, scale: Scale) -> ScenarioResult:
                     refused += 1
                 else:
                     result.violations.append(f"{kind}: the mirror reported success on a refusing target")
-                _safe_now(result, store_url, locations, env, svc)
+                safe_now(result, store_url, locations, env, svc)
                 _end_target_fault(svc, mnt, kind)
                 result.fault_kinds[kind] = result.fault_kinds.get(kind, 0) + 1
                 result.faults += 1
@@ -641,7 +486,7 @@ def target_faults(svc: Services, scale: Scale) -> ScenarioResult:
                         result.violations += [f"{name}: {u}" for u in v.unfinished[:3]]
         result.notes["runs_refused"] = refused
         store.close()
-        final = _finish(result, store_url, locations, env, svc, watch)
+        final = finish(result, store_url, locations, env, svc, watch)
     finally:
         if local:
             _umount(mnt)

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 from chaos_harness import ProxyProcess
-from chaos_scenarios import LARGE, SMALL, Services, run_all, summary
+from chaos_results import LARGE, SMALL, Services
+from chaos_scenarios import run_all, summary
 from support.services import PgServer, S3Server
 
 HERE = Path(__file__).resolve().parent

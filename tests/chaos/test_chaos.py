@@ -12,10 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 from chaos_harness import ProxyProcess
+from chaos_results import SMALL, ScenarioResult, Services
 from chaos_scenarios import (
-    SMALL,
-    ScenarioResult,
-    Services,
     external_writer,
     kills,
     pg_restarts,
