@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from delta_mirror.delta.actions import Action
-from delta_mirror.dev.datafiles import create_table_actions
+from delta_mirror.delta.new_table import create_table_actions
 from delta_mirror.errors import (
     CommitConflictError,
     DataError,
@@ -151,35 +151,9 @@ def ingest(
             raise PermanentError("nothing to ingest: give a source or a DataFrame", table=table)
         df = read_source(spark, source, format, schema=schema, options=options)
 
-    if metadata is not None:
-        assert info is not None
-        root = info.location
-        partitions = list(metadata.get("partitionColumns") or [])
-        if partition_by is not None and list(partition_by) != partitions:
-            raise DataError(
-                f"the table is partitioned by {partitions}, not {list(partition_by)}",
-                table=table,
-                hint="drop partition_by (the table keeps its partitioning) or ingest into a new table",
-            )
-        df = conform(df, json.loads(metadata["schemaString"]), table)
-        config = metadata.get("configuration") or {}
-        schema_string = metadata["schemaString"]
-    else:
-        if info is not None:
-            root = info.location
-        elif location is None:
-            raise TableNotFoundError(
-                f"no table named '{table}' in the store, and no location to create it at",
-                table=table,
-                hint="pass a location for the first ingest",
-            )
-        else:
-            root = normalize_location(location)
-        partitions = list(partition_by or [])
-        schema_string = new_table_schema(df, partitions, table)
-        config = dict(configuration or {})
-        _refuse_existing_log(spark, root, table)
-
+    df, root, partitions, schema_string, config = _target(
+        spark, df, table, info, metadata, location, partition_by, configuration
+    )
     written = write_files(
         spark,
         df,
@@ -208,6 +182,46 @@ def ingest(
         if not isinstance(exc, TransientError):  # a refused commit wrote nothing: drop its files
             _delete(spark, root, written)
         raise
+
+
+def _target(
+    spark: Any,
+    df: Any,
+    table: str,
+    info: TableInfo | None,
+    metadata: dict[str, Any] | None,
+    location: str | None,
+    partition_by: Sequence[str] | None,
+    configuration: dict[str, str] | None,
+) -> tuple[Any, str, list[str], str, dict[str, str]]:
+    """Where and how the rows go: an existing table's root, partitioning, schema and properties
+    (the DataFrame conformed to its schema), or those of the table this ingest creates."""
+    if metadata is not None:
+        assert info is not None
+        partitions = list(metadata.get("partitionColumns") or [])
+        if partition_by is not None and list(partition_by) != partitions:
+            raise DataError(
+                f"the table is partitioned by {partitions}, not {list(partition_by)}",
+                table=table,
+                hint="drop partition_by (the table keeps its partitioning) or ingest into a new table",
+            )
+        df = conform(df, json.loads(metadata["schemaString"]), table)
+        config = metadata.get("configuration") or {}
+        return df, info.location, partitions, metadata["schemaString"], config
+    if info is not None:
+        root = info.location
+    elif location is None:
+        raise TableNotFoundError(
+            f"no table named '{table}' in the store, and no location to create it at",
+            table=table,
+            hint="pass a location for the first ingest",
+        )
+    else:
+        root = normalize_location(location)
+    partitions = list(partition_by or [])
+    schema_string = new_table_schema(df, partitions, table)
+    _refuse_existing_log(spark, root, table)
+    return df, root, partitions, schema_string, dict(configuration or {})
 
 
 def _commit(

@@ -80,46 +80,72 @@ def run_pipeline(
     steps: Sequence[str] = STEPS,
 ) -> PipelineResult:
     """Run the steps in order on the table at ``location``; returns the version of each step."""
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
     from delta_mirror.spark.ingest import read_source
 
     unknown = [s for s in steps if s not in STEPS]
     if unknown:
         raise ValueError(f"unknown pipeline step(s) {unknown}; choose from {list(STEPS)}")
     result = PipelineResult(location=location)
-    rows = read_source(spark, source, source_format, schema=schema)
-
-    def step(name: str, action: Any) -> None:
+    run = _Steps(
+        spark,
+        location,
+        read_source(spark, source, source_format, schema=schema),
+        partition_by=partition_by,
+        delete_where=delete_where,
+        deletion_vectors=deletion_vectors,
+        txn=(app_id, run_version) if app_id is not None and run_version is not None else None,
+    )
+    for name in STEPS:
         if name not in steps:
-            return
+            continue
         before = _latest_version(spark, location)
-        action()
+        getattr(run, name)()
         after = _latest_version(spark, location)
         result.versions[name] = after if after != before else None
+    result.rows = spark.read.format("delta").load(location).count()
+    return result
 
-    def create() -> None:
-        builder = DeltaTable.createIfNotExists(spark).location(location).addColumns(rows.schema)
-        if partition_by:
-            builder = builder.partitionedBy(*partition_by)
-        if deletion_vectors:
+
+@dataclass
+class _Steps:
+    """The pipeline's steps, each one ordinary Delta-Spark operation (a method per name in STEPS)."""
+
+    spark: Any
+    location: str
+    rows: Any
+    partition_by: Sequence[str]
+    delete_where: str
+    deletion_vectors: bool
+    txn: tuple[str, int] | None
+
+    def create(self) -> None:
+        from delta.tables import DeltaTable
+
+        builder = (
+            DeltaTable.createIfNotExists(self.spark).location(self.location).addColumns(self.rows.schema)
+        )
+        if self.partition_by:
+            builder = builder.partitionedBy(*self.partition_by)
+        if self.deletion_vectors:
             builder = builder.property("delta.enableDeletionVectors", "true")
         builder.execute()
 
-    def append() -> None:
-        writer = rows.write.format("delta").mode("append")
-        if app_id is not None and run_version is not None:
-            writer = writer.option("txnAppId", app_id).option("txnVersion", str(run_version))
-        writer.save(location)
+    def append(self) -> None:
+        writer = self.rows.write.format("delta").mode("append")
+        if self.txn is not None:
+            writer = writer.option("txnAppId", self.txn[0]).option("txnVersion", str(self.txn[1]))
+        writer.save(self.location)
 
-    def merge() -> None:
-        amount = rows.schema["amount"].dataType
-        corrections = rows.where(F.col("event_id") % 4 == 0).withColumn(
+    def merge(self) -> None:
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+
+        amount = self.rows.schema["amount"].dataType
+        corrections = self.rows.where(F.col("event_id") % 4 == 0).withColumn(
             "amount", (F.col("amount") + 1).cast(amount)
         )
         (
-            DeltaTable.forPath(spark, location)
+            DeltaTable.forPath(self.spark, self.location)
             .alias("t")
             .merge(corrections.alias("s"), "t.event_id = s.event_id")
             .whenMatchedUpdateAll()
@@ -127,22 +153,15 @@ def run_pipeline(
             .execute()
         )
 
-    def delete() -> None:
-        DeltaTable.forPath(spark, location).delete(delete_where)
+    def delete(self) -> None:
+        from delta.tables import DeltaTable
 
-    def optimize() -> None:
-        DeltaTable.forPath(spark, location).optimize().executeCompaction()
+        DeltaTable.forPath(self.spark, self.location).delete(self.delete_where)
 
-    for name, action in (
-        ("create", create),
-        ("append", append),
-        ("merge", merge),
-        ("delete", delete),
-        ("optimize", optimize),
-    ):
-        step(name, action)
-    result.rows = spark.read.format("delta").load(location).count()
-    return result
+    def optimize(self) -> None:
+        from delta.tables import DeltaTable
+
+        DeltaTable.forPath(self.spark, self.location).optimize().executeCompaction()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
