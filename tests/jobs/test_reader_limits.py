@@ -266,3 +266,30 @@ def test_duckdb_is_checked_against_the_store_too(prefixed: tuple[SqlStore, Path]
     kinds = {p.kind for p in validate_table(store, NAME, reader="duckdb").problems}
 
     assert {"hash_mismatch", "reader_files", "reader_rows"} <= kinds
+
+
+def test_auto_without_spark_keeps_the_limitation(
+    prefixed: tuple[SqlStore, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, root = prefixed
+    _fail_like_a_reader_ignoring_the_prefix(monkeypatch, root)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
+
+    report = validate_table(store, NAME, reader="auto")
+
+    assert [lim.version for lim in report.limitations] == [1] and report.fallbacks == []
+
+
+def test_auto_reads_with_spark_the_versions_deltalake_cannot(
+    prefixed: tuple[SqlStore, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("pyspark")
+    from support.spark import shared_spark
+
+    store, root = prefixed
+    _fail_like_a_reader_ignoring_the_prefix(monkeypatch, root)
+
+    report = validate_table(store, NAME, reader="auto", spark=shared_spark())
+
+    assert (report.problems, report.limitations) == ([], [])
+    assert report.fallbacks == ["version 1 read with spark (deltalake cannot read it)"]

@@ -189,7 +189,8 @@ def _spark_fallback(
         for lim in report.limitations
         if not (lim.reader == "deltalake" and (lim.version is None or lim.version in covered))
     ]
-    report.fallbacks.append(f"versions {_span(versions)} read with spark (deltalake cannot read them)")
+    what = f"version {versions[0]}" if len(versions) == 1 else f"versions {_span(versions)}"
+    report.fallbacks.append(f"{what} read with spark (deltalake cannot read it)")
 
 
 def _runs(versions: list[int]) -> list[tuple[int, int]]:
