@@ -186,7 +186,7 @@ def test_hostile_table_names_are_refused_everywhere_and_nothing_is_injected(
             result = CliRunner().invoke(
                 cli, ["--store", world["url"], *args], input=create, env={"DELTA_MIRROR_STORE": None}
             )
-            assert result.exit_code == 1, (args, result.stderr, result.exception)
+            assert result.exit_code == 2, (args, result.stderr, result.exception)  # usage
             assert_one_error_line(result.stderr, "invalid table name")
     after = dump(store)
     assert after == before

@@ -233,6 +233,21 @@ def test_status_before_init_says_run_init(store_url: str) -> None:
         store.close()
 
 
+def test_read_only_commands_where_there_is_no_store_create_none(tmp_path: Path) -> None:
+    for args in (("status",), ("health", "t")):
+        result = run(*args, env=clean_env(), cwd=tmp_path)
+        assert result.returncode == 1, result.stderr
+        assert_one_error_line(result.stderr, "no store here yet", "delta-mirror init")
+    assert list(tmp_path.iterdir()) == []  # no .delta-mirror/store.db left behind
+
+
+def test_a_transient_database_error_does_not_claim_the_cli_retried() -> None:
+    result = invoke(["--store", "postgresql+psycopg://u@127.0.0.1:1/db", "status"])  # nothing listens
+    assert result.exit_code == 5, result.stderr
+    line = assert_one_error_line(result.stderr, "not retried by this command: safe to run it again")
+    assert "retried automatically" not in line
+
+
 @pytest.mark.parametrize(
     ("url", "needle"),
     [
@@ -452,9 +467,24 @@ def test_table_names_with_sql_metacharacters_are_refused_and_the_store_is_intact
         ["import", str(tmp / "delta-table"), "--table", name],
     ):
         result = invoke(["--store", url, *args], CREATE)
-        assert result.exit_code == 1, (args, result.stderr, result.exception)
+        assert result.exit_code == 2, (args, result.stderr, result.exception)  # usage, as README says
         assert_one_error_line(result.stderr, "invalid table name")
     assert state(url) == before
+    assert state(url)["tables"] == ["t"]
+
+
+def test_resume_says_whether_the_table_was_halted(populated: dict[str, Any]) -> None:
+    url = populated["url"]
+    never = invoke(["--store", url, "resume", "t"])
+    assert never.exit_code == 0, never.stderr
+    assert never.stdout == "'t' was not halted and has no failed versions: nothing to resume\n"
+    store = SqlStore(url)
+    try:
+        store.halt_table(store.get_table("t").id, "test", None)
+    finally:
+        store.close()
+    halted = invoke(["--store", url, "resume", "t"])
+    assert halted.exit_code == 0 and halted.stdout.startswith("'t' is active again"), halted.stdout
     assert state(url)["tables"] == ["t"]
 
 

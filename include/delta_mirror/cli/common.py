@@ -14,8 +14,11 @@ import click
 
 from delta_mirror.errors import ErrorClass, MirrorError
 
-#: Exit code per error class (0 ok, 1 failure or validation problems, 2 usage).
+#: Exit code per error class (0 ok, 1 failure or validation problems, 2 usage: also an invalid table name).
 EXIT_CODES = {ErrorClass.CONFLICT: 3, ErrorClass.DATA: 4, ErrorClass.TRANSIENT: 5, ErrorClass.PERMANENT: 1}
+USAGE = 2
+#: What the store layer says of a transient error; true of Airflow tasks and the publisher, not of the CLI.
+_RETRIED = "retried automatically"
 
 
 class Ctx:
@@ -25,13 +28,50 @@ class Ctx:
         self.store_url = store_url
         self.debug = debug
 
-    def store(self, *, initialised: bool = True) -> Any:
+    def store(self, *, initialised: bool = True, read_only: bool = False) -> Any:
+        """The store; ``read_only`` commands refuse to create the default SQLite file where there is none."""
         from delta_mirror.store import SqlStore
 
+        if read_only and not self.store_url:
+            self._existing_default_store()
         store = SqlStore(self.store_url)
         if initialised:
             store.ensure_initialised()
         return store
+
+    def _existing_default_store(self) -> None:
+        from delta_mirror.config import home, store_url
+        from delta_mirror.errors import PermanentError
+
+        url = store_url(None)
+        path = home() / "store.db"
+        if url == f"sqlite:///{path}" and not path.is_file():
+            raise PermanentError(
+                f"there is no store here yet: {path} does not exist (nothing was created)",
+                hint="create one with `delta-mirror init` (or `make demo`), or point --store, "
+                "DELTA_MIRROR_STORE or DELTA_MIRROR_HOME at an existing store",
+            )
+
+
+def _cli_hint(exc: MirrorError) -> None:
+    """The CLI does not retry: a transient error says to run the command again (exit 5)."""
+    if exc.retryable and exc.hint and exc.hint.startswith(_RETRIED):
+        rest = exc.hint[len(_RETRIED) :].lstrip("; ")
+        exc.hint = "not retried by this command: safe to run it again" + (f"; {rest}" if rest else "")
+
+
+def _check_name(table: str | None) -> None:
+    """An invalid table name on the command line is a usage error (exit 2), before the store is touched."""
+    from delta_mirror.errors import PermanentError
+    from delta_mirror.store.tables import check_table_name
+
+    if table is None:
+        return
+    try:
+        check_table_name(table)
+    except PermanentError as exc:
+        click.echo(f"error: {one_line(exc.message)}", err=True)
+        sys.exit(USAGE)
 
 
 def one_line(text: str) -> str:
@@ -42,6 +82,7 @@ def one_line(text: str) -> str:
 @contextmanager
 def errors(ctx: Ctx, table: str | None = None) -> Iterator[None]:
     """Errors become one ``error:`` line naming the table (what, where, what to do); no traceback."""
+    _check_name(table)
     try:
         yield
     except MirrorError as exc:
@@ -49,6 +90,7 @@ def errors(ctx: Ctx, table: str | None = None) -> Iterator[None]:
             raise
         if exc.table is None:
             exc.table = table
+        _cli_hint(exc)
         exc.what = one_line(exc.what)
         click.echo(f"error: {one_line(exc.message)}", err=True)
         sys.exit(EXIT_CODES.get(exc.error_class, 1))
@@ -114,4 +156,14 @@ def version_text(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
-__all__ = ["EXIT_CODES", "Ctx", "emit", "errors", "one_line", "progress", "store_option", "version_text"]
+__all__ = [
+    "EXIT_CODES",
+    "USAGE",
+    "Ctx",
+    "emit",
+    "errors",
+    "one_line",
+    "progress",
+    "store_option",
+    "version_text",
+]

@@ -18,8 +18,8 @@ def status(ctx: Ctx, name: str | None, as_json: bool) -> None:
     """Mirror status and lag per table."""
     from delta_mirror.health.status import table_status
 
-    with errors(ctx, name):
-        store = ctx.store()
+    with errors(ctx, name or None):
+        store = ctx.store(read_only=True)
         tables = [store.get_table(name)] if name else store.list_tables()
         rows = [table_status(store, t) for t in tables]
 
@@ -70,8 +70,8 @@ def health(ctx: Ctx, name: str | None, as_json: bool, config_path: str | None, r
     from delta_mirror.health.monitoring import DEFAULT_LAG_RETENTION, health_report, record_lag_sample
     from delta_mirror.table_config import default_config_path, load_config
 
-    with errors(ctx, name):
-        store = ctx.store()
+    with errors(ctx, name or None):
+        store = ctx.store(read_only=not record)
         config = None
         if config_path:
             config = load_config(Path(config_path))

@@ -11,6 +11,7 @@ import click
 
 from delta_mirror.cli.common import Ctx, emit, errors, progress, store_option
 from delta_mirror.errors import DataError
+from delta_mirror.store.states import TableState
 
 if TYPE_CHECKING:
     from delta_mirror.table_config import CheckpointSettings
@@ -222,12 +223,21 @@ def resume(ctx: Ctx, name: str) -> None:
     with errors(ctx, name):
         store = ctx.store()
         table = store.get_table(name)
-        store.resume_table(table.id)
-        for row in store.status_rows(table.id, states=("FAILED", "CONFLICT")):
+        halted = table.state == TableState.HALTED
+        if halted:
+            store.resume_table(table.id)
+        failed = store.status_rows(table.id, states=("FAILED", "CONFLICT"))
+        for row in failed:
             store.mark_failed(
                 table.id, row.version, row.artifact, "PENDING", row.error_class or "", row.last_error or ""
             )
-        click.echo(f"'{name}' is active again; run `delta-mirror mirror {name}`")
+        queued = f"; {len(failed)} failed version(s) queued again" if failed else ""
+        if halted:
+            click.echo(f"'{name}' is active again{queued}; run `delta-mirror mirror {name}`")
+        elif failed:
+            click.echo(f"'{name}' was not halted{queued}; run `delta-mirror mirror {name}`")
+        else:
+            click.echo(f"'{name}' was not halted and has no failed versions: nothing to resume")
 
 
 __all__ = ["checkpoint", "engine_options", "mirror", "reconcile", "resume", "validate"]
