@@ -167,3 +167,31 @@ def test_a_table_may_name_any_notifier_class_instead_of_email(mailbox: MailBox) 
     ]
     send(Notify(email=()), "nobody", "to tell")  # no recipients: nothing is sent
     assert mailbox.messages == []
+
+
+def test_without_a_mail_connection_an_alert_is_one_log_line_not_a_traceback(
+    airflow_env: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The local ``make airflow`` has no SMTP connection: each alert says what would have gone where."""
+    from delta_mirror.airflow import notifications
+
+    notify = Notify(email=("oncall@dm-tests.example", "data@dm-tests.example"), smtp_conn_id="smtp_nowhere")
+    with caplog.at_level("WARNING", logger=notifications.__name__):
+        notifications.send(notify, "[delta-mirror] t1: task publish failed", "Error: boom")
+        assert asyncio.run(notifications._amail_connection_missing(notify)) is True
+    lines = [r.getMessage() for r in caplog.records if r.name == notifications.__name__]
+    assert lines == [
+        "no mail connection 'smtp_nowhere': the alert \"[delta-mirror] t1: task publish failed\" to "
+        "oncall@dm-tests.example, data@dm-tests.example was not sent (set AIRFLOW_CONN_SMTP_NOWHERE to an "
+        "SMTP URL, README: Alerts)"
+    ]
+    assert "Traceback" not in caplog.text
+
+
+def test_with_the_mail_connection_the_alert_is_sent(mailbox: MailBox) -> None:
+    from delta_mirror.airflow import notifications
+
+    notify = Notify(email=("oncall@dm-tests.example",))
+    assert asyncio.run(notifications._amail_connection_missing(notify)) is False
+    notifications.send(notify, "[delta-mirror] t1: lag SLO breached", "Lag: 99 s")
+    assert mailbox.wait_for(subject_is("[delta-mirror] t1: lag SLO breached")) is not None

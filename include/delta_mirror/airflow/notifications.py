@@ -2,12 +2,15 @@
 
 Email goes through the SMTP provider's ``SmtpNotifier`` (the table's ``smtp_conn_id``); a table
 may instead name any Airflow notifier class by import path (e.g. Slack), built with its kwargs.
+Without that connection (the local ``make airflow``) an alert is one log line saying what would have
+gone to whom, not a traceback "SMTP connection is not found".
 """
 
 from __future__ import annotations
 
 import html
 import importlib
+import logging
 from typing import Any
 
 from delta_mirror.table_config import Notify
@@ -33,9 +36,51 @@ def build_notifier(notify: Notify, subject: str, body: str) -> Any:
     )
 
 
+log = logging.getLogger(__name__)
+
+
+def _not_sent(notify: Notify, subject: str) -> None:
+    log.warning(
+        "no mail connection '%s': the alert \"%s\" to %s was not sent (set AIRFLOW_CONN_%s to an SMTP URL, "
+        "README: Alerts)",
+        notify.smtp_conn_id,
+        subject,
+        ", ".join(notify.email),
+        notify.smtp_conn_id.upper(),
+    )
+
+
+def _mail_connection_missing(notify: Notify) -> bool:
+    """True when email is the channel and its connection is not defined (checked before sending)."""
+    if notify.notifier:
+        return False
+    from airflow.providers.common.compat.sdk import AirflowNotFoundException, BaseHook
+
+    try:
+        BaseHook.get_connection(notify.smtp_conn_id)
+    except AirflowNotFoundException:
+        return True
+    return False
+
+
+async def _amail_connection_missing(notify: Notify) -> bool:
+    if notify.notifier:
+        return False
+    from airflow.providers.common.compat.sdk import AirflowNotFoundException, BaseHook
+
+    try:
+        await BaseHook.aget_connection(notify.smtp_conn_id)
+    except AirflowNotFoundException:
+        return True
+    return False
+
+
 def send(notify: Notify, subject: str, body: str, context: dict[str, Any] | None = None) -> None:
-    """Send now (from a task); no-op without recipients or a notifier."""
+    """Send now (from a task); no-op without recipients or a notifier, a log line without a mail connection."""
     if not notify.email and not notify.notifier:
+        return
+    if _mail_connection_missing(notify):
+        _not_sent(notify, subject)
         return
     notifier = build_notifier(notify, subject, body)
     notifier.notify(context or {})
@@ -59,6 +104,9 @@ async def deadline_missed(context: dict[str, Any] | None = None, **kwargs: Any) 
         f"shows the lag."
     )
     if not cfg.notify.email and not cfg.notify.notifier:
+        return
+    if await _amail_connection_missing(cfg.notify):
+        _not_sent(cfg.notify, subject)
         return
     notifier = build_notifier(cfg.notify, subject, body)
     await notifier.async_notify(context)
