@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from airflow_e2e_stack import AirflowStack, SmtpServer, body_text, metadata_url, save_artifacts
+from support.builders import metadata_body, protocol_body
 
 from delta_mirror.delta.actions import Action
 from delta_mirror.delta.log_path import LOG_DIR, checkpoint_name, commit_name
@@ -88,17 +89,14 @@ class Env:
         actions: list[Action] = []
         if create:
             actions += [
-                ("protocol", {"minReaderVersion": 1, "minWriterVersion": 2}),
+                ("protocol", protocol_body()),
                 (
                     "metaData",
-                    {
-                        "id": str(uuid.uuid4()),
-                        "format": {"provider": "parquet", "options": {}},
-                        "schemaString": delta_schema_string(SCHEMA),
-                        "partitionColumns": [],
-                        "configuration": {},
-                        "createdTime": int(time.time() * 1000),
-                    },
+                    metadata_body(
+                        id=str(uuid.uuid4()),
+                        schema_string=delta_schema_string(SCHEMA),
+                        created_time=int(time.time() * 1000),
+                    ),
                 ),
             ]
         actions.append(("add", write_data_file(root, data)))

@@ -421,7 +421,5 @@ def test_corpus_has_every_category(corpus_dir: Path) -> None:
 
 
 def test_kind_names_cover_checkpoints() -> None:
-    assert (
-        parse_log_file("00000000000000000001.checkpoint.0000000001.0000000002.parquet").kind
-        is LogFileKind.MULTIPART_CHECKPOINT
-    )
+    part = parse_log_file("00000000000000000001.checkpoint.0000000001.0000000002.parquet")
+    assert part is not None and part.kind is LogFileKind.MULTIPART_CHECKPOINT

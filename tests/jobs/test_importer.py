@@ -342,14 +342,8 @@ def test_a_checkpoint_without_metadata_is_refused(
     builders.write_commit(src, 0, [PROTOCOL, METADATA, builders.add("a")])
     builders.write_commit(src, 1, [builders.add("b")])
     builders.write_commit(src, 2, [builders.add("c")])
-    adds = [
-        {"add": {"path": p, "partitionValues": [], "size": 1, "modificationTime": 1, "dataChange": False}}
-        for p in ("a", "b")
-    ]
-    _parquet_checkpoint(
-        src / LOG / f"{1:020d}.checkpoint.parquet",
-        [{"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}, *adds],
-    )
+    adds = [builders.add(p, partitionValues=[], dataChange=False) for p in ("a", "b")]
+    _parquet_checkpoint(src / LOG / f"{1:020d}.checkpoint.parquet", [PROTOCOL, *adds])
     if early_commits == "cleaned-up":
         _commit(src, 0).unlink()
     with pytest.raises(DataError, match="checkpoint 1 has no metaData action") as info:

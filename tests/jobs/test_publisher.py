@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from support.builders import add_body
 
 from delta_mirror.delta.log_path import LOG_DIR, commit_name
 from delta_mirror.dev.datafiles import create_table_actions, write_data_file
@@ -35,14 +36,7 @@ def _table(store: SqlStore, location: str, versions: int, *, interval: int = 100
     store.update_table(store.get_table("t").id, checkpoint_interval=interval)
     store.commit("t", [*create_table_actions(SCHEMA)])
     for i in range(1, versions):
-        body = {
-            "path": f"part-{i}.parquet",
-            "partitionValues": {},
-            "size": 1,
-            "modificationTime": 1,
-            "dataChange": True,
-        }
-        store.commit("t", [("add", body)])
+        store.commit("t", [("add", add_body(f"part-{i}.parquet"))])
 
 
 def _log(folder: Path) -> list[str]:
@@ -177,18 +171,7 @@ def test_checkpoints_follow_commits_and_last_checkpoint_never_moves_back(
     for i in (3, 4):
         store.commit(
             "t",
-            [
-                (
-                    "add",
-                    {
-                        "path": f"late-{i}.parquet",
-                        "partitionValues": {},
-                        "size": 1,
-                        "modificationTime": 1,
-                        "dataChange": True,
-                    },
-                )
-            ],
+            [("add", add_body(f"late-{i}.parquet"))],
         )
     checkpoints += Publisher(store).publish("t").checkpoints
 

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import pyarrow as pa
 import pytest
-from support.builders import metadata_body, protocol_body
+from support.builders import add_body, metadata_body, protocol_body
 
 from delta_mirror.delta.actions import Action
 from delta_mirror.delta.checkpoint import CheckpointInput, build_checkpoint
@@ -52,16 +52,16 @@ def _add(location: str, n: int, country: str, day: str) -> Action:
     if root is not None:
         data = pa.table({"id": pa.array([n], pa.int64())})
         return ("add", write_data_file(root, data, values))
+    path = quote(f"country={country}/day={day}/part-{n:05d}.snappy.parquet", safe="/=-_.~")
     return (
         "add",
-        {
-            "path": quote(f"country={country}/day={day}/part-{n:05d}.snappy.parquet", safe="/=-_.~"),
-            "partitionValues": values,
-            "size": 400 + n,
-            "modificationTime": 1_700_000_000_000 + n,
-            "dataChange": True,
-            "stats": json.dumps({"numRecords": 1}),
-        },
+        add_body(
+            path,
+            size=400 + n,
+            partitionValues=values,
+            modificationTime=1_700_000_000_000 + n,
+            stats=json.dumps({"numRecords": 1}),
+        ),
     )
 
 
