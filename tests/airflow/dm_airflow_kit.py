@@ -15,17 +15,26 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import yaml
 from support.builders import metadata_body, protocol_body
-from support.mailserver import MailBox, SmtpServer, body_text  # noqa: F401 - re-exported for the tests
-from support.services import free_port  # noqa: F401 - re-exported for the tests
+
+# Re-exported for the tests (the `X as X` form marks them as exports for mypy).
+from support.mailserver import MailBox as MailBox
+from support.mailserver import SmtpServer as SmtpServer
+from support.mailserver import body_text as body_text
+from support.services import free_port as free_port
 
 from delta_mirror.delta.actions import Action
 from delta_mirror.dev.datafiles import delta_schema_string, write_data_file
 from delta_mirror.store import SqlStore
+
+if TYPE_CHECKING:
+    from airflow.sdk import DAG
+
+OperatorT = TypeVar("OperatorT")
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS_FOLDER = REPO / "dags"
@@ -131,7 +140,14 @@ def read_rows(location: str, storage_options: dict[str, str] | None = None) -> t
 
 
 # --------------------------------------------------------------------------------------------------
-# DAG runs
+# DAGs and DAG runs
+
+
+def task_of(dag: DAG, task_id: str, kind: type[OperatorT]) -> OperatorT:
+    """``dag``'s task ``task_id``, checked to be a ``kind`` (Airflow types it as any operator)."""
+    task = dag.get_task(task_id)
+    assert isinstance(task, kind), (task_id, type(task))
+    return task
 
 
 @dataclass

@@ -7,6 +7,7 @@ Bad input is refused with one clear message: by the ``Param`` JSON schema when t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,7 @@ def test_bad_backfill_input_fails_without_retry_and_says_what_is_wrong(
 
 
 @pytest.fixture
-def backfill_table(dm_config, sqlite_store: str, local_location: Path) -> SqlStore:
+def backfill_table(dm_config: Callable[..., Path], sqlite_store: str, local_location: Path) -> SqlStore:
     store = SqlStore(sqlite_store)
     make_table(store, "t1", local_location.as_uri(), versions=4, checkpoint_interval=100)
     dm_config({"t1": {}, "orders": {}})
@@ -128,14 +129,17 @@ def test_a_backfill_runs_only_the_chosen_steps_over_the_chosen_range(
     assert (local_location / "_delta_log" / "00000000000000000002.checkpoint.parquet").is_file()
 
 
-def test_a_backfill_uses_the_connections_of_the_table_it_is_given(dm_config) -> None:
+def test_a_backfill_uses_the_connections_of_the_table_it_is_given(dm_config: Callable[..., Path]) -> None:
     from airflow.dag_processing.dagbag import DagBag
-    from dm_airflow_kit import DAGS_FOLDER
+    from dm_airflow_kit import DAGS_FOLDER, task_of
+
+    from delta_mirror.airflow.operators import DeltaMirrorTableOperator
 
     dm_config({"a": {"aws_conn_id": "bucket_a"}, "b": {}}, store_conn_id="main")
     for table, aws_conn_id in (("a", "bucket_a"), ("b", None)):
         for task_id in ("publish", "checkpoint", "validate"):
-            task = DagBag(dag_folder=str(DAGS_FOLDER)).dags["delta_mirror_backfill"].get_task(task_id)
+            dag = DagBag(dag_folder=str(DAGS_FOLDER)).dags["delta_mirror_backfill"]
+            task = task_of(dag, task_id, DeltaMirrorTableOperator)
             params = {"table": table, "from_version": None, "to_version": None, "steps": ["publish"]}
             task.render_template_fields({"params": params})
             assert (task.hook.store_conn_id, task.hook.aws_conn_id) == ("main", aws_conn_id), (table, task_id)

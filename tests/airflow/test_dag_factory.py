@@ -7,11 +7,22 @@ examples stay out through ``AIRFLOW__CORE__LOAD_EXAMPLES=False`` (set in conftes
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from dm_airflow_kit import DAGS_FOLDER, REPO
+from dm_airflow_kit import DAGS_FOLDER, REPO, task_of
+
+from delta_mirror.airflow.operators import (
+    DeltaMirrorLagOperator,
+    DeltaMirrorMaintenanceOperator,
+    DeltaMirrorReconcileOperator,
+)
+
+if TYPE_CHECKING:
+    from airflow.dag_processing.dagbag import DagBag
 
 SHARED = {
     "delta_mirror_reconcile",
@@ -23,14 +34,14 @@ SHARED = {
 }
 
 
-def parse() -> object:
+def parse() -> DagBag:
     from airflow.dag_processing.dagbag import DagBag
 
     return DagBag(dag_folder=str(DAGS_FOLDER))
 
 
-def import_error(bag: object) -> str:
-    errors = bag.import_errors  # type: ignore[attr-defined]
+def import_error(bag: DagBag) -> str:
+    errors = bag.import_errors
     assert len(errors) == 1, errors
     return str(next(iter(errors.values())))
 
@@ -57,7 +68,9 @@ RICH = {
 
 
 @pytest.mark.parametrize("which", ["repository-config", "three-tables"])
-def test_every_dag_has_retries_an_owner_tags_and_docs(which: str, repo_config: Path, dm_config) -> None:
+def test_every_dag_has_retries_an_owner_tags_and_docs(
+    which: str, repo_config: Path, dm_config: Callable[..., Path]
+) -> None:
     if which == "three-tables":
         dm_config(RICH, owner="data-platform", retries=2)
     bag = parse()
@@ -77,7 +90,7 @@ def test_every_dag_has_retries_an_owner_tags_and_docs(which: str, repo_config: P
         assert bag.dags["delta_mirror__orders.v2"].default_args["retries"] == 5
 
 
-def test_tasks_retry_with_exponential_backoff_from_the_config(dm_config) -> None:
+def test_tasks_retry_with_exponential_backoff_from_the_config(dm_config: Callable[..., Path]) -> None:
     dm_config(
         {"t1": {"retries": 4, "retry_delay": "15s", "max_retry_delay": "5m"}, "t2": {}},
         retry_exponential_backoff=3.0,
@@ -102,7 +115,7 @@ def test_tasks_retry_with_exponential_backoff_from_the_config(dm_config) -> None
             assert task.retry_exponential_backoff == 3.0, (dag_id, task.task_id)
 
 
-def test_the_table_dag_is_publish_checkpoint_validate_metrics(dm_config) -> None:
+def test_the_table_dag_is_publish_checkpoint_validate_metrics(dm_config: Callable[..., Path]) -> None:
     dm_config({"t1": {"tags": ["sales"], "schedule": "10m"}, "t2": {"validate": False}})
     bag = parse()
     t1 = bag.dags["delta_mirror__t1"]
@@ -111,18 +124,19 @@ def test_the_table_dag_is_publish_checkpoint_validate_metrics(dm_config) -> None
     assert t1.get_task("validate").downstream_task_ids == {"metrics"}
     assert {"delta-mirror", "table", "sales"} <= set(t1.tags)
     assert t1.max_active_runs == 1 and t1.catchup is False and t1.schedule == timedelta(minutes=10)
-    assert "t1" in t1.doc_md
+    assert t1.doc_md is not None and "t1" in t1.doc_md
     assert sorted(bag.dags["delta_mirror__t2"].task_ids) == ["checkpoint", "metrics", "publish"]
 
 
-def test_the_config_file_is_read_again_at_each_parse(dm_config) -> None:
+def test_the_config_file_is_read_again_at_each_parse(dm_config: Callable[..., Path]) -> None:
     dm_config({"t1": {}})
     assert set(parse().dag_ids) == {"delta_mirror__t1", *SHARED}
 
     dm_config({"t1": {}, "orders": {"schedule": "@daily"}})
     bag = parse()
     assert set(bag.dag_ids) == {"delta_mirror__t1", "delta_mirror__orders", *SHARED}
-    assert bag.dags["delta_mirror__orders"].schedule == "@daily"
+    schedule: object = bag.dags["delta_mirror__orders"].schedule  # a cron preset stays a str
+    assert schedule == "@daily"
 
     dm_config({"orders": {}})
     assert "delta_mirror__t1" not in parse().dag_ids
@@ -138,7 +152,9 @@ def test_the_config_file_is_read_again_at_each_parse(dm_config) -> None:
     ],
     ids=["unknown-key", "bad-duration", "bad-table-name", "unknown-notify-key"],
 )
-def test_an_invalid_config_is_an_import_error_naming_the_key(dm_config, tables, named) -> None:
+def test_an_invalid_config_is_an_import_error_naming_the_key(
+    dm_config: Callable[..., Path], tables: dict[str, object], named: list[str]
+) -> None:
     path = dm_config(tables)
     bag = parse()
     assert bag.dag_ids == []
@@ -156,10 +172,16 @@ def test_a_missing_config_file_is_an_import_error_saying_where_it_was_looked_for
     assert "nope.yaml" in message and "DELTA_MIRROR_CONFIG" in message
 
 
-def test_an_event_driven_table_is_scheduled_by_an_asset_watcher_on_the_store(dm_config) -> None:
+def test_an_event_driven_table_is_scheduled_by_an_asset_watcher_on_the_store(
+    dm_config: Callable[..., Path],
+) -> None:
     dm_config({"t1": {"schedule": "event", "poll_interval": "2s", "store_conn_id": "dm_store"}})
+    from airflow.sdk import Asset
+
     dag = parse().dags["delta_mirror__t1"]
+    assert isinstance(dag.schedule, list)
     (asset,) = dag.schedule
+    assert isinstance(asset, Asset)
     assert asset.uri == "delta-mirror://commits/t1"
     (watcher,) = asset.watchers
     trigger = watcher.trigger
@@ -169,7 +191,9 @@ def test_an_event_driven_table_is_scheduled_by_an_asset_watcher_on_the_store(dm_
     )
 
 
-def test_tables_with_their_own_connections_get_their_own_reconcile_and_lag_tasks(dm_config) -> None:
+def test_tables_with_their_own_connections_get_their_own_reconcile_and_lag_tasks(
+    dm_config: Callable[..., Path],
+) -> None:
     dm_config(
         {
             "a": {},
@@ -180,11 +204,12 @@ def test_tables_with_their_own_connections_get_their_own_reconcile_and_lag_tasks
     )
     bag = parse()
     reconcile = bag.dags["delta_mirror_reconcile"]
-    groups = {
-        t.task_id: (t.tables, t.store_conn_id, t.aws_conn_id)
+    reconciles = [
+        task_of(reconcile, t.task_id, DeltaMirrorReconcileOperator)
         for t in reconcile.tasks
         if t.task_id.startswith("reconcile")
-    }
+    ]
+    groups = {t.task_id: (t.tables, t.store_conn_id, t.aws_conn_id) for t in reconciles}
     assert sorted(groups.values()) == [
         (["a"], "main_store", None),
         (["b"], "main_store", "bucket_b"),
@@ -192,19 +217,25 @@ def test_tables_with_their_own_connections_get_their_own_reconcile_and_lag_tasks
     ]
     assert reconcile.get_task("escalate").upstream_task_ids == set(groups)
     monitor = bag.dags["delta_mirror_monitor"]
-    lags = {t.task_id: (t.tables, t.store_conn_id) for t in monitor.tasks if t.task_id.startswith("lag")}
+    lag_tasks = [
+        task_of(monitor, t.task_id, DeltaMirrorLagOperator)
+        for t in monitor.tasks
+        if t.task_id.startswith("lag")
+    ]
+    lags = {t.task_id: (t.tables, t.store_conn_id) for t in lag_tasks}
     assert sorted(lags.values()) == [(["a", "b"], "main_store"), (["c"], "other_store")]
     assert monitor.get_task("check_slo").upstream_task_ids == set(lags)
 
 
-def test_the_maintenance_dag_cleans_each_table_by_its_retention(dm_config) -> None:
+def test_the_maintenance_dag_cleans_each_table_by_its_retention(dm_config: Callable[..., Path]) -> None:
     dm_config(
         {"t1": {"maintenance": {"log_retention": "2d", "dry_run": False}}, "t2": {}},
         maintenance={"schedule": "12h"},
     )
     dag = parse().dags["delta_mirror_maintenance"]
     assert dag.task_ids == ["cleanup__t1", "cleanup__t2"]
-    t1, t2 = dag.get_task("cleanup__t1"), dag.get_task("cleanup__t2")
+    t1 = task_of(dag, "cleanup__t1", DeltaMirrorMaintenanceOperator)
+    t2 = task_of(dag, "cleanup__t2", DeltaMirrorMaintenanceOperator)
     assert (t1.cleanup_dry_run, t1.log_retention_seconds) == (False, 2 * 86400)
     assert (t2.cleanup_dry_run, t2.log_retention_seconds) == (True, None)
     assert dag.schedule == timedelta(hours=12)

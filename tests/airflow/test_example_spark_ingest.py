@@ -7,6 +7,7 @@ and deltalake read exactly its rows from the published table.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ DAG_ID = "delta_mirror_example_spark_ingest"
 
 
 def test_the_example_dag_ingests_publishes_and_validates_the_sample(
-    spark: Any, dm_config, sqlite_store: str, tmp_path: Path
+    spark: Any, dm_config: Callable[..., Path], sqlite_store: str, tmp_path: Path
 ) -> None:
     from delta_mirror.airflow.examples import SAMPLE, SAMPLE_SCHEMA
     from delta_mirror.spark.ingest import read_source

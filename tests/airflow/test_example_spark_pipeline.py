@@ -9,6 +9,7 @@ nothing to write, and deltalake and Delta-Spark both validate the job's versions
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,11 @@ def _needs_the_logstore(spark: Any) -> None:
 
 
 def test_the_example_job_dag_commits_through_the_service_then_publishes_and_validates(
-    spark: Any, dm_config, sqlite_store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: Any,
+    dm_config: Callable[..., Path],
+    sqlite_store: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     dm_config({})
     location = tmp_path / "lake" / "events_pipeline"

@@ -14,18 +14,24 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from dm_airflow_kit import S3Writer, make_table, run_dag
+from support.services import S3Server
 
 from delta_mirror.store import SqlStore
+
+if TYPE_CHECKING:
+    from delta_mirror.airflow.hooks import DeltaMirrorHook
 
 PG_SECRET = "pg-Pa55w0rd-7c1e9b44d2"
 AWS_SECRET = "aws-S3cr3t-f04a9d7b61e2"
 
 
-def hook(**kwargs: str | None) -> object:
+def hook(**kwargs: str | None) -> DeltaMirrorHook:
     from delta_mirror.airflow.hooks import DeltaMirrorHook
 
     return DeltaMirrorHook(**kwargs)
@@ -110,9 +116,9 @@ def _leaks(secret: str, texts: dict[str, str]) -> list[str]:
 @pytest.mark.s3
 @pytest.mark.usefixtures("airflow_db")
 def test_connection_secrets_never_appear_in_task_logs(
-    dm_config,
+    dm_config: Callable[..., Path],
     pg_store_url: str,
-    s3,
+    s3: S3Server,
     monkeypatch: pytest.MonkeyPatch,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
@@ -202,7 +208,7 @@ def test_every_secret_the_hook_uses_is_registered_with_the_secrets_masker(
         ),
     )
     h = hook(store_conn_id="dm_url", aws_conn_id="dm_s3")
-    line = f"store {h.store_url} options {h.storage_options}"  # type: ignore[attr-defined]
+    line = f"store {h.store_url} options {h.storage_options}"
     assert url_secret in line and aws_secret in line and token in line
     masked = redact(line)
     assert url_secret not in masked and aws_secret not in masked and token not in masked

@@ -10,6 +10,7 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,9 @@ def stat_values(lines: list[str], name: str, kind: str = "g") -> dict[str, float
 
 
 @pytest.mark.usefixtures("airflow_db")
-def test_the_monitor_dag_sends_lag_gauges_to_statsd(dm_config, sqlite_store: str, tmp_path: Path) -> None:
+def test_the_monitor_dag_sends_lag_gauges_to_statsd(
+    dm_config: Callable[..., Path], sqlite_store: str, tmp_path: Path
+) -> None:
     store = SqlStore(sqlite_store)
     for name in ("behind", "current"):
         (tmp_path / name).mkdir()
@@ -109,7 +112,7 @@ def test_the_monitor_dag_sends_lag_gauges_to_statsd(dm_config, sqlite_store: str
 
 @pytest.mark.usefixtures("airflow_db")
 def test_a_table_dag_sends_step_durations_and_failures_by_error_class(
-    dm_config, sqlite_store: str, tmp_path: Path
+    dm_config: Callable[..., Path], sqlite_store: str, tmp_path: Path
 ) -> None:
     store = SqlStore(sqlite_store)
     (tmp_path / "sales").mkdir()

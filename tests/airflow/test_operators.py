@@ -18,12 +18,14 @@ import importlib
 import inspect
 import json
 import pkgutil
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dm_airflow_kit import body_text, free_port, make_table, run_dag
+from dm_airflow_kit import MailBox, body_text, free_port, make_table, run_dag
+from support.builders import EMPTY_SCHEMA_STRING, metadata_body, protocol_body
 
 from delta_mirror.errors import (
     DataError,
@@ -147,24 +149,21 @@ def test_a_step_switched_off_in_the_backfill_form_is_skipped(table: SqlStore) ->
 
 @pytest.mark.usefixtures("airflow_db")
 def test_a_storage_endpoint_that_refuses_connections_is_retried_by_airflow_with_backoff(
-    dm_config, sqlite_store: str, monkeypatch: pytest.MonkeyPatch
+    dm_config: Callable[..., Path], sqlite_store: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = SqlStore(sqlite_store)
     store.create_table("t1", "s3://nowhere/t1")
     store.commit(
         "t1",
         [
-            ("protocol", {"minReaderVersion": 1, "minWriterVersion": 2}),
+            ("protocol", protocol_body()),
             (
                 "metaData",
-                {
-                    "id": "5b1c3c52-8d0e-4f0f-9a51-1d6f3f7c2a10",
-                    "format": {"provider": "parquet", "options": {}},
-                    "schemaString": '{"type":"struct","fields":[]}',
-                    "partitionColumns": [],
-                    "configuration": {},
-                    "createdTime": 0,
-                },
+                metadata_body(
+                    id="5b1c3c52-8d0e-4f0f-9a51-1d6f3f7c2a10",
+                    schema_string=EMPTY_SCHEMA_STRING,
+                    created_time=0,
+                ),
             ),
         ],
     )
@@ -204,7 +203,7 @@ def test_a_storage_endpoint_that_refuses_connections_is_retried_by_airflow_with_
 
 @pytest.mark.usefixtures("airflow_db")
 def test_a_publish_conflict_fails_the_run_without_retry_and_emails_both_hashes(
-    dm_config, table: SqlStore, local_location: Path, mailbox: Any
+    dm_config: Callable[..., Path], table: SqlStore, local_location: Path, mailbox: MailBox
 ) -> None:
     (local_location / "_delta_log").mkdir()
     foreign = local_location / "_delta_log" / "00000000000000000001.json"
@@ -299,7 +298,7 @@ def test_every_operator_renders_its_template_fields() -> None:
     assert (reconcile.tables, reconcile.strategy) == (["sales", "other"], "incremental")
     assert lag.tables == ["sales"]
     assert (maintenance.table, maintenance.cleanup_dry_run) == ("sales", "False")
-    expected = {
+    expected: dict[ops.DeltaMirrorBaseOperator, set[str]] = {
         publish: {"table", "enabled", "store_conn_id", "aws_conn_id", "to_version"},
         checkpoint: {"table", "enabled", "store_conn_id", "aws_conn_id", "version"},
         validate: {
@@ -315,8 +314,8 @@ def test_every_operator_renders_its_template_fields() -> None:
         lag: {"store_conn_id", "aws_conn_id", "tables"},
         maintenance: {"table", "enabled", "store_conn_id", "aws_conn_id", "cleanup_dry_run"},
     }
-    for op, fields in expected.items():
-        assert set(op.template_fields) == fields, op.task_id
+    for operator, fields in expected.items():
+        assert set(operator.template_fields) == fields, operator.task_id
 
 
 def test_unset_templated_connection_ids_mean_the_defaults() -> None:
@@ -384,6 +383,9 @@ def test_every_operator_declares_the_shared_template_fields_once_and_each_is_an_
         if issubclass(cls, DeltaMirrorTableOperator):
             assert set(DeltaMirrorTableOperator.template_fields) <= set(fields), name
         arguments = {
-            p for c in cls.__mro__ if "__init__" in vars(c) for p in inspect.signature(c.__init__).parameters
+            p
+            for c in cls.__mro__
+            if "__init__" in vars(c)
+            for p in inspect.signature(vars(c)["__init__"]).parameters
         }
         assert set(fields) <= arguments, f"{name} templates a field that is no constructor argument"

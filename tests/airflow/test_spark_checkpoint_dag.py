@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from dm_airflow_kit import make_table, read_rows, run_dag
+from dm_airflow_kit import DagRunResult, make_table, read_rows, run_dag
 
 from delta_mirror.jobs.validate import validate_table
 from delta_mirror.spark.session import spark_missing
@@ -38,7 +39,9 @@ def spark_conn(monkeypatch: pytest.MonkeyPatch, airflow_env: dict[str, str]) -> 
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
 
 
-def _check(run, location: Path, store: SqlStore, name: str, expected: list[tuple[int, str]]) -> None:
+def _check(
+    run: DagRunResult, location: Path, store: SqlStore, name: str, expected: list[tuple[int, str]]
+) -> None:
     assert run.states() == {t: "success" for t in TASKS}, run.states()
     assert run.xcom("publish")["checkpoints"] == []  # left to the Spark task
     log = location / "_delta_log"
@@ -51,7 +54,11 @@ def _check(run, location: Path, store: SqlStore, name: str, expected: list[tuple
 
 @pytest.mark.postgres
 def test_spark_submit_checkpoint_task_on_postgres(
-    dm_config, spark_conn: None, pg_store_url: str, local_location: Path, monkeypatch: pytest.MonkeyPatch
+    dm_config: Callable[..., Path],
+    spark_conn: None,
+    pg_store_url: str,
+    local_location: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from sqlalchemy.engine import make_url
 
@@ -74,7 +81,7 @@ def test_spark_submit_checkpoint_task_on_postgres(
 
 
 def test_spark_submit_checkpoint_task_on_the_embedded_default(
-    dm_config, spark_conn: None, sqlite_store: str, local_location: Path
+    dm_config: Callable[..., Path], spark_conn: None, sqlite_store: str, local_location: Path
 ) -> None:
     store = SqlStore(sqlite_store)
     expected = make_table(store, "t1", local_location.as_uri(), versions=4, checkpoint_interval=3)

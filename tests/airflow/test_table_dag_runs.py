@@ -11,10 +11,12 @@ Afterwards deltalake reads the published table and ``validate_table`` finds noth
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from dm_airflow_kit import S3Writer, make_table, read_rows, run_dag
+from support.services import S3Server
 
 from delta_mirror.jobs.validate import validate_table
 from delta_mirror.store import SqlStore
@@ -38,7 +40,7 @@ def _rendered(dag_id: str, task_id: str) -> dict[str, object]:
 
 
 def test_the_table_dag_publishes_checkpoints_and_validates_on_the_embedded_default(
-    dm_config, sqlite_store: str, local_location: Path
+    dm_config: Callable[..., Path], sqlite_store: str, local_location: Path
 ) -> None:
     store = SqlStore(sqlite_store)
     expected = make_table(store, "t1", local_location.as_uri(), versions=4, checkpoint_interval=3)
@@ -73,7 +75,7 @@ def test_the_table_dag_publishes_checkpoints_and_validates_on_the_embedded_defau
 @pytest.mark.postgres
 @pytest.mark.s3
 def test_the_table_dag_runs_on_postgres_and_s3_through_airflow_connections(
-    dm_config, pg_store_url: str, s3, monkeypatch: pytest.MonkeyPatch
+    dm_config: Callable[..., Path], pg_store_url: str, s3: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sqlalchemy.engine import make_url
 
