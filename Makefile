@@ -15,7 +15,7 @@ KERNEL_SRC := jvm/kernel-reader/pom.xml $(shell find jvm/kernel-reader/src -type
 # which installs a client-only `pyspark` package over the full pyspark 4.2.0 we need (README, Spark).
 SPARK_PROVIDER := apache-airflow-providers-apache-spark==6.3.4
 
-.PHONY: venv jar kernel-jar test lint demo airflow bench chaos clean distclean
+.PHONY: venv jar kernel-jar test lint demo airflow print-local-env bench chaos clean distclean
 
 # Re-installs only when pyproject.toml or requirements.txt changed (or the venv is new).
 # Also builds the LogStore and kernel reader jars, so `make test` and `make demo` have them.
@@ -25,6 +25,7 @@ $(VENV)/pyvenv.cfg:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): $(VENV)/pyvenv.cfg pyproject.toml requirements.txt
+	@echo "installing into $(VENV): Airflow, Spark and the test tools, about 1.7 GB; the first time takes 2-5 minutes"
 	$(PY) -m pip install -q -e '.[test,airflow,spark]' -r requirements.txt
 	$(PY) -m pip install -q --no-deps $(SPARK_PROVIDER)
 	touch $@
@@ -65,17 +66,29 @@ lint: venv
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy --strict --exclude '^include/delta_mirror/airflow/' include/delta_mirror
 
-# The embedded default: SQLite store in .delta-mirror/, Airflow's SQLite metadata DB in .airflow/.
+# The embedded default: SQLite store in .delta-mirror/, Airflow's SQLite metadata DB in .airflow/,
+# the "Delta Mirror" page from plugins/. The UI listens on AIRFLOW_HOST:AIRFLOW_PORT, 127.0.0.1 by
+# default (`make airflow AIRFLOW_HOST=0.0.0.0` to reach it from another machine). This is the one
+# definition: the browser test (tests/airflow/test_ui_plugin.py) reads it with `make -s print-local-env`.
+AIRFLOW_HOST ?= 127.0.0.1
+AIRFLOW_PORT ?= 8080
 LOCAL_ENV := AIRFLOW_HOME=$(CURDIR)/.airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
-	AIRFLOW__CORE__LOAD_EXAMPLES=False DELTA_MIRROR_HOME=$(CURDIR)/.delta-mirror \
+	AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins AIRFLOW__CORE__LOAD_EXAMPLES=False \
+	AIRFLOW__API__HOST=$(AIRFLOW_HOST) AIRFLOW__API__PORT=$(AIRFLOW_PORT) \
+	DELTA_MIRROR_HOME=$(CURDIR)/.delta-mirror \
 	DELTA_MIRROR_CONFIG=$(CURDIR)/config/delta_mirror.yaml PATH=$(CURDIR)/$(VENV)/bin:$$PATH
 
 demo: venv
 	$(LOCAL_ENV) $(PY) -m delta_mirror.dev.demo prepare airflow show
 
-# The Airflow UI with the project's DAGs (http://localhost:8080; the admin password is printed).
+# The Airflow UI with the project's DAGs; when it is ready scripts/airflow-local.sh prints the URL,
+# the user (admin) and the file that keeps the generated password.
 airflow: venv
-	$(LOCAL_ENV) $(VENV)/bin/airflow standalone
+	$(LOCAL_ENV) scripts/airflow-local.sh
+
+# LOCAL_ENV, one VAR=value a line (for tests and scripts that start what `make airflow` starts).
+print-local-env:
+	@printf '%s\n' $(LOCAL_ENV)
 
 bench: venv
 	PYTHONPATH=$(CURDIR)/tests $(PY) benchmarks/run.py
