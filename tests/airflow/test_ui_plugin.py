@@ -1,4 +1,9 @@
-"""The "Delta Mirror" UI plugin, served by a real ``airflow api-server`` on 127.0.0.1.
+"""The "Delta Mirror" UI plugin, in the Airflow that ``make airflow`` starts.
+
+The server is ``scripts/airflow-local.sh`` (``airflow standalone``) in the environment of
+``make -s print-local-env`` — the Makefile's LOCAL_ENV, so a missing plugins folder or host binding
+there fails here — with only the data moved to temporary folders (Airflow home, store, table
+config) and a free port. The password is read from the file the banner names, as a user does.
 
 Airflow does not authenticate plugin apps by itself: every route must refuse anonymous requests
 (401) and invalid tokens (403), and answer a JWT from ``POST /auth/token`` with the overview.
@@ -8,24 +13,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from dm_airflow_kit import make_table
+from dm_airflow_kit import config_yaml, make_table
 
 from delta_mirror.health.monitoring import record_lag_sample
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.store import SqlStore
 
 REPO = Path(__file__).resolve().parents[2]
-ADMIN_PASSWORD = "dm-test-admin-pw"
+#: Variables of the outer environment that must not reach the test's Airflow.
+FOREIGN = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__", "AWS_", "DELTA_MIRROR_")
 
 
 def _free_port() -> int:
@@ -34,52 +41,87 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class ApiServer:
-    def __init__(self, home: Path, env: dict[str, str]) -> None:
+def patience(seconds: float) -> float:
+    """A wait that grows with the machine's load (2 cores shared by many processes): never a fixed cap."""
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return seconds * max(1.0, load)
+
+
+def wait_for(what: str, check: Callable[[], bool], seconds: float, alive: Callable[[], str | None]) -> None:
+    """Poll ``check`` while the server lives; the limit is re-scaled with the load at every poll."""
+    started = time.monotonic()
+    while not check():
+        dead = alive()
+        if dead:
+            raise RuntimeError(f"{what}: Airflow exited: {dead}")
+        if time.monotonic() - started > patience(seconds):
+            raise RuntimeError(
+                f"{what}: not after {time.monotonic() - started:.0f} s (load {os.getloadavg()})"
+            )
+        time.sleep(1)
+
+
+def local_env(port: int) -> dict[str, str]:
+    """The Makefile's LOCAL_ENV (``make -s print-local-env``), one VAR=value a line."""
+    out = subprocess.run(
+        ["make", "-s", "--no-print-directory", "print-local-env", f"AIRFLOW_PORT={port}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+class LocalAirflow:
+    """``make airflow``'s start-up script, its output in ``airflow.log``."""
+
+    def __init__(self, root: Path, data_env: dict[str, str]) -> None:
         self.port = _free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.log_path = home / "api-server.log"
-        passwords = home / "passwords.json"
-        passwords.write_text(json.dumps({"admin": ADMIN_PASSWORD}))
-        bin_dir = Path(sys.executable).parent
+        self.shipped = local_env(self.port)
+        self.home = root / "airflow-home"
+        self.log_path = root / "airflow.log"
         no_proxy = ",".join(x for x in (os.environ.get("NO_PROXY"), "127.0.0.1", "localhost") if x)
         self.env = {
-            **os.environ,
-            **env,
-            "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-            "AIRFLOW__API__BASE_URL": self.base_url,
-            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            **{k: v for k, v in os.environ.items() if not k.startswith(FOREIGN) and k != "AIRFLOW_HOME"},
+            **self.shipped,
+            "AIRFLOW_HOME": str(self.home),
+            **data_env,
             "NO_PROXY": no_proxy,
             "no_proxy": no_proxy,
         }
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [str(bin_dir / "airflow"), "api-server", "-H", "127.0.0.1", "-p", str(self.port), "-w", "1"],
+                [str(REPO / "scripts" / "airflow-local.sh")],
+                cwd=REPO,
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        self.client = httpx.Client(base_url=self.base_url, timeout=30, trust_env=False)
+        self.client = httpx.Client(base_url=self.base_url, timeout=patience(30), trust_env=False)
 
-    def wait_ready(self, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"api-server exited: {self.log_path.read_text()[-3000:]}")
-            try:
-                if self.client.get("/api/v2/monitor/health").status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise RuntimeError(f"api-server not ready in {timeout} s: {self.log_path.read_text()[-3000:]}")
+    def exited(self) -> str | None:
+        if self.proc.poll() is None:
+            return None
+        return f"exit {self.proc.returncode}: {self.log_path.read_text(errors='replace')[-3000:]}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self) -> None:
+        """Until the script's banner (printed once the UI answers): first starts migrate a database."""
+        wait_for("the ready banner", lambda: "==> Airflow UI: " in self.log(), 180, self.exited)
+
+    def password(self) -> str:
+        banner = re.search(r"password: in (\S+)", self.log())
+        assert banner, self.log()[-2000:]
+        return str(json.loads(Path(banner.group(1)).read_text())["admin"])
 
     def jwt(self) -> str:
-        r = self.client.post("/auth/token", json={"username": "admin", "password": ADMIN_PASSWORD})
+        r = self.client.post("/auth/token", json={"username": "admin", "password": self.password()})
         assert r.status_code == 201, r.text
         return str(r.json()["access_token"])
 
@@ -88,20 +130,18 @@ class ApiServer:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout=20)
+                self.proc.wait(timeout=patience(30))
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=30)
 
 
-@pytest.fixture
-def api_server(
-    airflow_db: Path, sqlite_store: str, dm_config, airflow_env: dict[str, str], tmp_path: Path
-) -> Iterator[ApiServer]:
-    store = SqlStore(sqlite_store)
+def _fill_store(url: str, root: Path) -> None:
+    store = SqlStore(url)
+    store.init()
     for name in ("behind", "current", "broken"):
-        (tmp_path / name).mkdir()
-        make_table(store, name, (tmp_path / name).as_uri(), versions=3)
+        (root / name).mkdir()
+        make_table(store, name, (root / name).as_uri(), versions=3)
     Publisher(store).publish("current")
     Publisher(store).publish("broken")
     store.commit("broken", [("txn", {"appId": "loader", "version": 1})])
@@ -122,19 +162,48 @@ def api_server(
 
     record_validation(store, "current", validate_table(store, "current").to_json())
     store.close()
-    dm_config({"behind": {"lag_slo": "1h"}, "current": {}, "broken": {}})
-    server = ApiServer(
-        tmp_path, {k: v for k, v in os.environ.items() if k.startswith(("AIRFLOW", "DELTA_MIRROR"))}
+
+
+@pytest.fixture(scope="module")
+def api_server(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAirflow]:
+    """One Airflow for the module: ``airflow standalone`` costs tens of seconds to start."""
+    root = tmp_path_factory.mktemp("ui-plugin")
+    url = f"sqlite:///{root / 'store.db'}"
+    _fill_store(url, root)
+    config = root / "delta_mirror.yaml"
+    config.write_text(
+        config_yaml({"behind": {"lag_slo": "1h"}, "current": {}, "broken": {}}), encoding="utf-8"
     )
+    data_env = {
+        "DELTA_MIRROR_HOME": str(root / "dm-home"),
+        "DELTA_MIRROR_STORE": url,
+        "DELTA_MIRROR_CONFIG": str(config),
+    }
+    server = LocalAirflow(root, data_env)
+    server.home.mkdir()
+    if (airflow_db / "airflow.db").exists():  # the session's migrated metadata DB: a quicker start
+        shutil.copy(airflow_db / "airflow.db", server.home / "airflow.db")
     try:
         server.wait_ready()
         yield server
     finally:
         server.stop()
-        shutil_copy = REPO / "test-artifacts" / "ui_plugin"
-        shutil_copy.mkdir(parents=True, exist_ok=True)
+        artifacts = REPO / "test-artifacts" / "ui_plugin"
+        artifacts.mkdir(parents=True, exist_ok=True)
         if server.log_path.exists():
-            (shutil_copy / "api-server.log").write_bytes(server.log_path.read_bytes())
+            (artifacts / "airflow.log").write_bytes(server.log_path.read_bytes())
+
+
+def test_make_airflow_is_what_runs_here(api_server: LocalAirflow) -> None:
+    """The shipped environment: plugins folder, 127.0.0.1, and the banner with URL, user and file."""
+    env = api_server.shipped
+    assert env["AIRFLOW__CORE__PLUGINS_FOLDER"] == str(REPO / "plugins")
+    assert env["AIRFLOW__API__HOST"] == "127.0.0.1"
+    assert env["AIRFLOW__CORE__DAGS_FOLDER"] == str(REPO / "dags")
+    log = api_server.log()
+    assert f"==> Airflow UI: http://127.0.0.1:{api_server.port}" in log
+    assert "user: admin" in log
+    assert f"{api_server.home}/simple_auth_manager_passwords.json.generated" in log
 
 
 ROUTES = [
@@ -146,7 +215,7 @@ ROUTES = [
 ]
 
 
-def test_the_plugin_requires_airflow_auth_and_serves_the_overview(api_server: ApiServer) -> None:
+def test_the_plugin_requires_airflow_auth_and_serves_the_overview(api_server: LocalAirflow) -> None:
     for route in ROUTES:
         assert api_server.client.get(route).status_code == 401, route
         bad = api_server.client.get(route, headers={"Authorization": "Bearer not-a-jwt"})
@@ -209,8 +278,18 @@ CHROMIUM_ARGS = [
 ]
 
 
-def test_a_headless_browser_renders_the_overview_and_the_lag_chart(api_server: ApiServer) -> None:
-    """Chromium (Debian package) driven by Playwright, logged in with Airflow's session cookie."""
+def _chart(frame) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """The chart's window and y range from its data attributes, and its y tick labels."""
+    chart = frame.locator("#lag-chart")
+    return {
+        "window_ms": float(chart.get_attribute("data-t1")) - float(chart.get_attribute("data-t0")),
+        "ymax": float(chart.get_attribute("data-ymax")),
+    }
+
+
+def test_a_headless_browser_finds_the_page_in_airflow_and_follows_its_links(api_server: LocalAirflow) -> None:
+    """Chromium (Debian package) driven by Playwright, logged in with Airflow's session cookie: the nav
+    entry, the embedded overview, a table page and its chart's axes, and the link to the DAG."""
     sync_api = pytest.importorskip("playwright.sync_api")
     if not CHROMIUM.exists():
         if os.environ.get("CI"):
@@ -218,43 +297,73 @@ def test_a_headless_browser_renders_the_overview_and_the_lag_chart(api_server: A
         pytest.skip("/usr/bin/chromium is missing (apt-get install chromium)")
     out = REPO / "test-artifacts" / "ui_plugin"
     out.mkdir(parents=True, exist_ok=True)
+    base = api_server.base_url
     token = api_server.jwt()
+    # The DAG page below needs the DAG parsed by the dag-processor.
+    auth = {"Authorization": f"Bearer {token}"}
+    wait_for(
+        "the DAG delta_mirror__behind parsed",
+        lambda: api_server.client.get("/api/v2/dags/delta_mirror__behind", headers=auth).status_code == 200,
+        120,
+        api_server.exited,
+    )
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         try:
             anonymous = browser.new_page()
-            response = anonymous.goto(f"{api_server.base_url}/delta-mirror/")
+            response = anonymous.goto(f"{base}/delta-mirror/")
             assert response is not None and response.status == 401
 
-            context = browser.new_context(viewport={"width": 1280, "height": 800})
-            context.add_cookies([{"name": "_token", "value": token, "url": api_server.base_url}])
+            context = browser.new_context(viewport={"width": 1440, "height": 900})
+            context.add_cookies([{"name": "_token", "value": token, "url": base}])
             page = context.new_page()
-            response = page.goto(f"{api_server.base_url}/delta-mirror/")
-            assert response is not None and response.status == 200
-            rows = page.locator("#overview tbody tr")
+            page.set_default_timeout(patience(30) * 1000)
+            page.goto(f"{base}/")
+            page.get_by_role("link", name="Delta Mirror").click()  # the nav entry
+            page.wait_for_url("**/plugin/delta-mirror")
+            frame = page.frame_locator("iframe")
+            rows = frame.locator("#overview tbody tr")
+            rows.first.wait_for()
             assert rows.count() == 3
-            assert "HALTED" in page.locator("#overview").inner_text()
-            page.screenshot(path=str(out / "overview.png"), full_page=True)
+            overview = frame.locator("#overview").inner_text()
+            assert "HALTED" in overview and "3600 s" in overview and "0:15:00" not in overview
+            page.wait_for_timeout(500)
+            page.screenshot(path=str(out / "overview.png"))
 
-            page.set_default_timeout(15_000)
-            page.click("#overview a[href$='/tables/behind']")
-            page.wait_for_url("**/delta-mirror/tables/behind")
-            chart = page.locator("#lag-chart")
-            box = chart.bounding_box()
+            frame.locator("#overview a[href$='/tables/behind']").click()
+            frame.locator("#lag-chart").wait_for()
+            box = frame.locator("#lag-chart").bounding_box()
             assert box is not None and box["width"] > 500 and box["height"] > 200
-            assert page.locator("#lag-chart circle").count() == 6
-            assert page.locator("#lag-chart circle[fill='#e12d39']").count() == 1  # over the SLO
-            assert page.locator("#timeline .v").count() == 3
-            assert "not validated yet" in page.locator("#validation").inner_text()
-            page.screenshot(path=str(out / "table_behind.png"), full_page=True)
-            page.click("#windows a[href$='window=7d']")
-            page.wait_for_url("**/delta-mirror/tables/behind?window=7d")
-            assert page.locator("#lag-chart circle").count() == 7  # one more sample, three days old
+            assert frame.locator("#lag-chart circle").count() == 6
+            assert frame.locator("#lag-chart circle[fill='#e12d39']").count() == 1  # over the SLO
+            # Axes against the data: x spans the whole 24h window; y fits the 4000 s peak, round ticks,
+            # the 1h SLO inside the range drawn as a line.
+            axes = _chart(frame)
+            assert axes["window_ms"] == 86_400_000
+            assert axes["ymax"] == 4000
+            ticks = frame.locator("#lag-chart .ytick").all_text_contents()
+            assert ticks == ["0", "1000", "2000", "3000", "4000"]
+            assert frame.locator("#slo-line").count() == 1
+            xs = [float(c.get_attribute("cx")) for c in frame.locator("#lag-chart circle").all()]
+            assert min(xs) > 60 + 830 * 22 / 24  # an hour of samples at the right end of a day
+            assert len(frame.locator("#lag-chart polyline").get_attribute("points").split()) == 6
+            assert frame.locator("#timeline .v").count() == 3
+            assert "not validated yet" in frame.locator("#validation").inner_text()
+            page.screenshot(path=str(out / "table_behind.png"))
+            frame.locator("#windows a[href$='window=7d']").click()
+            frame.locator("#windows b", has_text="last 7d").wait_for()
+            assert frame.locator("#lag-chart circle").count() == 7  # one more sample, three days old
+            assert _chart(frame)["window_ms"] == 7 * 86_400_000
 
-            page.goto(f"{api_server.base_url}/delta-mirror/tables/current")
+            # The DAG link leaves the sandboxed iframe and lands on Airflow's DAG page.
+            frame.locator("a.af", has_text="DAG").click()
+            page.wait_for_url("**/dags/delta_mirror__behind")
+            page.get_by_text("delta_mirror__behind").first.wait_for()
+            assert page.locator("iframe").count() == 0
+
+            page.goto(f"{base}/delta-mirror/tables/current")
             assert "OK" in page.locator("#validation").inner_text()
-
-            page.goto(f"{api_server.base_url}/delta-mirror/tables/broken")
+            page.goto(f"{base}/delta-mirror/tables/broken")
             assert page.locator("#timeline .v.CONFLICT").count() == 1
             assert "delta-mirror resume" in page.content()
             page.screenshot(path=str(out / "table_broken.png"), full_page=True)

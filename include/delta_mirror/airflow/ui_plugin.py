@@ -15,9 +15,10 @@ so an anonymous request gets 401 and a user without DAG read access 403.
 from __future__ import annotations
 
 import html
+import math
 import os
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -140,15 +141,58 @@ def _e(value: Any) -> str:
     return html.escape("-" if value is None else str(value))
 
 
-def _page(title: str, body: str) -> str:
+# Airflow 3.3 embeds the page in an iframe sandboxed without allow-top-navigation, so target=_top
+# links do nothing. The parent is same-origin: push the DAG's URL on its history and tell its router
+# (popstate). Times: <time data-ms> shows "2 min ago", the exact UTC time on hover.
+_JS = """
+document.addEventListener('click', function (e) {
+  var a = e.target.closest && e.target.closest('a.af');
+  if (!a || window.parent === window) return;
+  try {
+    var p = window.parent;
+    p.history.pushState(p.history.state, '', a.getAttribute('href'));
+    p.dispatchEvent(new PopStateEvent('popstate', {state: p.history.state}));
+    e.preventDefault();
+  } catch (err) { /* not same-origin: a plain link */ }
+});
+function ago(ms) {
+  var s = Math.max(0, (Date.now() - ms) / 1000);
+  if (s < 60) return Math.round(s) + ' s ago';
+  if (s < 3600) return Math.round(s / 60) + ' min ago';
+  if (s < 172800) return Math.round(s / 3600) + ' h ago';
+  return Math.round(s / 86400) + ' days ago';
+}
+function rel() {
+  document.querySelectorAll('time[data-ms]').forEach(function (t) {
+    t.textContent = ago(Number(t.dataset.ms));
+  });
+}
+rel(); setInterval(rel, 15000);
+"""
+
+
+def _page(title: str, body: str, refresh_s: int | None = None) -> str:
+    meta = f"<meta http-equiv='refresh' content='{refresh_s}'>" if refresh_s else ""
     return (
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>{body}</body></html>"
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'>{meta}"
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>{body}<script>{_JS}</script></body></html>"
     )
 
 
-def _ago(seconds: float) -> str:
-    return str(timedelta(seconds=int(seconds)))
+def _when(ms: int | None) -> str:
+    """A time as "2 min ago" (by the script), the exact UTC time on hover and without script."""
+    if ms is None:
+        return "<span class='muted'>-</span>"
+    exact = f"{datetime.fromtimestamp(ms / 1000, UTC):%Y-%m-%d %H:%M:%S} UTC"
+    return f"<time data-ms='{ms}' title='{exact}'>{exact}</time>"
+
+
+def _dag_link(dag_id: str, text: str) -> str:
+    return f"<a class='af' href='/dags/{quote(dag_id, safe='')}'>{_e(text)}</a>"
+
+
+def _error_cell(text: Any) -> str:
+    return f"<td class='err'>{_e(text)}</td>" if text else "<td class='muted'>-</td>"
 
 
 def overview_html(data: dict[str, Any]) -> str:
@@ -175,9 +219,9 @@ def overview_html(data: dict[str, Any]) -> str:
             + "</td>"
             f"<td class='n'>{_e(r['latest_committed'])}</td><td class='n'>{_e(r['last_published'])}</td>"
             f"<td class='n'>{r['lag_seconds']:.1f}</td><td class='n'>{r['versions_behind']}</td>"
-            f"<td class='n'>{_ago(r['lag_slo_seconds'])}</td>"
+            f"<td class='n'>{r['lag_slo_seconds']:.0f} s</td>"
             f"<td class='n'>{_e(r['last_checkpoint'])}</td><td>{error or '<span class=muted>none</span>'}</td>"
-            f"<td><a href='/dags/{quote(r['dag_id'], safe='')}' target='_top'>{_e(r['dag_id'])}</a></td>"
+            f"<td>{_dag_link(r['dag_id'], r['dag_id'])}</td>"
             "</tr>"
         )
     table = (
@@ -193,36 +237,63 @@ def overview_html(data: dict[str, Any]) -> str:
     return _page(
         "Delta Mirror",
         f"<h1>Delta Mirror</h1><p>{len(data['tables'])} table(s), {overall}. "
-        f"<span class='muted'>as of {_e(data['generated_at'])} · "
+        f"<span class='muted'>as of {_e(str(data['generated_at'])[11:19])} UTC, refreshed every minute · "
         f"<a href='{URL_PREFIX}/api/overview'>JSON</a></span></p>{table}",
+        refresh_s=60,
     )
 
 
+_WINDOW_MS = {"24h": 86_400_000, "7d": 7 * 86_400_000}
+
+
+def nice_ticks(top: float, count: int = 4) -> list[float]:
+    """Round y-axis ticks (1, 2, 2.5 or 5 times a power of ten) from 0 to at least ``top``."""
+    raw = max(top, 1e-9) / count
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+    return [step * i for i in range(math.ceil(top / step - 1e-9) + 1)] if top > 0 else [0.0, 1.0]
+
+
+def _tick_label(v: float) -> str:
+    return f"{v:.0f}" if v == int(v) else f"{v:g}"
+
+
 def lag_chart_svg(
-    samples: list[dict[str, Any]], slo_seconds: float, width: int = 900, height: int = 260
+    samples: list[dict[str, Any]],
+    slo_seconds: float,
+    window: str = "24h",
+    now_ms: int | None = None,
+    width: int = 900,
+    height: int = 260,
 ) -> str:
-    """Lag over time as an inline SVG line chart with the SLO as a dashed line."""
-    left, right, top, bottom = 60, 10, 10, 30
+    """Lag over the chosen window (x: the whole window, ending now; y: fitted to the samples with round
+    ticks), the points joined; the SLO as a dashed line when it is in range, else noted above."""
+    left, right, top, bottom = 60, 10, 18, 30
     w, h = width - left - right, height - top - bottom
+    svg = (
+        f"<svg id='lag-chart' xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+        f"role='img' aria-label='lag over the last {_e(window)}'"
+    )
     if not samples:
         return (
-            f"<svg id='lag-chart' xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-            f"role='img' aria-label='lag over time'><text x='{left}' y='{height // 2}' fill='#7b8794'>"
+            f"{svg}><text x='{left}' y='{height // 2}' fill='#7b8794'>"
             "no lag samples yet (the monitor DAG and each table DAG record one per run)</text></svg>"
         )
-    t0, t1 = samples[0]["sampled_at"], samples[-1]["sampled_at"]
-    span = max(t1 - t0, 1)
-    top_value = max(max(s["lag_seconds"] for s in samples), slo_seconds) * 1.1 or 1.0
+    t1 = max(now_ms or int(datetime.now(UTC).timestamp() * 1000), samples[-1]["sampled_at"])
+    t0 = t1 - _WINDOW_MS.get(window, _WINDOW_MS["24h"])
+    highest = max(s["lag_seconds"] for s in samples)
+    ticks_at = nice_ticks(highest if highest > 0 else 1.0)
+    top_value = ticks_at[-1]
 
     def x(t: int) -> float:
-        return left + (t - t0) / span * w if len(samples) > 1 else left + w / 2
+        return left + (t - t0) / (t1 - t0) * w
 
     def y(v: float) -> float:
         return top + h - v / top_value * h
 
     points = " ".join(f"{x(s['sampled_at']):.1f},{y(s['lag_seconds']):.1f}" for s in samples)
     dots = "".join(
-        f"<circle cx='{x(s['sampled_at']):.1f}' cy='{y(s['lag_seconds']):.1f}' r='2.5' "
+        f"<circle cx='{x(s['sampled_at']):.1f}' cy='{y(s['lag_seconds']):.1f}' r='3' "
         f"fill='{'#e12d39' if s['lag_seconds'] > slo_seconds else '#2f6fde'}'><title>"
         f"{datetime.fromtimestamp(s['sampled_at'] / 1000, UTC):%Y-%m-%d %H:%M:%S} UTC: "
         f"{s['lag_seconds']:.1f} s, {s['versions_behind']} behind</title></circle>"
@@ -230,32 +301,34 @@ def lag_chart_svg(
     )
     ticks = "".join(
         f"<line x1='{left}' x2='{left + w}' y1='{y(v):.1f}' y2='{y(v):.1f}' stroke='#e4e7eb'/>"
-        f"<text x='{left - 6}' y='{y(v) + 4:.1f}' text-anchor='end' font-size='11' fill='#52606d'>{v:.0f}</text>"
-        for v in (top_value * i / 4 for i in range(5))
+        f"<text class='ytick' x='{left - 6}' y='{y(v) + 4:.1f}' text-anchor='end' font-size='11' "
+        f"fill='#52606d'>{_tick_label(v)}</text>"
+        for v in ticks_at
     )
     fmt = "%m-%d %H:%M"
     labels = (
-        f"<text x='{left}' y='{height - 8}' font-size='11' fill='#52606d'>"
+        f"<text class='xtick' data-ms='{t0}' x='{left}' y='{height - 8}' font-size='11' fill='#52606d'>"
         f"{datetime.fromtimestamp(t0 / 1000, UTC):{fmt}}</text>"
-        f"<text x='{left + w}' y='{height - 8}' font-size='11' fill='#52606d' text-anchor='end'>"
-        f"{datetime.fromtimestamp(t1 / 1000, UTC):{fmt}} UTC</text>"
+        f"<text class='xtick' data-ms='{t1}' x='{left + w}' y='{height - 8}' font-size='11' fill='#52606d' "
+        f"text-anchor='end'>{datetime.fromtimestamp(t1 / 1000, UTC):{fmt}} UTC</text>"
     )
-    slo = (
-        f"<line x1='{left}' x2='{left + w}' y1='{y(slo_seconds):.1f}' y2='{y(slo_seconds):.1f}' "
-        f"stroke='#e12d39' stroke-dasharray='6 4'/><text x='{left + w - 4}' y='{y(slo_seconds) - 4:.1f}' "
-        f"text-anchor='end' font-size='11' fill='#e12d39'>SLO {slo_seconds:.0f} s</text>"
-    )
+    if slo_seconds <= top_value:
+        slo = (
+            f"<line id='slo-line' x1='{left}' x2='{left + w}' y1='{y(slo_seconds):.1f}' y2='{y(slo_seconds):.1f}' "
+            f"stroke='#e12d39' stroke-dasharray='6 4'/><text x='{left + w - 4}' y='{y(slo_seconds) - 4:.1f}' "
+            f"text-anchor='end' font-size='11' fill='#e12d39'>SLO {slo_seconds:.0f} s</text>"
+        )
+    else:
+        slo = (
+            f"<text id='slo-note' x='{left + w}' y='12' text-anchor='end' font-size='11' fill='#52606d'>"
+            f"SLO {slo_seconds:.0f} s, above this range</text>"
+        )
     return (
-        f"<svg id='lag-chart' xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-        f"role='img' aria-label='lag over time'>{ticks}{slo}"
+        f"{svg} data-t0='{t0}' data-t1='{t1}' data-ymax='{top_value:g}'>{ticks}{slo}"
         f"<polyline fill='none' stroke='#2f6fde' stroke-width='1.5' points='{points}'/>{dots}{labels}"
         f"<text x='12' y='{top + h / 2:.0f}' font-size='11' fill='#52606d' "
         f"transform='rotate(-90 12 {top + h / 2:.0f})' text-anchor='middle'>lag (s)</text></svg>"
     )
-
-
-def _ts(ms: int | None) -> str:
-    return "-" if ms is None else f"{datetime.fromtimestamp(ms / 1000, UTC):%Y-%m-%d %H:%M:%S}"
 
 
 def table_html(d: dict[str, Any]) -> str:
@@ -268,13 +341,13 @@ def table_html(d: dict[str, Any]) -> str:
     problems = [v for v in d["versions"] if v["state"] in ("FAILED", "CONFLICT") or v["retried"]]
     problem_rows = "".join(
         f"<tr><td class='n'>{v['version']}</td><td>{_e(v['state'])}</td><td class='n'>{v['attempts']}</td>"
-        f"<td>{_e(v['error_class'])}</td><td class='err'>{_e(v['last_error'])}</td>"
-        f"<td>{_ts(v['finished_at'])}</td></tr>"
+        f"<td>{_e(v['error_class'])}</td>{_error_cell(v['last_error'])}"
+        f"<td>{_when(v['finished_at'])}</td></tr>"
         for v in problems
     )
     cps = "".join(
         f"<tr><td class='n'>{c['version']}</td><td>{_e(c['state'])}</td><td class='n'>{c['attempts']}</td>"
-        f"<td>{_ts(c['finished_at'])}</td><td class='err'>{_e(c['last_error'])}</td></tr>"
+        f"<td>{_when(c['finished_at'])}</td>{_error_cell(c['last_error'])}</tr>"
         for c in reversed(d["checkpoints"])
     )
     error = ""
@@ -291,7 +364,7 @@ def table_html(d: dict[str, Any]) -> str:
         f"committed {_e(d['latest_committed'])} · published {_e(d['last_published'])} · "
         f"lag {d['lag_seconds']:.1f} s ({d['versions_behind']} behind, SLO {d['lag_slo_seconds']:.0f} s) · "
         f"checkpoint {_e(d['last_checkpoint'])} · <span class='muted'>{_e(d['location'])}</span> · "
-        f"<a href='/dags/{quote(d['dag_id'], safe='')}' target='_top'>DAG</a> · "
+        f"{_dag_link(d['dag_id'], 'DAG')} · "
         f"<a href='{URL_PREFIX}/api/tables/{name}'>JSON</a></p>{error}"
         f"<h2>Lag over time</h2><p id='windows'>"
         + " · ".join(
@@ -300,7 +373,7 @@ def table_html(d: dict[str, Any]) -> str:
             else f"<a href='{URL_PREFIX}/tables/{name}?window={w}'>last {w}</a>"
             for w in ("24h", "7d")
         )
-        + f"</p>{lag_chart_svg(d['lag_history'], d['lag_slo_seconds'])}"
+        + f"</p>{lag_chart_svg(d['lag_history'], d['lag_slo_seconds'], d['lag_window'])}"
         + _validation_html(d.get("last_validation"))
         + f"<h2>Versions (latest {len(d['versions'])})</h2>"
         "<p class='muted'>green published · grey pending · amber in progress · red failed · dark red "
@@ -309,14 +382,14 @@ def table_html(d: dict[str, Any]) -> str:
         "<h2>Failed and retried versions</h2>"
         + (
             "<table id='problems'><thead><tr><th>Version</th><th>State</th><th>Attempts</th><th>Class</th>"
-            f"<th>Error</th><th>Finished (UTC)</th></tr></thead><tbody>{problem_rows}</tbody></table>"
+            f"<th>Error</th><th>Finished</th></tr></thead><tbody>{problem_rows}</tbody></table>"
             if problem_rows
             else "<p class='muted'>none</p>"
         )
         + "<h2>Checkpoints</h2>"
         + (
             "<table id='checkpoints'><thead><tr><th>Version</th><th>State</th><th>Attempts</th>"
-            f"<th>Written (UTC)</th><th>Error</th></tr></thead><tbody>{cps}</tbody></table>"
+            f"<th>Written</th><th>Error</th></tr></thead><tbody>{cps}</tbody></table>"
             if cps
             else "<p class='muted'>none yet</p>"
         )
@@ -334,7 +407,7 @@ def _validation_html(v: dict[str, Any] | None) -> str:
         for p in v.get("problems") or []
     )
     return (
-        f"<h2>Validation</h2><p id='validation'>{_ts(v['at'])}: versions {_e(v['from_version'])}.."
+        f"<h2>Validation</h2><p id='validation'>{_when(v['at'])}: versions {_e(v['from_version'])}.."
         f"{_e(v['to_version'])} with {_e(v['reader'])}: <b class='{'ok' if v['ok'] else 'err'}'>{verdict}</b></p>"
         + (f"<ul class='err'>{rows}</ul>" if rows else "")
     )
