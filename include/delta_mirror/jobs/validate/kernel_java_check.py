@@ -128,7 +128,7 @@ class _KernelJavaCheck:
 
     def _compare_files(self, version: int, view: Any, state: Any, at: str) -> None:
         """Active files, then the row count the data gave."""
-        found = {unquote(f) for f in view.files}
+        found = set(view.files)  # already decoded, as the names on storage
         store_files = {unquote(path) for path, _ in state.files}
         if found != store_files:
             lost, extra = sorted(store_files - found), sorted(found - store_files)
