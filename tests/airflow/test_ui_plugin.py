@@ -31,6 +31,10 @@ from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.store import SqlStore
 
 REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts" / "ui_plugin"
+LAKE = ARTIFACTS / "lake"
+#: DELTA_MIRROR_UPDATE_SCREENSHOTS=1 also copies the screenshots to the README's docs/images/.
+README_IMAGES = {"overview.png": "ui-overview.png", "table_behind.png": "ui-table.png"}
 #: Variables of the outer environment that must not reach the test's Airflow.
 FOREIGN = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__", "AWS_", "DELTA_MIRROR_")
 
@@ -169,7 +173,10 @@ def api_server(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     """One Airflow for the module: ``airflow standalone`` costs tens of seconds to start."""
     root = tmp_path_factory.mktemp("ui-plugin")
     url = f"sqlite:///{root / 'store.db'}"
-    _fill_store(url, root)
+    # The tables' folders are shown on the table pages: a stable path for the README's screenshots.
+    shutil.rmtree(LAKE, ignore_errors=True)
+    LAKE.mkdir(parents=True)
+    _fill_store(url, LAKE)
     config = root / "delta_mirror.yaml"
     config.write_text(
         config_yaml({"behind": {"lag_slo": "1h"}, "current": {}, "broken": {}}), encoding="utf-8"
@@ -363,6 +370,8 @@ def test_a_headless_browser_finds_the_page_in_airflow_and_follows_its_links(api_
 
             page.goto(f"{base}/delta-mirror/tables/current")
             assert "OK" in page.locator("#validation").inner_text()
+            when = page.locator("#validation time")
+            assert when.inner_text().endswith(" ago") and when.get_attribute("title").endswith(" UTC")
             page.goto(f"{base}/delta-mirror/tables/broken")
             assert page.locator("#timeline .v.CONFLICT").count() == 1
             assert "delta-mirror resume" in page.content()
@@ -370,3 +379,6 @@ def test_a_headless_browser_finds_the_page_in_airflow_and_follows_its_links(api_
         finally:
             browser.close()
     assert (out / "overview.png").stat().st_size > 5000
+    if os.environ.get("DELTA_MIRROR_UPDATE_SCREENSHOTS"):
+        for shot, image in README_IMAGES.items():
+            shutil.copy(out / shot, REPO / "docs" / "images" / image)
