@@ -262,6 +262,7 @@ def test_the_plugin_requires_airflow_auth_and_serves_the_overview(api_server: Lo
     page = api_server.client.get("/delta-mirror/", headers=auth)
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     assert "id='overview'" in page.text and "delta_mirror__broken" in page.text
+    assert page.text.count("<svg class='spark'") == 2  # behind and current have samples in the last 24h
     table_page = api_server.client.get("/delta-mirror/tables/behind", headers=auth)
     assert table_page.status_code == 200 and "<svg id='lag-chart'" in table_page.text
     assert "<polyline" not in table_page.text or "points=" in table_page.text

@@ -27,6 +27,7 @@ from airflow.plugins_manager import AirflowPlugin
 from delta_mirror.health.monitoring import (
     DEFAULT_LAG_SLO,
     health_report,
+    lag_history,
     lag_slo_for,
     overview_row,
     table_detail,
@@ -94,6 +95,11 @@ def overview_data() -> dict[str, Any]:
         for table in store.list_tables():
             if table.name not in rows:
                 rows[table.name] = overview_row(store, table, lag_slo_for(config, table.name))
+                since = int(datetime.now(UTC).timestamp() * 1000) - _WINDOW_MS["24h"]
+                rows[table.name]["lag_24h"] = [
+                    [s["sampled_at"], s["lag_seconds"]]
+                    for s in lag_history(store, table, since=since, limit=200)
+                ]
     tables = [rows[n] for n in sorted(rows)]
     return {
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -187,6 +193,26 @@ def _when(ms: int | None) -> str:
     return f"<time data-ms='{ms}' title='{exact}'>{exact}</time>"
 
 
+def sparkline(points: list[list[float]], slo_seconds: float, width: int = 120, height: int = 24) -> str:
+    """The last 24h of lag, small, from the first sample to now (the table page has the whole window)."""
+    if not points:
+        return "<span class='muted'>no samples</span>"
+    t1 = max(int(datetime.now(UTC).timestamp() * 1000), int(points[-1][0]))
+    t0 = min(int(points[0][0]), t1 - 60_000)
+    top = max(max(p[1] for p in points), 1.0)
+    xy = [((p[0] - t0) / (t1 - t0) * (width - 6) + 3, height - 3 - p[1] / top * (height - 6)) for p in points]
+    color = "#e12d39" if points[-1][1] > slo_seconds else "#2f6fde"
+    since = datetime.fromtimestamp(t0 / 1000, UTC)
+    return (
+        f"<svg class='spark' width='{width}' height='{height}' role='img' aria-label='lag since {since:%H:%M} UTC'>"
+        f"<title>lag since {since:%Y-%m-%d %H:%M} UTC: {len(points)} sample(s), highest {top:.0f} s, "
+        f"last {points[-1][1]:.0f} s</title>"
+        f"<polyline fill='none' stroke='{color}' stroke-width='1.2' "
+        f"points='{' '.join(f'{x:.1f},{y:.1f}' for x, y in xy)}'/>"
+        f"<circle cx='{xy[-1][0]:.1f}' cy='{xy[-1][1]:.1f}' r='2' fill='{color}'/></svg>"
+    )
+
+
 def _dag_link(dag_id: str, text: str) -> str:
     return f"<a class='af' href='/dags/{quote(dag_id, safe='')}'>{_e(text)}</a>"
 
@@ -218,7 +244,8 @@ def overview_html(data: dict[str, Any]) -> str:
             )
             + "</td>"
             f"<td class='n'>{_e(r['latest_committed'])}</td><td class='n'>{_e(r['last_published'])}</td>"
-            f"<td class='n'>{r['lag_seconds']:.1f}</td><td class='n'>{r['versions_behind']}</td>"
+            f"<td class='n'>{r['lag_seconds']:.1f}</td><td>{sparkline(r.get('lag_24h', []), r['lag_slo_seconds'])}</td>"
+            f"<td class='n'>{r['versions_behind']}</td>"
             f"<td class='n'>{r['lag_slo_seconds']:.0f} s</td>"
             f"<td class='n'>{_e(r['last_checkpoint'])}</td><td>{error or '<span class=muted>none</span>'}</td>"
             f"<td>{_dag_link(r['dag_id'], r['dag_id'])}</td>"
@@ -226,7 +253,7 @@ def overview_html(data: dict[str, Any]) -> str:
         )
     table = (
         "<table id='overview'><thead><tr><th>Table</th><th>State</th><th>Committed</th><th>Published</th>"
-        "<th>Lag (s)</th><th>Behind</th><th>Lag SLO</th><th>Checkpoint</th><th>Last error</th><th>DAG</th>"
+        "<th>Lag (s)</th><th>Lag, 24h</th><th>Behind</th><th>Lag SLO</th><th>Checkpoint</th><th>Last error</th><th>DAG</th>"
         "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
         if rows
         else "<p>No tables in the store yet.</p>"
@@ -251,7 +278,7 @@ def nice_ticks(top: float, count: int = 4) -> list[float]:
     raw = max(top, 1e-9) / count
     power = 10 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
-    return [step * i for i in range(math.ceil(top / step - 1e-9) + 1)] if top > 0 else [0.0, 1.0]
+    return [round(step * i, 12) for i in range(math.ceil(top / step - 1e-9) + 1)] if top > 0 else [0.0, 1.0]
 
 
 def _tick_label(v: float) -> str:
@@ -388,7 +415,8 @@ def table_html(d: dict[str, Any]) -> str:
         )
         + "<h2>Checkpoints</h2>"
         + (
-            "<table id='checkpoints'><thead><tr><th>Version</th><th>State</th><th>Attempts</th>"
+            "<table id='checkpoints'><thead><tr><th>Version</th><th>State</th>"
+            "<th title='times written, deliberate rewrites (delta-mirror checkpoint) included'>Writes</th>"
             f"<th>Written</th><th>Error</th></tr></thead><tbody>{cps}</tbody></table>"
             if cps
             else "<p class='muted'>none yet</p>"
