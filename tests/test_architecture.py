@@ -77,3 +77,64 @@ def import_cycles() -> list[list[str]]:
 
 def test_the_package_has_no_import_cycles() -> None:
     assert import_cycles() == []
+
+
+# The tiers (docs/architecture.md), lowest first. A module may import its own tier or a lower one.
+# spark.session and spark.s3a only build a SparkSession (like storage.py opens object stores), so
+# they sit at the bottom; the rest of spark/ (ingest, pipeline, the checkpoint engine) runs jobs.
+TIERS: tuple[tuple[str, ...], ...] = (
+    (
+        "delta",
+        "storage",
+        "errors",
+        "config",
+        "version",
+        "failpoints",
+        "spark.session",
+        "spark.s3a",
+    ),
+    ("store", "table_config"),
+    ("health",),
+    ("jobs",),
+    ("spark",),
+    ("cli", "commit_service", "airflow", "dev"),
+)
+
+
+def _tier(module: str) -> int | None:
+    """The tier of ``delta_mirror.<name>...`` (longest matching prefix); None for the package itself."""
+    rest = module.removeprefix("delta_mirror.")
+    if rest == module:
+        return None
+    best: tuple[int, int] | None = None
+    for rank, names in enumerate(TIERS):
+        for name in names:
+            matches = rest == name or rest.startswith(name + ".")
+            if matches and (best is None or len(name) > best[0]):
+                best = (len(name), rank)
+    assert best is not None, f"{module} is in no tier: add it to TIERS (docs/architecture.md)"
+    return best[1]
+
+
+def upward_imports() -> list[str]:
+    modules = _modules()
+    found = []
+    for name, path in sorted(modules.items()):
+        here = _tier(name)
+        for dep in sorted(_imports(name, path, modules)):
+            there = _tier(dep)
+            if here is not None and there is not None and there > here:
+                found.append(f"{name} -> {dep}")
+    return found
+
+
+def test_each_module_imports_only_its_own_tier_or_lower_ones() -> None:
+    assert upward_imports() == []
+
+
+def test_a_module_belongs_to_the_tier_of_its_longest_named_prefix() -> None:
+    assert _tier("delta_mirror.delta.actions") == 0
+    assert _tier("delta_mirror.spark.session") == 0
+    assert _tier("delta_mirror.spark.ingest") == 4
+    assert _tier("delta_mirror.jobs.validate.spark_reader") == 3
+    assert _tier("delta_mirror.airflow.operators.base") == 5

@@ -8,7 +8,7 @@ Two independent checks over a version range:
    points at a complete checkpoint and never lags the store's newest checkpoint.
 2. **Reader view vs SQL.** A real Delta reader opens the published log and walks the range
    version by version: deltalake (protocol, metadata, schema, active files, deletion vectors,
-   ``txn`` versions), Delta-Spark (``spark.reader``), DuckDB's delta extension (``duckdb_reader``)
+   ``txn`` versions), Delta-Spark (``spark_reader``), DuckDB's delta extension (``duckdb_reader``)
    or delta-kernel-java (``kernel_java``). At a checkpoint version the reader starts afresh, so the
    checkpoint's own content is what gets compared there.
 
@@ -149,7 +149,7 @@ def _spark_check(
     spark: Any,
     storage_options: Mapping[str, str] | None,
 ) -> None:
-    from delta_mirror.spark.reader import spark_check  # pyspark is optional (the spark extra)
+    from delta_mirror.jobs.validate.spark_reader import spark_check  # pyspark is optional (the spark extra)
 
     counts: dict[str, int] = {}
 

@@ -13,7 +13,7 @@ is compared with the store's:
   when every active file exists and has stats.
 
 Local (``file://``) and S3 (``s3://``, read as ``s3a://`` with the table's storage options set on
-the session for its bucket, ``s3a.py``) tables.
+the session for its bucket, ``delta_mirror.spark.s3a``) tables.
 """
 
 from __future__ import annotations
