@@ -305,10 +305,10 @@ def test_racing_cli_processes_get_exactly_one_winner_per_version(store_url: str,
         losers = [o for o in outcomes if o[0] != 0]
         assert len(winners) == 1, outcomes
         assert winners[0][1] == f"{version}\n"
-        for code, out, err in losers:
-            assert code == 3, err
-            assert out == ""
-            assert_one_error_line(err, "table 't'", f"version {version}")
+        for code, lost_out, lost_err in losers:
+            assert code == 3, lost_err
+            assert lost_out == ""
+            assert_one_error_line(lost_err, "table 't'", f"version {version}")
     assert committed_versions(store_url, "t") == list(range(rounds + 1))
 
 

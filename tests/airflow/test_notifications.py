@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,7 +31,7 @@ def subject_is(text: str) -> Any:
 
 
 def test_the_monitor_emails_a_lag_slo_breach_to_the_tables_contacts(
-    dm_config, sqlite_store: str, tmp_path: Path, mailbox: MailBox
+    dm_config: Callable[..., Path], sqlite_store: str, tmp_path: Path, mailbox: MailBox
 ) -> None:
     store = SqlStore(sqlite_store)
     for name in ("late", "relaxed", "caught_up"):
@@ -62,7 +63,7 @@ def test_the_monitor_emails_a_lag_slo_breach_to_the_tables_contacts(
 
 
 def test_the_reconcile_dag_redrives_and_escalates_halted_and_persistently_failing_tables(
-    dm_config, sqlite_store: str, tmp_path: Path, mailbox: MailBox
+    dm_config: Callable[..., Path], sqlite_store: str, tmp_path: Path, mailbox: MailBox
 ) -> None:
     store = SqlStore(sqlite_store)
     for name in ("healthy", "halted", "failing"):
@@ -109,7 +110,7 @@ def test_the_reconcile_dag_redrives_and_escalates_halted_and_persistently_failin
 
 
 def test_a_task_failure_in_a_shared_dag_names_the_dag_and_what_to_do(
-    dm_config, sqlite_store: str, mailbox: MailBox, monkeypatch: pytest.MonkeyPatch
+    dm_config: Callable[..., Path], sqlite_store: str, mailbox: MailBox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from delta_mirror.errors import PermanentError
 
@@ -128,7 +129,9 @@ def test_a_task_failure_in_a_shared_dag_names_the_dag_and_what_to_do(
     assert "[PERMANENT] the store schema is too new" in body and "What to do:" in body
 
 
-def test_the_deadline_callback_emails_the_table_contacts(dm_config, mailbox: MailBox, tmp_path: Path) -> None:
+def test_the_deadline_callback_emails_the_table_contacts(
+    dm_config: Callable[..., Path], mailbox: MailBox, tmp_path: Path
+) -> None:
     from delta_mirror.airflow.notifications import deadline_missed
 
     dm_config({"t1": {"notify": {"email": ["t1-owner@dm-tests.example"]}}})
