@@ -313,7 +313,7 @@ def lag_chart_svg(
     top_value = ticks_at[-1]
 
     def x(t: int) -> float:
-        return left + (t - t0) / (t1 - t0) * w
+        return float(left + (t - t0) / (t1 - t0) * w)
 
     def y(v: float) -> float:
         return top + h - v / top_value * h
