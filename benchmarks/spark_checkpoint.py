@@ -93,8 +93,9 @@ def p_setup(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
     from sqlalchemy import text
 
     from delta_mirror.delta.actions import canonical_line, spark_ordered
+    from delta_mirror.delta.protocol import now_ms
     from delta_mirror.jobs.publisher import Publisher
-    from delta_mirror.store.sql_store import SqlStore, now_ms
+    from delta_mirror.store.sql_store import SqlStore
 
     store = SqlStore(a["url"])
     store.init()

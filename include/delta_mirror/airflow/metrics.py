@@ -9,6 +9,7 @@ from __future__ import annotations
 from airflow.sdk.observability.stats import Stats
 
 from delta_mirror.health.status import TableStatus
+from delta_mirror.store.states import CircuitState, TableState
 
 PREFIX = "delta_mirror"
 
@@ -23,8 +24,8 @@ def emit_table_metrics(status: TableStatus) -> None:
     _gauge("lag_seconds", status.table, status.lag_seconds)
     _gauge("versions_behind", status.table, float(status.versions_behind))
     _gauge("failed_versions", status.table, float(status.failed + status.conflicts))
-    _gauge("halted", status.table, 1.0 if status.state == "HALTED" else 0.0)
-    _gauge("breaker_open", status.table, 0.0 if status.breaker == "CLOSED" else 1.0)
+    _gauge("halted", status.table, 1.0 if status.state == TableState.HALTED else 0.0)
+    _gauge("breaker_open", status.table, 0.0 if status.breaker == CircuitState.CLOSED else 1.0)
 
 
 def emit_step_duration(step: str, table: str, seconds: float) -> None:

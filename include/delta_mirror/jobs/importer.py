@@ -28,6 +28,7 @@ from delta_mirror.store import db
 from delta_mirror.store.schema import PART_SNAPSHOT
 from delta_mirror.store.source_import import CHECKPOINT_STATE_SETTING, record_checkpoint_state
 from delta_mirror.store.sql_store import SqlStore, TableInfo, check_table_name, now_ms
+from delta_mirror.store.states import Artifact
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -122,8 +123,8 @@ def import_table(
         # The source's checkpoints are already there: record them so cadence and validation know.
         for version in src.checkpoint_versions:
             if version >= src.start_version:
-                store.ensure_status(table_info.id, version, "checkpoint")
-                store.mark_succeeded(table_info.id, "checkpoint", [(version, "", 0)])
+                store.ensure_status(table_info.id, version, Artifact.CHECKPOINT)
+                store.mark_succeeded(table_info.id, Artifact.CHECKPOINT, [(version, "", 0)])
     return ImportResult(
         name,
         source_uri,

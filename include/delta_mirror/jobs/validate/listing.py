@@ -12,6 +12,7 @@ from delta_mirror.delta.log_path import LOG_DIR, LogFileKind
 from delta_mirror.jobs.validate.report import Problem
 from delta_mirror.storage import ObjectStore
 from delta_mirror.store.sql_store import SqlStore, TableInfo
+from delta_mirror.store.states import Artifact, PublishState
 
 _FETCH_WORKERS = 8
 
@@ -57,7 +58,9 @@ def _check_published_commits(
 ) -> None:
     """Published commits in range: present, with the bytes that were published (or adopted)."""
     rows = store.commit_rows(table.id, lo, hi)
-    status = {s.version: s for s in store.status_rows(table.id, "json", from_version=lo, to_version=hi)}
+    status = {
+        s.version: s for s in store.status_rows(table.id, Artifact.JSON, from_version=lo, to_version=hi)
+    }
     expected: dict[int, str] = {}
     missing: list[int] = []
     for row in rows:
@@ -65,7 +68,7 @@ def _check_published_commits(
             continue
         st = status.get(row.version)
         expected[row.version] = (
-            st.sha256 if st is not None and st.state == "SUCCESS" and st.sha256 else row.sha256
+            st.sha256 if st is not None and st.state == PublishState.SUCCESS and st.sha256 else row.sha256
         )
         if row.version not in commits:
             missing.append(row.version)
@@ -115,8 +118,8 @@ def _check_unpublished_commits(
     """Versions the store knows but has not published: a file there must be our own canonical bytes."""
     pending = [
         s
-        for s in store.status_rows(table.id, "json", from_version=last_published + 1)
-        if s.state != "SUCCESS" and s.version in commits
+        for s in store.status_rows(table.id, Artifact.JSON, from_version=last_published + 1)
+        if s.state != PublishState.SUCCESS and s.version in commits
     ]
     canonical = {r.version: r.sha256 for r in store.commit_rows(table.id, last_published + 1, latest)}
     pending = [s for s in pending if s.version in canonical]
@@ -191,7 +194,9 @@ def _check_recorded_checkpoints(
     problems: list[Problem],
 ) -> None:
     """Every checkpoint the store recorded in range is in the log, complete."""
-    for st in store.status_rows(table.id, "checkpoint", states=("SUCCESS",), from_version=lo, to_version=hi):
+    for st in store.status_rows(
+        table.id, Artifact.CHECKPOINT, states=(PublishState.SUCCESS,), from_version=lo, to_version=hi
+    ):
         if st.version not in complete:
             names = [n for cp in listing.checkpoints.get(st.version, []) for n in cp.names]
             found = ", ".join(sorted(names)) or "no checkpoint file"

@@ -20,14 +20,14 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from delta_mirror.delta.actions import dv_id, line_action
-from delta_mirror.delta.protocol import parse_interval_ms
+from delta_mirror.delta.protocol import now_ms, parse_interval_ms
 from delta_mirror.jobs.validate.limits import judge_dv_failure, unsupported_feature
 from delta_mirror.jobs.validate.report import MAX_PROBLEMS_PER_KIND, Limitation, Problem
 from delta_mirror.jobs.validate.rows import num_records
 from delta_mirror.jobs.validate.schema_diff import schema_diffs, type_text
 from delta_mirror.storage import ObjectStore, local_path, normalize_location, open_store, storage_options_for
 from delta_mirror.store.source_import import checkpoint_state_versions
-from delta_mirror.store.sql_store import FileEntry, SqlStore, TableInfo, now_ms
+from delta_mirror.store.sql_store import FileEntry, SqlStore, TableInfo
 
 _BATCH = 200  # versions per store query while walking a range
 _BACKTRACE = re.compile(r"\n\s*0: ")
