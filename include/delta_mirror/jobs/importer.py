@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from delta_mirror.delta.actions import Action, line_action
 from delta_mirror.delta.log_listing import list_log
+from delta_mirror.delta.protocol import now_ms
 from delta_mirror.delta.source_log import SourceLog, read_source_log
 from delta_mirror.delta.source_state import Disagreement
 from delta_mirror.errors import PermanentError
@@ -27,7 +28,7 @@ from delta_mirror.storage import normalize_location, open_store
 from delta_mirror.store import db
 from delta_mirror.store.schema import PART_SNAPSHOT
 from delta_mirror.store.source_import import CHECKPOINT_STATE_SETTING, record_checkpoint_state
-from delta_mirror.store.sql_store import SqlStore, TableInfo, check_table_name, now_ms
+from delta_mirror.store.sql_store import SqlStore, TableInfo, check_table_name
 from delta_mirror.store.states import Artifact
 
 if TYPE_CHECKING:

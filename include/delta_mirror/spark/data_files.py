@@ -33,8 +33,6 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from delta_mirror.delta.protocol import now_ms  # re-exported: spark/ingest.py imports it from here
-
 STAGING_DIR = "_delta_mirror_staging"
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 STRING_PREFIX_LENGTH = 32
@@ -341,7 +339,6 @@ __all__ = [
     "WrittenFile",
     "hadoop_root",
     "indexed_columns",
-    "now_ms",
     "partition_values",
     "stats_json",
     "unescape_path_name",

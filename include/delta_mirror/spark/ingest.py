@@ -45,6 +45,7 @@ from typing import Any
 
 from delta_mirror.delta.actions import Action
 from delta_mirror.delta.new_table import create_table_actions
+from delta_mirror.delta.protocol import now_ms
 from delta_mirror.errors import (
     CommitConflictError,
     DataError,
@@ -53,7 +54,7 @@ from delta_mirror.errors import (
     TableNotFoundError,
     TransientError,
 )
-from delta_mirror.spark.data_files import DEFAULT_INDEXED_COLUMNS, WrittenFile, now_ms, write_files
+from delta_mirror.spark.data_files import DEFAULT_INDEXED_COLUMNS, WrittenFile, write_files
 from delta_mirror.spark.table_schema import conform, new_table_schema, plain_schema
 from delta_mirror.storage import normalize_location
 from delta_mirror.store.sql_store import SqlStore, TableInfo
