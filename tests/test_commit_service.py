@@ -21,9 +21,10 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 from support.builders import action, add_body, log_line, metadata_body, protocol_body, remove_body
-from support.commit_service import TOKEN_ENV, CommitService, load_scaled
+from support.commit_service import TOKEN_ENV, CommitService
 from support.commit_service import cli_path as cli
 from support.services import free_port
+from support.waiting import load_scaled
 
 from delta_mirror.storage import normalize_commit_root
 from delta_mirror.store import SqlStore

@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 from dm_airflow_kit import config_yaml, make_table
+from support.waiting import load_scaled, wait_until
 
 from delta_mirror.health.monitoring import record_lag_sample
 from delta_mirror.jobs.publisher import Publisher
@@ -45,24 +46,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def patience(seconds: float) -> float:
-    """A wait that grows with the machine's load (2 cores shared by many processes): never a fixed cap."""
-    load = os.getloadavg()[0] / (os.cpu_count() or 1)
-    return seconds * max(1.0, load)
-
-
 def wait_for(what: str, check: Callable[[], bool], seconds: float, alive: Callable[[], str | None]) -> None:
-    """Poll ``check`` while the server lives; the limit is re-scaled with the load at every poll."""
-    started = time.monotonic()
-    while not check():
-        dead = alive()
-        if dead:
-            raise RuntimeError(f"{what}: Airflow exited: {dead}")
-        if time.monotonic() - started > patience(seconds):
-            raise RuntimeError(
-                f"{what}: not after {time.monotonic() - started:.0f} s (load {os.getloadavg()})"
-            )
-        time.sleep(1)
+    """Poll ``check`` once a second while the server lives; the limit grows with the load."""
+    wait_until(check, seconds, what, interval=1.0, alive=alive)
 
 
 def local_env(port: int) -> dict[str, str]:
@@ -105,7 +91,7 @@ class LocalAirflow:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        self.client = httpx.Client(base_url=self.base_url, timeout=patience(30), trust_env=False)
+        self.client = httpx.Client(base_url=self.base_url, timeout=load_scaled(30), trust_env=False)
 
     def exited(self) -> str | None:
         if self.proc.poll() is None:
@@ -134,7 +120,7 @@ class LocalAirflow:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout=patience(30))
+                self.proc.wait(timeout=load_scaled(30))
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=30)
@@ -325,7 +311,7 @@ def test_a_headless_browser_finds_the_page_in_airflow_and_follows_its_links(api_
             context = browser.new_context(viewport={"width": 1440, "height": 900})
             context.add_cookies([{"name": "_token", "value": token, "url": base}])
             page = context.new_page()
-            page.set_default_timeout(patience(30) * 1000)
+            page.set_default_timeout(load_scaled(30) * 1000)
             page.goto(f"{base}/")
             page.get_by_role("link", name="Delta Mirror").click()  # the nav entry
             page.wait_for_url("**/plugin/delta-mirror")

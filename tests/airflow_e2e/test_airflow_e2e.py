@@ -23,6 +23,7 @@ import pyarrow as pa
 import pytest
 from airflow_e2e_stack import AirflowStack, SmtpServer, body_text, metadata_url, save_artifacts
 from support.builders import metadata_body, protocol_body
+from support.waiting import load_scaled, wait_until
 
 from delta_mirror.delta.actions import Action
 from delta_mirror.delta.log_path import LOG_DIR, checkpoint_name, commit_name
@@ -187,7 +188,7 @@ def test_deadline_miss_sends_email(airflow: Env) -> None:
         subject = str(m["subject"])
         return f"{LATE}:" in subject and "deadline missed" in subject.lower()
 
-    msg = airflow.smtp.mailbox.wait_for(is_deadline_mail, timeout=90)
+    msg = airflow.smtp.mailbox.wait_for(is_deadline_mail, timeout=load_scaled(90))
     assert msg is not None, f"no deadline email; got {airflow.smtp.mailbox.subjects()}"
     airflow.figures["deadline_email_s"] = time.monotonic() - t0
     assert dag_id in str(msg["subject"]), msg["subject"]  # "[delta-mirror] late: deadline missed (<dag>)"
@@ -208,12 +209,8 @@ def test_deadline_miss_sends_email(airflow: Env) -> None:
 
 
 def _wait(predicate: Any, timeout: float, what: str, interval: float = 0.1) -> float:
-    t0 = time.monotonic()
-    while not predicate():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
-    return time.monotonic() - t0
+    """``timeout`` is for an idle machine: the wait stretches with the load (support.waiting)."""
+    return wait_until(predicate, timeout, what, interval)
 
 
 def _idle(stack: AirflowStack, dag_id: str) -> bool:
@@ -335,5 +332,7 @@ def test_backfill_rejects_bad_input(airflow: Env) -> None:
     log = stack.task_log(BACKFILL_DAG, run_id, "check_params")
     assert "from_version 2 is after to_version 0" in log, log[-3000:]
     # the failure callback of the backfill DAG emails the contacts too
-    msg = airflow.smtp.mailbox.wait_for(lambda m: "task check_params failed" in str(m["subject"]), timeout=30)
+    msg = airflow.smtp.mailbox.wait_for(
+        lambda m: "task check_params failed" in str(m["subject"]), timeout=load_scaled(30)
+    )
     assert msg is not None, airflow.smtp.mailbox.subjects()

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from support.commit_service import TOKEN_ENV, CommitService, load_scaled
+from support.commit_service import TOKEN_ENV, CommitService
+from support.waiting import load_scaled
 
 from delta_mirror.spark.session import AuthorityConfig
 from delta_mirror.spark.session import governed as session_governed

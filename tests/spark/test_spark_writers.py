@@ -18,7 +18,8 @@ from urllib.parse import unquote
 import pytest
 from authority_kit import WriterProcess, go, governed, spark_root
 from support.builders import action, protocol_body
-from support.commit_service import cli_path, commit_service, load_scaled
+from support.commit_service import cli_path, commit_service
+from support.waiting import load_scaled
 
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.jobs.reconcile import reconcile

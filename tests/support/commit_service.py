@@ -23,17 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from support.services import free_port
+from support.waiting import load_scaled
 
 TOKEN_ENV = "DELTA_MIRROR_COMMIT_TOKEN"
-
-
-def load_scaled(seconds: float) -> float:
-    """``seconds`` stretched by how busy the machine is (load per core, 1x to 6x)."""
-    try:
-        per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
-    except OSError:
-        per_core = 1.0
-    return seconds * min(6.0, max(1.0, per_core))
 
 
 def cli_path() -> str:
