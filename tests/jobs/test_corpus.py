@@ -327,7 +327,10 @@ def _kernel_java_matches_the_store(
     disagree = [p for p in report.problems if p.kind in ("reader_rows", "reader_files")]
     if disagree and len(disagree) == len(report.problems) and not report.limitations:
         # The kernel's own reading of the source, at those versions: the same view is its quirk, not ours.
-        seen = {p.version: p.message for p in disagree}
+        seen: dict[int, str] = {}
+        for p in disagree:
+            assert p.version is not None, p.message  # reader_rows / reader_files name their version
+            seen[p.version] = p.message
         published = kernel_java.read_versions_with_kernel_java(str(location_dir(store, table)), sorted(seen))
         original = kernel_java.read_versions_with_kernel_java(str(source), sorted(seen))
         for v in seen:
