@@ -61,10 +61,16 @@ $(KERNEL_JAR): $(KERNEL_SRC)
 test: venv
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
 
+# ruff (pyflakes, bugbear, complexity <= 12, SIM, RUF) and formatting; mypy --strict on the package
+# (Airflow glue included) and on the tests and benchmarks (tests/airflow and tests/spark each have a
+# conftest.py, as tests/ has: one module name, so those two are checked on their own). .ci/run runs it.
 lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy --strict --exclude '^include/delta_mirror/airflow/' include/delta_mirror
+	$(PY) -m mypy --strict include/delta_mirror
+	$(PY) -m mypy --explicit-package-bases tests benchmarks
+	$(PY) -m mypy tests/airflow/conftest.py
+	$(PY) -m mypy tests/spark/conftest.py
 
 # The embedded default: SQLite store in .delta-mirror/, Airflow's SQLite metadata DB in .airflow/,
 # the "Delta Mirror" page from plugins/. The UI listens on AIRFLOW_HOST:AIRFLOW_PORT, 127.0.0.1 by
