@@ -77,6 +77,9 @@ def test_the_monitor_dag_sends_lag_gauges_to_statsd(
     for name in ("behind", "current"):
         (tmp_path / name).mkdir()
         make_table(store, name, (tmp_path / name).as_uri(), versions=3)
+        # "behind" has waited 3 s longer than "current" will: more than the monitor takes between
+        # the two tables' lag readings, even on a busy machine (each is taken at its own "now")
+        time.sleep(3.0 if name == "behind" else 0.0)
     Publisher(store).publish("current")
     store.commit("current", [("txn", {"appId": "loader", "version": 1})])  # one version behind, just now
     dm_config({"behind": {}, "current": {}})
