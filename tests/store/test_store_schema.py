@@ -1,0 +1,100 @@
+"""The store's schema and ``init``: idempotent, safe to run concurrently, clear about bad store URLs."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from sqlalchemy import inspect, select, text
+from store.store_kit import new_table, state
+
+from delta_mirror.errors import PermanentError
+from delta_mirror.store import SqlStore
+from delta_mirror.store.schema import dl_actions
+
+
+def test_init_is_idempotent_and_creates_the_schema(store: SqlStore, location: str) -> None:
+    names = set(inspect(store.engine).get_table_names())
+    assert {
+        "dl_tables",
+        "dl_commits",
+        "dl_actions",
+        "dl_files",
+        "dl_mirror_status",
+        "alembic_version",
+    } <= names
+    table_id = new_table(store, location)
+    before = state(store)
+    store.init()
+    store.init()
+    assert state(store) == before
+    assert store.latest_version(table_id) == 0
+    with store.engine.connect() as conn:
+        assert conn.execute(text("select version_num from alembic_version")).scalars().all() == ["0003"]
+
+
+def test_action_payloads_are_text_that_keeps_key_order_not_jsonb(store: SqlStore, location: str) -> None:
+    columns = {c["name"]: c["type"] for c in inspect(store.engine).get_columns("dl_actions")}
+    assert type(columns["payload"]).__name__.upper() == "TEXT"
+    table_id = new_table(
+        store, location, "t", ("txn", {"version": 3, "appId": "zz", "zUnknown": {"b": 1, "a": 2}})
+    )
+    with store.engine.connect() as conn:
+        payloads = (
+            conn.execute(
+                select(dl_actions.c.payload).where(
+                    dl_actions.c.table_id == table_id, dl_actions.c.action_type == "txn"
+                )
+            )
+            .scalars()
+            .all()
+        )
+    # txn keys in Delta-Spark order, the unknown field kept with its own key order.
+    assert payloads == ['{"txn":{"appId":"zz","version":3,"zUnknown":{"b":1,"a":2}}}']
+
+
+def test_concurrent_init_of_a_fresh_store_succeeds_for_every_caller(store_url: str) -> None:
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(3, timeout=30)
+
+    def run() -> None:
+        s = SqlStore(store_url)
+        try:
+            barrier.wait()
+            s.init()
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            s.close()
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    s = SqlStore(store_url)
+    s.ensure_initialised()
+    s.close()
+
+
+def test_an_uninitialised_store_says_run_init(store_url: str) -> None:
+    s = SqlStore(store_url)
+    with pytest.raises(PermanentError, match="not initialised") as info:
+        s.ensure_initialised()
+    assert "delta-mirror init" in info.value.message
+    s.close()
+
+
+@pytest.mark.parametrize("url", ["mysql://u@h/db", "oracle://x", "not a url", "mongodb://h/db"])
+def test_unsupported_store_urls_are_refused_clearly(url: str) -> None:
+    with pytest.raises(PermanentError, match=r"unsupported store backend|not valid"):
+        SqlStore(url)
+
+
+def test_a_sqlite_store_in_an_unusable_folder_is_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(PermanentError, match="cannot create"):
+        SqlStore(f"sqlite:///{blocker}/sub/store.db")
