@@ -273,7 +273,7 @@ def _truncated_copy(location: Path, dest: Path, version: int) -> Path:
 def figure(
     bench: Any, child: Callable[..., dict[str, Any]], log: Callable[[str], None], shared: Any
 ) -> dict[str, Any]:
-    """Run the figure; ``shared`` is run.py's module namespace (first_commit_actions, STATS...)."""
+    """Run the figure; ``shared`` is the pieces module (first_commit_actions, STATS, vacuum_analyze)."""
     quick = bool(bench.opts.quick)
     skip_1m = bool(os.environ.get(SKIP_1M_ENV)) or getattr(bench.opts, "skip_1m", False)
     sizes = SIZES_QUICK if quick else (SIZES_NO_1M if skip_1m else SIZES_FULL)
