@@ -1,4 +1,5 @@
-"""An independent checker of design.md §2 for one table: it reads ``_delta_log/`` and the SQL store itself.
+"""An independent checker of the invariants (docs/architecture.md) for one table: it reads
+``_delta_log/`` and the SQL store itself.
 
 Nothing here calls the reconciler, the log audit or the publisher: commit files are listed and hashed
 directly (the filesystem, or boto3 against the S3 server *behind* the fault proxy), and the store is

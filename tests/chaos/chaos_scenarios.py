@@ -1,7 +1,7 @@
 """The fault-injection scenarios, parametrised by a ``Scale`` (small in ``make test``, large in ``make chaos``).
 
 Each scenario builds its own store and tables, runs real ``delta-mirror`` processes while it injects
-faults, stops the faults, runs reconcile cycles until every invariant of design.md §2 holds again,
+faults, stops the faults, runs reconcile cycles until every invariant of docs/architecture.md holds again,
 runs ``validate``, and returns a ``ScenarioResult`` with what it injected and what it found.
 """
 

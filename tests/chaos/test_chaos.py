@@ -1,4 +1,5 @@
-"""Every fault-injection scenario at small scale: after the faults stop, design.md §2 holds again.
+"""Every fault-injection scenario at small scale: after the faults stop, the invariants
+(docs/architecture.md) hold again.
 
 The same scenarios run at scale with ``make chaos`` (``tests/chaos/run.py``). Each test asserts what
 the independent checker (``chaos_invariants.py``) found: nothing lost, duplicated, corrupted or

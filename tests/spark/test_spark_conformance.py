@@ -1,4 +1,4 @@
-"""Conformance with Delta-Spark, the reference writer (design.md §4, §6).
+"""Conformance with Delta-Spark, the reference writer (canonical encoding, import).
 
 delta-spark writes one reference table per scenario:
 
