@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from support.source_ast import parse_source
+
 PACKAGE = Path(__file__).resolve().parents[1] / "include" / "delta_mirror"
 
 
@@ -25,7 +27,7 @@ def _modules() -> dict[str, Path]:
 def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parse_source(path)):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -23,6 +23,7 @@ import pytest
 from sqlalchemy.engine import make_url
 from support.builders import add_body, metadata_body, protocol_body
 from support.cli import assert_one_error_line, clean_env, executable
+from support.source_ast import parse_source
 
 from delta_mirror.delta.log_path import LAST_CHECKPOINT, LOG_DIR, commit_name
 from delta_mirror.errors import MirrorError, PermanentError, PublishConflictError, TableNotFoundError
@@ -216,7 +217,7 @@ def _dynamic_sql_sites() -> set[tuple[str, str]]:
     root = Path(__file__).resolve().parents[1] / "include" / "delta_mirror" / "store"
     sites: set[tuple[str, str]] = set()
     for path in sorted(root.rglob("*.py")):
-        tree = ast.parse(path.read_text(), str(path))
+        tree = parse_source(path)
         for func in ast.walk(tree):
             if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
