@@ -40,6 +40,7 @@ from delta_mirror.jobs.validate.report import (
     Limitation,
     Problem,
     ValidationReport,
+    version_runs,
 )
 from delta_mirror.storage import ObjectStore, normalize_location, open_store
 from delta_mirror.store.sql_store import SqlStore, TableInfo
@@ -181,7 +182,7 @@ def _spark_fallback(
             spark = get_spark()
         except Exception:
             return
-    for first, last in _runs(versions):
+    for first, last in version_runs(versions):
         _spark_check(store, table, first, last, report, spark, storage_options)
     covered = set(versions)
     report.limitations[:] = [
@@ -193,18 +194,8 @@ def _spark_fallback(
     report.fallbacks.append(f"{what} read with spark (deltalake cannot read it)")
 
 
-def _runs(versions: list[int]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for v in versions:
-        if out and out[-1][1] == v - 1:
-            out[-1] = (out[-1][0], v)
-        else:
-            out.append((v, v))
-    return out
-
-
 def _span(versions: list[int]) -> str:
-    return ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in _runs(versions))
+    return ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in version_runs(versions))
 
 
 __all__ = ["MAX_PROBLEMS_PER_KIND", "READERS", "Limitation", "Problem", "ValidationReport", "validate_table"]

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from delta_mirror.delta.last_checkpoint import LAST_CHECKPOINT_PATH, judge_last_checkpoint
 from delta_mirror.delta.log_listing import LogListing, list_log, sidecar_refs
 from delta_mirror.delta.log_path import LOG_DIR, LogFileKind
-from delta_mirror.jobs.validate.report import Problem
+from delta_mirror.jobs.validate.report import Problem, version_runs
 from delta_mirror.storage import ObjectStore
 from delta_mirror.store.sql_store import SqlStore, TableInfo
 from delta_mirror.store.states import Artifact, PublishState
@@ -72,7 +72,7 @@ def _check_published_commits(
         )
         if row.version not in commits:
             missing.append(row.version)
-    for first, last in _runs(missing):
+    for first, last in version_runs(missing):
         what = (
             f"{LOG_DIR}/{first:020d}.json is missing although version {first} is published"
             if first == last
@@ -141,7 +141,7 @@ def _check_foreign_files(
     listing: LogListing, commits: dict[int, str], last_published: int, latest: int, problems: list[Problem]
 ) -> None:
     """Commits, checkpoints, ``.crc`` and compacted files at versions the store does not know."""
-    for first, last in _runs(sorted(v for v in commits if v > latest)):
+    for first, last in version_runs(sorted(v for v in commits if v > latest)):
         what = (
             f"{LOG_DIR}/{commits[first]} exists"
             if first == last
@@ -211,17 +211,6 @@ def _check_recorded_checkpoints(
                     f"--version {st.version}`",
                 )
             )
-
-
-def _runs(versions: list[int]) -> list[tuple[int, int]]:
-    """Ascending versions as (first, last) runs of consecutive numbers."""
-    out: list[tuple[int, int]] = []
-    for v in versions:
-        if out and out[-1][1] == v - 1:
-            out[-1] = (out[-1][0], v)
-        else:
-            out.append((v, v))
-    return out
 
 
 def _fetch_hashes(objects: ObjectStore, names: list[str]) -> list[str | None]:

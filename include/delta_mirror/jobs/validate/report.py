@@ -70,4 +70,15 @@ class ValidationReport:
         }
 
 
-__all__ = ["MAX_PROBLEMS_PER_KIND", "READERS", "Limitation", "Problem", "ValidationReport"]
+def version_runs(versions: list[int]) -> list[tuple[int, int]]:
+    """Ascending versions as (first, last) runs of consecutive numbers (for messages like 3..7)."""
+    out: list[tuple[int, int]] = []
+    for v in versions:
+        if out and out[-1][1] == v - 1:
+            out[-1] = (out[-1][0], v)
+        else:
+            out.append((v, v))
+    return out
+
+
+__all__ = ["MAX_PROBLEMS_PER_KIND", "READERS", "Limitation", "Problem", "ValidationReport", "version_runs"]
