@@ -31,7 +31,7 @@ def test_init_is_idempotent_and_creates_the_schema(store: SqlStore, location: st
     assert state(store) == before
     assert store.latest_version(table_id) == 0
     with store.engine.connect() as conn:
-        assert conn.execute(text("select version_num from alembic_version")).scalars().all() == ["0003"]
+        assert conn.execute(text("select version_num from alembic_version")).scalars().all() == ["0004"]
 
 
 def test_action_payloads_are_text_that_keeps_key_order_not_jsonb(store: SqlStore, location: str) -> None:

@@ -80,7 +80,9 @@ class DeltaMirrorHook(BaseHook):
 
     @cached_property
     def store(self) -> SqlStore:
-        return SqlStore(self.store_url)
+        """On the process's shared engine for the URL: one pool per store per process, not an
+        engine (and a new connection) per hook; ``store.close()`` leaves that pool open."""
+        return SqlStore(self.store_url, shared_engine=True)
 
     @cached_property
     def storage_options(self) -> dict[str, str]:

@@ -1,7 +1,9 @@
 """Event-driven publishing: a trigger that polls the store for commits past a watermark.
 
 Used through an ``AssetWatcher``: when a table has committed versions beyond what is published,
-the trigger fires and the table's DAG runs within about one ``poll_interval``.
+the trigger fires and the table's DAG runs within about one ``poll_interval`` (at once on
+PostgreSQL, which notifies each commit). All the triggers of one triggerer share one watcher per
+store (``delta_mirror.store.watch``): one query per interval for the whole fleet, on one pool.
 """
 
 from __future__ import annotations
@@ -47,29 +49,65 @@ class StoreCommitTrigger(BaseEventTrigger):
             },
         )
 
-    def _check(self) -> tuple[int | None, int | None]:
+    def _store_url(self) -> str:
         from delta_mirror.airflow.hooks import DeltaMirrorHook
+        from delta_mirror.config import store_url
 
-        store = DeltaMirrorHook(store_conn_id=self.store_conn_id).store
-        try:
-            table = store.get_table(self.table)
-            return store.latest_version(table.id), store.last_published_version(table.id)
-        finally:
-            store.close()
+        return store_url(DeltaMirrorHook(store_conn_id=self.store_conn_id).store_url)
+
+    def _published(self, url: str) -> int | None:
+        from delta_mirror.store import SqlStore
+
+        store = SqlStore(url, shared_engine=True)
+        return store.last_published_version(store.get_table(self.table).id)
+
+    async def _first_watermark(self, url: str) -> int:
+        """The last published version (-1: none), read once; retried while the store fails."""
+        while True:
+            try:
+                published = await asyncio.to_thread(self._published, url)
+                return -1 if published is None else published
+            except Exception as exc:
+                self.log.warning("reading what is published of %s failed: %s", self.table, exc)
+            await asyncio.sleep(self.poll_interval)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Subscribe to the process's shared watcher of the store (``store/watch.py``): one query
+        per interval for every watched table, woken by ``NOTIFY`` on PostgreSQL. The watermark
+        stays this trigger's own. When polls fail the store URL is resolved again (a connection
+        that was fixed or moved is picked up without restarting the triggerer)."""
+        from delta_mirror.store.watch import watcher_for
+
         watermark = self.watermark
         while True:
             try:
-                latest, published = await asyncio.to_thread(self._check)
+                url = await asyncio.to_thread(self._store_url)
             except Exception as exc:
-                self.log.warning("polling the store for %s failed: %s", self.table, exc)
-                latest, published = None, None
-            if watermark is None and latest is not None:
-                watermark = published if published is not None else -1
-            if latest is not None and watermark is not None and latest > watermark:
-                yield TriggerEvent(  # type: ignore[no-untyped-call]  # unannotated in Airflow
-                    {"table": self.table, "from_version": watermark + 1, "to_version": latest}
-                )
-                watermark = latest
-            await asyncio.sleep(self.poll_interval)
+                self.log.warning("resolving the store of %s failed: %s", self.table, exc)
+                await asyncio.sleep(self.poll_interval)
+                continue
+            async with watcher_for(url).subscribe(self.table, self.poll_interval) as sub:
+                while True:
+                    latest = await sub.wait()
+                    if sub.error is not None:
+                        self.log.warning("watching %s: %s", self.table, sub.error)
+                        if await self._moved(url):
+                            break
+                        continue
+                    if latest is None:
+                        continue
+                    if watermark is None:
+                        watermark = await self._first_watermark(url)
+                    if latest > watermark:
+                        yield TriggerEvent(  # type: ignore[no-untyped-call]  # unannotated in Airflow
+                            {"table": self.table, "from_version": watermark + 1, "to_version": latest}
+                        )
+                        watermark = latest
+
+    async def _moved(self, url: str) -> bool:
+        """Whether the store's URL now resolves to another one (after a pause of one interval)."""
+        await asyncio.sleep(self.poll_interval)
+        try:
+            return await asyncio.to_thread(self._store_url) != url
+        except Exception:
+            return False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Iterator
@@ -85,6 +86,45 @@ def make_engine(url: str) -> Engine:
         f"unsupported store backend '{parsed.get_backend_name()}'",
         hint="use sqlite:///path or postgresql+psycopg://user@host/db",
     )
+
+
+# One engine (and pool) per store URL per process: hooks, triggers and operators share it instead of
+# opening a new engine, and a new connection, on every call.
+_SHARED: dict[str, Engine] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_engine(url: str) -> Engine:
+    """The process's pooled engine for ``url`` (made on first use; never disposed by its users).
+
+    An in-memory SQLite URL is not shared: each engine of it is a separate database.
+    """
+    try:
+        parsed = make_url(url)
+    except Exception:
+        return make_engine(url)  # raises the clear error for a bad URL
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        return make_engine(url)
+    with _SHARED_LOCK:
+        engine = _SHARED.get(url)
+        if engine is None:
+            engine = _SHARED[url] = make_engine(url)
+        return engine
+
+
+def libpq_url(url: str) -> str:
+    """``url`` (``postgresql+psycopg://...``) as a libpq URI for a plain psycopg connection."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _forget_pools_after_fork() -> None:
+    """A forked child must not use its parent's connections (two processes on one socket):
+    drop the inherited pools without closing them (``close=False`` leaves the parent's intact)."""
+    for engine in list(_SHARED.values()):
+        engine.dispose(close=False)
+
+
+os.register_at_fork(after_in_child=_forget_pools_after_fork)
 
 
 def sqlstate(exc: BaseException) -> str | None:
@@ -188,8 +228,10 @@ __all__ = [
     "classify_db_error",
     "is_initialised",
     "is_unique_violation",
+    "libpq_url",
     "make_engine",
     "migrate",
     "reader",
+    "shared_engine",
     "translated",
 ]

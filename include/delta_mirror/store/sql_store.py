@@ -27,9 +27,12 @@ from delta_mirror.store.verbatim import CommitResult, VerbatimCommits
 class SqlStore(VerbatimCommits, Commits, Reads, MirrorStatus, LagHistory, Breakers):
     """The authority for every table's Delta log, on SQLite or PostgreSQL."""
 
-    def __init__(self, url: str | None = None) -> None:
+    def __init__(self, url: str | None = None, *, shared_engine: bool = False) -> None:
+        """``shared_engine``: use the process's pooled engine for the URL (``db.shared_engine``);
+        ``close`` then leaves it open for the other users."""
         self.url = resolve_store_url(url)
-        self.engine = db.make_engine(self.url)
+        self._shared_engine = shared_engine
+        self.engine = db.shared_engine(self.url) if shared_engine else db.make_engine(self.url)
         self.reader = db.reader(self.engine)
         self._verbatim_tables = {}
         self._sqlite_writes = threading.Lock() if self.engine.dialect.name == "sqlite" else None
@@ -53,7 +56,8 @@ class SqlStore(VerbatimCommits, Commits, Reads, MirrorStatus, LagHistory, Breake
                 )
 
     def close(self) -> None:
-        self.engine.dispose()
+        if not self._shared_engine:
+            self.engine.dispose()
 
 
 __all__ = [
