@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 from functools import cached_property
-from typing import Any
 
 from airflow.sdk import BaseHook
 
@@ -86,35 +85,13 @@ class DeltaMirrorHook(BaseHook):
 
     @cached_property
     def storage_options(self) -> dict[str, str]:
-        """object_store / deltalake options from the AWS connection (login/password/extras)."""
+        """object_store / deltalake options from the storage connection ``aws_conn_id``: an ``aws``,
+        ``wasb``/``adls`` (Azure) or ``google_cloud_platform`` connection (storage_connections.py)."""
         if not self.aws_conn_id:
             return {}
-        conn = self.get_connection(self.aws_conn_id)
-        extra: dict[str, Any] = conn.extra_dejson
-        opts: dict[str, str] = {}
-        # Like the Amazon provider: login/password, else the aws_access_key_id/... extras.
-        key_id = conn.login or extra.get("aws_access_key_id")
-        secret = conn.password or extra.get("aws_secret_access_key")
-        if key_id:
-            opts["AWS_ACCESS_KEY_ID"] = str(key_id)
-        if secret:
-            _mask(str(secret))
-            opts["AWS_SECRET_ACCESS_KEY"] = str(secret)
-        token = extra.get("aws_session_token")
-        if token:
-            _mask(token)
-            opts["AWS_SESSION_TOKEN"] = str(token)
-        endpoint = extra.get("endpoint_url") or (extra.get("service_config") or {}).get("s3", {}).get(
-            "endpoint_url"
-        )
-        if endpoint:
-            opts["AWS_ENDPOINT_URL"] = str(endpoint)
-            if str(endpoint).startswith("http://"):
-                opts["AWS_ALLOW_HTTP"] = "true"
-        region = extra.get("region_name")
-        if region:
-            opts["AWS_REGION"] = str(region)
-        return opts
+        from delta_mirror.airflow.storage_connections import storage_options_from_connection
+
+        return storage_options_from_connection(self.get_connection(self.aws_conn_id), _mask)
 
     def commit_service(self, commit_conn_id: str | None = None) -> tuple[str, str | None]:
         """The commit service's base URL and token (``delta-mirror serve``, for Spark writers).
