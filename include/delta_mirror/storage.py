@@ -1,7 +1,11 @@
-"""Object storage behind one small interface (local folders, S3-compatible, GCS, Azure).
+"""Object storage behind one small interface (local folders, S3-compatible, Azure Blob, GCS).
 
 Every store is rooted at a table root. Writes are confined to ``_delta_log/``: the mirror never
 touches data files (design invariant 6), and this module is where that is enforced.
+
+Put-if-absent is each store's own precondition, through object_store's ``PutMode::Create``:
+S3 ``If-None-Match: *``, Azure Put Blob ``If-None-Match: *`` (409 BlobAlreadyExists), GCS
+``x-goog-if-generation-match: 0`` (412); local folders create the file exclusively.
 """
 
 from __future__ import annotations
@@ -17,12 +21,44 @@ from urllib.parse import unquote, urlparse
 
 import obstore
 from obstore import exceptions as obe
-from obstore.store import LocalStore, S3Store, from_url
+from obstore.store import AzureStore, GCSStore, LocalStore, S3Store, from_url
 
 from delta_mirror.delta.log_path import LOG_DIR
 from delta_mirror.errors import PermanentError, TransientError
 
 TIMEOUT_ENV = "DELTA_MIRROR_STORAGE_TIMEOUT"
+S3_SCHEMES = ("s3", "s3a")
+AZURE_SCHEMES = ("az", "abfs", "abfss")
+GCS_SCHEMES = ("gs",)
+# Credentials and endpoints read from the environment, as object_store / deltalake name them
+# (docs: README, Storage). AZURITE_BLOB_STORAGE_URL is read by object_store itself with
+# AZURE_STORAGE_USE_EMULATOR=true.
+AZURE_ENV = (
+    "AZURE_STORAGE_ACCOUNT_NAME",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_STORAGE_TOKEN",
+    "AZURE_STORAGE_CLIENT_ID",
+    "AZURE_STORAGE_CLIENT_SECRET",
+    "AZURE_STORAGE_TENANT_ID",
+    "AZURE_CLIENT_ID",
+    "AZURE_CLIENT_SECRET",
+    "AZURE_TENANT_ID",
+    "AZURE_FEDERATED_TOKEN_FILE",
+    "AZURE_STORAGE_USE_EMULATOR",
+    "AZURE_STORAGE_ENDPOINT",
+    "AZURE_ALLOW_HTTP",
+)
+GCS_ENV = (
+    "GOOGLE_SERVICE_ACCOUNT",
+    "GOOGLE_SERVICE_ACCOUNT_PATH",
+    "GOOGLE_SERVICE_ACCOUNT_KEY",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_BASE_URL",
+    "GOOGLE_ALLOW_HTTP",
+)
+# object_store client options (not store configuration), with or without the azure_/google_ prefix.
+_CLIENT_KEYS = ("allow_http", "timeout", "connect_timeout")
 
 
 class ObjectExistsError(Exception):
@@ -86,12 +122,13 @@ def _translate(exc: Exception, uri: str, path: str) -> Exception:
     if isinstance(exc, obe.PermissionDeniedError | obe.UnauthenticatedError):
         return PermanentError(
             f"access denied writing {uri}/{path}: {exc}",
-            hint="check the credentials (AWS_ACCESS_KEY_ID / the Airflow connection) and bucket policy",
+            hint="check the credentials (AWS_* / AZURE_STORAGE_* / GOOGLE_* variables or the Airflow "
+            "connection) and the bucket's or container's access policy",
         )
     if isinstance(exc, obe.NotFoundError):
         return PermanentError(
             f"not found: {uri}/{path}",
-            hint="check that the bucket or folder exists and the location is right",
+            hint="check that the bucket, container or folder exists and the location is right",
         )
     if isinstance(exc, obe.UnknownConfigurationKeyError | obe.NotSupportedError | obe.InvalidPathError):
         return PermanentError(
@@ -103,7 +140,7 @@ def _translate(exc: Exception, uri: str, path: str) -> Exception:
         return PermanentError(
             f"cannot write {uri}/{path}: {exc}", hint="check that the folder is writable and has space"
         )
-    if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
+    if "NoSuchBucket" in text or "ContainerNotFound" in text or "bucket does not exist" in text.lower():
         return PermanentError(
             f"bucket missing for {uri}: {text[:300]}", hint="create the bucket or fix the location"
         )
@@ -112,6 +149,7 @@ def _translate(exc: Exception, uri: str, path: str) -> Exception:
         or "AccessDenied" in text
         or "InvalidAccessKeyId" in text
         or "SignatureDoesNotMatch" in text
+        or "AuthenticationFailed" in text
     ):
         return PermanentError(
             f"access denied for {uri}/{path}", hint="check the credentials and the bucket policy"
@@ -229,7 +267,7 @@ def normalize_location(location: str) -> str:
     if parsed.scheme in ("", "file"):
         path = unquote(parsed.path) if parsed.scheme == "file" else location
         return Path(path).expanduser().resolve().as_uri()
-    if parsed.scheme in ("s3", "s3a", "gs", "az", "abfs", "abfss"):
+    if parsed.scheme in (*S3_SCHEMES, *AZURE_SCHEMES, *GCS_SCHEMES):
         if not parsed.netloc:
             raise PermanentError(f"location '{location}' has no bucket", hint="use s3://bucket/prefix")
         segments = [unquote(p) for p in parsed.path.split("/")]
@@ -241,7 +279,7 @@ def normalize_location(location: str) -> str:
         return location.rstrip("/")
     raise PermanentError(
         f"unsupported location scheme '{parsed.scheme}' in '{location}'",
-        hint="use a local path, file://, s3://, gs:// or az://",
+        hint="use a local path, file://, s3://, az://, abfss:// or gs://",
     )
 
 
@@ -262,19 +300,99 @@ def local_path(location: str) -> Path | None:
     return None
 
 
+def _options_from_env(keys: tuple[str, ...], env: Mapping[str, str] | None) -> dict[str, str]:
+    env = os.environ if env is None else env
+    return {k: env[k] for k in keys if env.get(k)}
+
+
+def azure_options_from_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``AZURE_*`` variables of an Azure Blob location (account, key or SAS or service principal,
+    emulator, endpoint); an ``http://`` endpoint (Azurite) allows plain HTTP."""
+    opts = _options_from_env(AZURE_ENV, env)
+    if opts.get("AZURE_STORAGE_ENDPOINT", "").startswith("http://"):
+        opts.setdefault("AZURE_ALLOW_HTTP", "true")
+    return opts
+
+
+def gcs_options_from_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``GOOGLE_*`` variables of a GCS location (service account file or key, application
+    default credentials, base URL); an ``http://`` base URL (an emulator) allows plain HTTP."""
+    opts = _options_from_env(GCS_ENV, env)
+    if opts.get("GOOGLE_BASE_URL", "").startswith("http://"):
+        opts.setdefault("GOOGLE_ALLOW_HTTP", "true")
+    return opts
+
+
 def storage_options_for(location: str, options: Mapping[str, str] | None = None) -> dict[str, str]:
     """Options as deltalake's ``storage_options`` expects them (environment, then overrides)."""
     opts: dict[str, str] = {}
     scheme = urlparse(location).scheme
-    if scheme in ("s3", "s3a"):
+    if scheme in S3_SCHEMES:
         opts.update(s3_options_from_env())
         opts.setdefault("AWS_REGION", "us-east-1")
+    elif scheme in AZURE_SCHEMES:
+        opts.update(azure_options_from_env())
+    elif scheme in GCS_SCHEMES:
+        opts.update(gcs_options_from_env())
     opts.update(options or {})
     return opts
 
 
+def _split_client_options(opts: Mapping[str, str], prefix: str) -> tuple[dict[str, str], dict[str, Any]]:
+    """(store configuration, client options): keys lower-cased as object_store parses them; a
+    request timeout (30 s) as for S3, so a hung endpoint becomes a retry."""
+    config: dict[str, str] = {}
+    client: dict[str, Any] = {"timeout": os.environ.get(TIMEOUT_ENV) or "30s", "connect_timeout": "5s"}
+    for key, value in opts.items():
+        name = key.lower()
+        short = name.removeprefix(prefix)
+        if short in _CLIENT_KEYS:
+            client[short] = str(value).lower() == "true" if short == "allow_http" else value
+        else:
+            config[name] = value
+    return config, client
+
+
+_RETRY = {"max_retries": 3, "retry_timeout": timedelta(seconds=60)}
+
+
+def _open_s3(uri: str, options: Mapping[str, str] | None) -> ObstoreStore:
+    parsed = urlparse(uri)
+    opts = storage_options_for(uri, options)
+    config = {k.lower().removeprefix("aws_"): v for k, v in opts.items()}
+    allow_http = str(config.pop("allow_http", "false")).lower() == "true"
+    if "endpoint_url" in config:
+        config["endpoint"] = config.pop("endpoint_url")
+    # A request timeout (30 s) is what turns a hung endpoint into a retry; tunable per
+    # location (`timeout` option) or process (DELTA_MIRROR_STORAGE_TIMEOUT, e.g. "2s").
+    timeout = config.pop("timeout", None) or os.environ.get(TIMEOUT_ENV) or "30s"
+    store = S3Store(
+        parsed.netloc,
+        prefix=parsed.path.strip("/") or None,
+        config={**config, "conditional_put": "etag"},  # type: ignore[arg-type]
+        client_options={"allow_http": allow_http, "timeout": timeout, "connect_timeout": "5s"},
+        retry_config=_RETRY,  # type: ignore[arg-type]
+    )
+    return ObstoreStore(uri, store)
+
+
+def _open_azure(uri: str, options: Mapping[str, str] | None) -> ObstoreStore:
+    """``az://container/path``, ``abfss://container@account.dfs.core.windows.net/path``."""
+    config, client = _split_client_options(storage_options_for(uri, options), "azure_")
+    store = AzureStore.from_url(uri, config=config, client_options=client, retry_config=_RETRY)  # type: ignore[arg-type]
+    return ObstoreStore(uri, store)
+
+
+def _open_gcs(uri: str, options: Mapping[str, str] | None) -> ObstoreStore:
+    """``gs://bucket/path``."""
+    config, client = _split_client_options(storage_options_for(uri, options), "google_")
+    store = GCSStore.from_url(uri, config=config, client_options=client, retry_config=_RETRY)  # type: ignore[arg-type]
+    return ObstoreStore(uri, store)
+
+
 def open_store(location: str, options: Mapping[str, str] | None = None) -> ObstoreStore:
-    """Open the table root ``location`` (local path, ``file://``, ``s3://``, ``gs://``, ``az://``)."""
+    """Open the table root ``location`` (local path, ``file://``, ``s3://``, ``az://``/``abfss://``,
+    ``gs://``); credentials from ``options``, else the environment (``storage_options_for``)."""
     uri = normalize_location(location)
     parsed = urlparse(uri)
     try:
@@ -282,23 +400,12 @@ def open_store(location: str, options: Mapping[str, str] | None = None) -> Obsto
             folder = Path(unquote(parsed.path))
             folder.mkdir(parents=True, exist_ok=True)
             return ObstoreStore(uri, LocalStore(prefix=folder))
-        if parsed.scheme in ("s3", "s3a"):
-            opts = storage_options_for(uri, options)
-            config = {k.lower().removeprefix("aws_"): v for k, v in opts.items()}
-            allow_http = str(config.pop("allow_http", "false")).lower() == "true"
-            if "endpoint_url" in config:
-                config["endpoint"] = config.pop("endpoint_url")
-            # A request timeout (30 s) is what turns a hung endpoint into a retry; tunable per
-            # location (`timeout` option) or process (DELTA_MIRROR_STORAGE_TIMEOUT, e.g. "2s").
-            timeout = config.pop("timeout", None) or os.environ.get(TIMEOUT_ENV) or "30s"
-            store = S3Store(
-                parsed.netloc,
-                prefix=parsed.path.strip("/") or None,
-                config={**config, "conditional_put": "etag"},  # type: ignore[arg-type]
-                client_options={"allow_http": allow_http, "timeout": timeout, "connect_timeout": "5s"},
-                retry_config={"max_retries": 3, "retry_timeout": timedelta(seconds=60)},
-            )
-            return ObstoreStore(uri, store)
+        if parsed.scheme in S3_SCHEMES:
+            return _open_s3(uri, options)
+        if parsed.scheme in AZURE_SCHEMES:
+            return _open_azure(uri, options)
+        if parsed.scheme in GCS_SCHEMES:
+            return _open_gcs(uri, options)
         return ObstoreStore(uri, from_url(uri, **dict(options or {})))  # type: ignore[call-overload]
     except PermanentError:
         raise
@@ -313,6 +420,8 @@ __all__ = [
     "ObjectMeta",
     "ObjectStore",
     "ObstoreStore",
+    "azure_options_from_env",
+    "gcs_options_from_env",
     "local_path",
     "normalize_commit_root",
     "normalize_location",

@@ -35,11 +35,16 @@ GOOGLE_TYPES = ("google_cloud_platform", "gcp")
 
 
 class ConnectionLike(Protocol):
-    conn_type: str | None
-    login: str | None
-    password: str | None
-    host: str | None
+    """What is read of an Airflow ``Connection``."""
 
+    @property
+    def conn_type(self) -> str | None: ...
+    @property
+    def login(self) -> str | None: ...
+    @property
+    def password(self) -> str | None: ...
+    @property
+    def host(self) -> str | None: ...
     @property
     def extra_dejson(self) -> dict[str, Any]: ...
 

@@ -1,0 +1,159 @@
+"""Azurite (Microsoft's Azure Storage emulator, the npm package) for the Azure Blob tests.
+
+One blob service per session on 127.0.0.1 and a free port, in memory; containers are made fresh
+per test. Installed by ``scripts/install-emulators.sh`` into ``.cache/npm`` (``make test`` runs
+it); ``DELTA_MIRROR_AZURITE`` names another ``azurite-blob`` executable.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import email.utils
+import hashlib
+import hmac
+import http.client
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from support.services import ServiceUnavailable, free_port
+from support.waiting import wait_until
+
+AZURITE_ENV = "DELTA_MIRROR_AZURITE"
+REPO = Path(__file__).resolve().parents[2]
+# Azurite's well-known development account (public, the same in every Azurite).
+ACCOUNT = "devstoreaccount1"
+ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+API_VERSION = "2021-08-06"
+
+
+def find_azurite() -> str | None:
+    """``DELTA_MIRROR_AZURITE``, else the project's ``.cache/npm`` install, else PATH."""
+    explicit = os.environ.get(AZURITE_ENV)
+    if explicit:
+        return explicit
+    local = REPO / ".cache" / "npm" / "node_modules" / ".bin" / "azurite-blob"
+    return str(local) if local.exists() else shutil.which("azurite-blob")
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+class AzuriteServer:
+    """``azurite-blob`` in its own process group; ``options()`` are a table's storage options."""
+
+    def __init__(self) -> None:
+        binary = find_azurite()
+        if binary is None:
+            raise ServiceUnavailable(
+                "Azurite (azurite-blob) not found: run scripts/install-emulators.sh (make test does) "
+                f"or set {AZURITE_ENV}"
+            )
+        self.port = free_port()
+        self._workdir = tempfile.mkdtemp(prefix="dm-azurite-")
+        self._log = open(Path(self._workdir) / "azurite.log", "wb")  # noqa: SIM115 - closed in stop()
+        self._proc = subprocess.Popen(
+            [
+                binary,
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                str(self.port),
+                "--inMemoryPersistence",
+                "--skipApiVersionCheck",
+                "--silent",
+            ],
+            cwd=self._workdir,
+            stdout=self._log,
+            stderr=self._log,
+            start_new_session=True,
+        )
+        try:
+            # node starts in ~1 s idle; the wait grows with the machine's load
+            wait_until(lambda: _listening(self.port), 30, "Azurite to listen", alive=self._exited)
+        except BaseException:
+            self.stop()
+            raise
+        self.endpoint = f"http://127.0.0.1:{self.port}/{ACCOUNT}"
+
+    def _exited(self) -> str | None:
+        if self._proc.poll() is None:
+            return None
+        return f"exit {self._proc.returncode}: {self.log_tail()}"
+
+    def log_tail(self) -> str:
+        try:
+            return (Path(self._workdir) / "azurite.log").read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
+
+    def options(self) -> dict[str, str]:
+        """Account, key and endpoint, as ``AZURE_*`` environment variables / storage options."""
+        return {
+            "AZURE_STORAGE_ACCOUNT_NAME": ACCOUNT,
+            "AZURE_STORAGE_ACCOUNT_KEY": ACCOUNT_KEY,
+            "AZURE_STORAGE_ENDPOINT": self.endpoint,
+            "AZURE_ALLOW_HTTP": "true",
+        }
+
+    def make_container(self, prefix: str = "dm-") -> str:
+        """A fresh container (Create Container, signed with the account's Shared Key)."""
+        name = f"{prefix}{uuid.uuid4().hex[:16]}"
+        headers = {"x-ms-date": email.utils.formatdate(usegmt=True), "x-ms-version": API_VERSION}
+        canonical_headers = "".join(f"{k}:{v}\n" for k, v in sorted(headers.items()))
+        resource = f"/{ACCOUNT}/{ACCOUNT}/{name}\nrestype:container"  # path-style: the account twice
+        to_sign = "PUT\n" + "\n" * 11 + canonical_headers + resource
+        digest = hmac.new(base64.b64decode(ACCOUNT_KEY), to_sign.encode(), hashlib.sha256).digest()
+        headers["Authorization"] = f"SharedKey {ACCOUNT}:{base64.b64encode(digest).decode()}"
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.request("PUT", f"/{ACCOUNT}/{name}?restype=container", body=b"", headers=headers)
+            response = conn.getresponse()
+            body = response.read()
+        finally:
+            conn.close()
+        if response.status != 201:
+            raise RuntimeError(
+                f"Azurite refused to create container {name}: {response.status} {body[:300]!r}"
+            )
+        return name
+
+    def stop(self) -> None:
+        """Killed at once: everything is in memory, and a graceful stop waits ~10 s on idle clients."""
+        if self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait(timeout=30)
+        self._log.close()
+        shutil.rmtree(self._workdir, ignore_errors=True)
+
+
+def azurite_session() -> Iterator[AzuriteServer]:
+    """The body of a session fixture: skipped without Azurite, failed under CI (``.ci/run`` installs it)."""
+    import pytest
+
+    try:
+        server = AzuriteServer()
+    except ServiceUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(str(exc), pytrace=False)
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+__all__ = ["ACCOUNT", "ACCOUNT_KEY", "AzuriteServer", "azurite_session", "find_azurite"]
