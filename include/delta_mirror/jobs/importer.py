@@ -12,13 +12,13 @@ JSON commits, its state is recorded at its version and the disagreement reported
 from __future__ import annotations
 
 import hashlib
-import json
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from delta_mirror.delta.actions import Action, line_action
+from delta_mirror.delta.line_facts import LineFacts, facts_of_lines
 from delta_mirror.delta.log_listing import list_log
 from delta_mirror.delta.protocol import now_ms
 from delta_mirror.delta.source_log import SourceLog, read_source_log
@@ -26,6 +26,7 @@ from delta_mirror.delta.source_state import Disagreement
 from delta_mirror.errors import PermanentError
 from delta_mirror.storage import normalize_location, open_store
 from delta_mirror.store import db
+from delta_mirror.store.bulk_load import BulkImport
 from delta_mirror.store.schema import PART_SNAPSHOT
 from delta_mirror.store.source_import import CHECKPOINT_STATE_SETTING, record_checkpoint_state
 from delta_mirror.store.sql_store import SqlStore, TableInfo, check_table_name
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
 DEFAULT_PART_SIZE = 1_000_000
-ANALYZE_EVERY_ROWS = 20_000  # refresh planner statistics this often during a large import
+PROGRESS_EVERY = 0.5  # seconds between progress reports
 
 
 @dataclass
@@ -60,11 +61,6 @@ class ImportResult:
     def warnings(self) -> list[str]:
         """One line per disagreement, for the CLI and logs."""
         return [d.describe() for d in self.checkpoint_disagreements]
-
-
-def _parse(lines: list[str]) -> list[Action]:
-    """(action type, body) of each stored line: the known action, unknown keys beside it ignored."""
-    return [line_action(json.loads(line)) for line in lines]
 
 
 def _part_size(src: SourceLog) -> int | None:
@@ -149,36 +145,45 @@ def _store_versions(
     in_place: bool,
     progress: Callable[[int, int], None] | None,
 ) -> None:
-    """The base snapshot, every commit, and the state of later checkpoints where it differs."""
+    """The base snapshot, every commit, and the state of later checkpoints where it differs, as
+    ``import_version`` would write them one by one, in bulk (``store.bulk_load``)."""
+    bulk = BulkImport(conn, table_info.id)
     base = src.base_checkpoint
     if base is not None:
-        store.import_version(
-            conn, table_info, base.version, _parse(base.actions), base.actions, part=PART_SNAPSHOT
-        )
+        bulk.version(base.version, base.actions, facts_of_lines(base.actions), part=PART_SNAPSHOT)
         if not src.commits or src.commits[0][0] != base.version:
-            store.import_version(conn, table_info, base.version, [], [], has_json=False, index_files=False)
+            bulk.version(base.version, [], LineFacts(), has_json=False, index_files=False)
     states = {state.version: state for state in src.checkpoint_states}
-    unanalysed = len(base.actions) if base is not None else 0
+    report = _Throttled(progress, len(src.commits))
     for done, (version, lines, original) in enumerate(src.commits, start=1):
-        if unanalysed > ANALYZE_EVERY_ROWS:
-            store.refresh_statistics(conn)
-            unanalysed = 0
-        published = hashlib.sha256(original).hexdigest() if in_place else None
-        store.import_version(
-            conn,
-            table_info,
+        facts = src.commit_facts.get(version) or facts_of_lines(lines)
+        bulk.version(
             version,
-            _parse(lines),
             lines,
-            published_sha256=published,
-            published_size=len(original) if in_place else None,
+            facts,
+            published=(hashlib.sha256(original).hexdigest(), len(original)) if in_place else None,
             index_files=not (base is not None and version == base.version),
         )
-        unanalysed += len(lines)
         if version in states:
-            record_checkpoint_state(store, conn, table_info, states[version], enqueue_checkpoint=not in_place)
-        if progress:
-            progress(done, len(src.commits))
+            record_checkpoint_state(bulk, states[version], enqueue_checkpoint=not in_place)
+        report(done)
+    bulk.finish()
+    report(len(src.commits), final=True)
+
+
+class _Throttled:
+    """The caller's progress callback, at most every ``PROGRESS_EVERY`` seconds (and at the end)."""
+
+    def __init__(self, progress: Callable[[int, int], None] | None, total: int) -> None:
+        self.progress, self.total, self.last = progress, total, 0.0
+
+    def __call__(self, done: int, *, final: bool = False) -> None:
+        if self.progress is None:
+            return
+        now = time.monotonic()
+        if final or now - self.last >= PROGRESS_EVERY:
+            self.last = now
+            self.progress(done, self.total)
 
 
 __all__ = ["ImportResult", "import_table"]

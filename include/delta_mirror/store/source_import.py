@@ -12,30 +12,20 @@ the checkpoint never saw them removed).
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import bindparam, insert, select, update
-
-from delta_mirror.delta.actions import line_action
-from delta_mirror.delta.protocol import now_ms
+from delta_mirror.delta.line_facts import facts_of_lines
 from delta_mirror.delta.source_state import CheckpointState
-from delta_mirror.store.schema import PART_SNAPSHOT, dl_files, dl_mirror_status
-
-if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection
-
-    from delta_mirror.store.sql_store import SqlStore, TableInfo
+from delta_mirror.store.bulk_load import BulkImport
+from delta_mirror.store.schema import PART_SNAPSHOT
 
 #: Table setting listing the recorded disagreements ({"version", "field", "detail"} each).
 CHECKPOINT_STATE_SETTING = "source_checkpoint_state"
 
 
-def record_checkpoint_state(
-    store: SqlStore, conn: Connection, table: TableInfo, state: CheckpointState, *, enqueue_checkpoint: bool
-) -> None:
-    """Make the store's state at ``state.version`` the source checkpoint's (in the import's
-    transaction, right after that version's commit was imported).
+def record_checkpoint_state(bulk: BulkImport, state: CheckpointState, *, enqueue_checkpoint: bool) -> None:
+    """Make the store's state at ``state.version`` the source checkpoint's (in the import's rows,
+    right after that version's commit).
 
     ``enqueue_checkpoint`` queues a mirror checkpoint at that version, so that readers of a copy
     published elsewhere start from the same state as readers of the source did (an in-place import
@@ -43,43 +33,11 @@ def record_checkpoint_state(
     """
     lines = list(state.lines)
     if lines:
-        actions = [line_action(json.loads(line)) for line in lines]
-        store.import_version(conn, table, state.version, actions, lines, part=PART_SNAPSHOT)
+        bulk.version(state.version, lines, facts_of_lines(lines), part=PART_SNAPSHOT)
     if state.dropped_files:
-        conn.execute(
-            update(dl_files)
-            .where(
-                dl_files.c.table_id == table.id,
-                dl_files.c.path == bindparam("p"),
-                dl_files.c.dv_id == bindparam("d"),
-                dl_files.c.remove_version.is_(None),
-            )
-            .values(remove_version=state.version),
-            [{"p": path, "d": dv} for path, dv in state.dropped_files],
-        )
+        bulk.drop_files(state.version, state.dropped_files)
     if enqueue_checkpoint:
-        _enqueue_checkpoint(conn, table.id, state.version)
-
-
-def _enqueue_checkpoint(conn: Connection, table_id: int, version: int) -> None:
-    exists = conn.execute(
-        select(dl_mirror_status.c.state).where(
-            dl_mirror_status.c.table_id == table_id,
-            dl_mirror_status.c.version == version,
-            dl_mirror_status.c.artifact == "checkpoint",
-        )
-    ).first()
-    if exists is None:
-        conn.execute(
-            insert(dl_mirror_status).values(
-                table_id=table_id,
-                version=version,
-                artifact="checkpoint",
-                state="PENDING",
-                attempts=0,
-                enqueued_at=now_ms(),
-            )
-        )
+        bulk.enqueue_checkpoint(state.version)
 
 
 def checkpoint_state_versions(settings: dict[str, Any]) -> set[int]:

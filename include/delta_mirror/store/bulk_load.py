@@ -1,0 +1,295 @@
+"""An import's rows written in bulk: the same rows ``Commits.import_version`` writes one version at
+a time, in a few statements (PostgreSQL ``COPY``, SQLite ``executemany``).
+
+An imported table is new, so its whole file index is a function of the imported log alone: it is
+built in memory (``FileIndex``, the rules of ``log_rows.write_actions`` with ``strict=False``, row
+for row and in the same insertion order, so even ``dl_files.id`` comes out the same) and loaded
+once at the end. Action rows are streamed in batches as the versions go by. Everything runs in the
+caller's transaction: a failed import leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from delta_mirror.delta.actions import render_commit
+from delta_mirror.delta.line_facts import DV_ID, KIND, PATH, FileAction, LineFacts
+from delta_mirror.delta.protocol import now_ms
+from delta_mirror.store.schema import PART_COMMIT
+from delta_mirror.store.states import Artifact, CommitSource, PublishState
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
+FileKey = tuple[Any, Any]
+
+# dl_files columns, in the order of ``FileIndex.rows``' lists.
+_FILE_COLUMNS = (
+    "path",
+    "dv_id",
+    "add_version",
+    "add_part",
+    "add_seq",
+    "remove_version",
+    "remove_part",
+    "remove_seq",
+    "size",
+    "partition_values",
+    "deletion_timestamp",
+)
+_PATH, _DV, _AV, _AP, _AS, _RV, _RP, _RS, _SIZE, _PV, _DT = range(len(_FILE_COLUMNS))
+_ACTION_COLUMNS = ("table_id", "version", "part", "seq", "action_type", "payload")
+_COMMIT_COLUMNS = (
+    "table_id",
+    "version",
+    "committed_at",
+    "in_commit_timestamp",
+    "action_count",
+    "size_bytes",
+    "sha256",
+    "has_json",
+    "source",
+)
+_STATUS_COLUMNS = (
+    "table_id",
+    "version",
+    "artifact",
+    "state",
+    "attempts",
+    "enqueued_at",
+    "finished_at",
+    "sha256",
+    "size_bytes",
+)
+ACTION_BATCH = 50_000  # action rows buffered before they are written
+
+
+class FileIndex:
+    """``dl_files`` of one new table, version by version (``log_rows.write_actions``, not strict).
+
+    A re-added (path, deletion vector) supersedes the active entries (``remove_version`` only); a
+    remove closes the active entries of its key; a remove of a key with no active entry is kept as
+    a tombstone row, unless the version already closed that key; adds become new active rows.
+    """
+
+    def __init__(self) -> None:
+        self.rows: list[list[Any]] = []
+        self._active: dict[FileKey, list[list[Any]]] = {}
+        self._closed: dict[int, set[FileKey]] = {}  # keys whose rows a version closed
+
+    def apply(self, version: int, part: int, files: Sequence[FileAction]) -> None:
+        active = self._active
+        adds = [f for f in files if f[KIND] == "add"]
+        if adds and version > 0 and active:
+            superseded = {key for a in adds if (key := (a[PATH], a[DV_ID])) in active}
+            for key in superseded:
+                for row in active.pop(key):
+                    row[_RV] = version
+                self._close(version, key)
+        if len(adds) != len(files):
+            self._remove(version, part, [f for f in files if f[KIND] == "remove"])
+        rows = self.rows
+        for _seq, _kind, path, dv, size, pv, _dt in adds:
+            row = [path, dv, version, part, _seq, None, None, None, size, pv, None]
+            rows.append(row)
+            key = (path, dv)
+            same = active.get(key)
+            if same is None:
+                active[key] = [row]
+            else:
+                same.append(row)
+
+    def _remove(self, version: int, part: int, removes: Sequence[FileAction]) -> None:
+        removed = 0
+        for seq, _kind, path, dv, _size, _pv, dt in removes:
+            rows = self._active.pop((path, dv), None)
+            if rows is None:
+                continue
+            for row in rows:
+                row[_RV], row[_RP], row[_RS], row[_DT] = version, part, seq, dt
+            removed += len(rows)
+            self._close(version, (path, dv))
+        if removed == len(removes):
+            return  # the store's UPDATE touched as many rows as there were removes
+        known = set(self._closed.get(version, ()))
+        for seq, _kind, path, dv, _size, _pv, dt in removes:
+            if (path, dv) not in known:
+                self.rows.append([path, dv, None, None, None, version, part, seq, None, None, dt])
+                self._close(version, (path, dv))
+
+    def drop(self, version: int, keys: Iterable[FileKey]) -> None:
+        """Close the active entries of ``keys`` at ``version`` without a tombstone (a source
+        checkpoint no longer lists them)."""
+        for key in keys:
+            for row in self._active.pop(key, ()):
+                row[_RV] = version
+            self._close(version, key)
+
+    def _close(self, version: int, key: FileKey) -> None:
+        self._closed.setdefault(version, set()).add(key)
+
+
+class BulkImport:
+    """The rows of one import into the new table ``table_id`` (see the module docstring)."""
+
+    def __init__(self, conn: Connection, table_id: int) -> None:
+        self.conn = conn
+        self.table_id = table_id
+        self.postgres = conn.dialect.name == "postgresql"
+        self.index = FileIndex()
+        self._actions: list[tuple[int, int, list[str], Sequence[str]]] = []  # version, part, kinds, lines
+        self._buffered = 0
+        self._commits: list[tuple[Any, ...]] = []
+        self._statuses: list[tuple[Any, ...]] = []
+        self._ts = now_ms()
+
+    def version(
+        self,
+        version: int,
+        lines: Sequence[str],
+        facts: LineFacts,
+        *,
+        part: int = PART_COMMIT,
+        has_json: bool = True,
+        published: tuple[str, int] | None = None,
+        index_files: bool = True,
+    ) -> None:
+        """One version's rows, as ``Commits.import_version`` writes them. ``published`` is the
+        (sha256, size) of a commit file already at the location (in-place import)."""
+        tid, ts = self.table_id, self._ts
+        if part == PART_COMMIT:
+            data = render_commit(lines) if has_json else b""
+            ict = facts.in_commit_timestamp if facts.kinds and facts.kinds[0] == "commitInfo" else None
+            self._commits.append(
+                (
+                    tid,
+                    version,
+                    ts,
+                    ict if isinstance(ict, int) else None,
+                    len(lines),
+                    len(data),
+                    hashlib.sha256(data).hexdigest() if has_json else "",
+                    has_json,
+                    CommitSource.IMPORT.value,
+                )
+            )
+            if has_json:
+                state = PublishState.SUCCESS if published else PublishState.PENDING
+                sha, size = published if published else (None, None)
+                finished = ts if published else None
+                self._statuses.append(
+                    (tid, version, Artifact.JSON.value, state.value, 0, ts, finished, sha, size)
+                )
+        if len(facts.kinds) != len(lines):
+            raise ValueError(f"version {version}: {len(lines)} lines but {len(facts.kinds)} action types")
+        if lines:
+            self._actions.append((version, part, facts.kinds, lines))
+            self._buffered += len(lines)
+            if self._buffered >= ACTION_BATCH:
+                self._flush_actions()
+        if index_files:
+            self.index.apply(version, part, facts.files)
+
+    def drop_files(self, version: int, keys: Iterable[FileKey]) -> None:
+        self.index.drop(version, keys)
+
+    def enqueue_checkpoint(self, version: int) -> None:
+        """A mirror checkpoint to write at ``version`` (``PENDING``)."""
+        row = (self.table_id, version, Artifact.CHECKPOINT.value, PublishState.PENDING.value, 0, self._ts)
+        if not any(s[1] == version and s[2] == row[2] for s in self._statuses):
+            self._statuses.append((*row, None, None, None))
+
+    def finish(self) -> None:
+        """Write what is still buffered: actions, commits, statuses, the file index."""
+        self._flush_actions()
+        self._write("dl_commits", _COMMIT_COLUMNS, self._commits)
+        self._write("dl_mirror_status", _STATUS_COLUMNS, self._statuses)
+        tid = self.table_id
+        self._write("dl_files", ("table_id", *_FILE_COLUMNS), ((tid, *row) for row in self.index.rows))
+        self._commits, self._statuses = [], []
+        if self.postgres:  # the planner must not take the new rows for an empty table
+            self.conn.exec_driver_sql("ANALYZE dl_files")
+            self.conn.exec_driver_sql("ANALYZE dl_actions")
+
+    def _flush_actions(self) -> None:
+        tid = self.table_id
+        if self.postgres:
+            self._copy("dl_actions", _ACTION_COLUMNS, _action_text(tid, self._actions))
+        else:
+            self._insert(
+                "dl_actions",
+                _ACTION_COLUMNS,
+                [
+                    (tid, version, part, seq, kind, line)
+                    for version, part, kinds, lines in self._actions
+                    for seq, (kind, line) in enumerate(zip(kinds, lines, strict=True))
+                ],
+            )
+        self._actions, self._buffered = [], 0
+
+    def _write(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        if self.postgres:
+            self._copy(table, columns, (_row_text(row) for row in rows))
+        else:
+            self._insert(table, columns, list(rows))
+
+    def _copy(self, table: str, columns: Sequence[str], text: Iterable[str]) -> None:
+        """``COPY ... FROM STDIN`` (text format) of already formatted lines, in large writes."""
+        raw = self.conn.connection.driver_connection
+        assert raw is not None
+        chunk: list[str] = []
+        with raw.cursor() as cur, cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+            for line in text:
+                chunk.append(line)
+                if len(chunk) >= _COPY_CHUNK:
+                    copy.write("".join(chunk).encode())
+                    chunk = []
+            if chunk:
+                copy.write("".join(chunk).encode())
+
+    def _insert(self, table: str, columns: Sequence[str], rows: list[Sequence[Any]]) -> None:
+        if rows:
+            marks = ", ".join("?" for _ in columns)
+            self.conn.exec_driver_sql(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows)
+
+
+# COPY's text format: a tab between fields, \N for NULL, backslash escapes for these four.
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+_COPY_CHUNK = 20_000  # rows per write
+
+
+def _field_text(value: Any) -> str:
+    """One field of a COPY text row (the values an import stores: text, integers, booleans, NULL)."""
+    if value is None:
+        return "\\N"
+    if type(value) is str:
+        return value.translate(_COPY_ESCAPES)
+    if type(value) is bool:
+        return "t" if value else "f"
+    if type(value) is int:
+        return str(value)
+    raise TypeError(f"cannot store {type(value).__name__} value {value!r:.80} as text")
+
+
+def _row_text(row: Sequence[Any]) -> str:
+    return "\t".join([_field_text(v) for v in row]) + "\n"
+
+
+def _action_text(tid: int, batch: Iterable[tuple[int, int, list[str], Sequence[str]]]) -> Iterator[str]:
+    """``dl_actions`` rows as COPY text. A canonical line (``canonical_json``) holds no raw tab,
+    newline or carriage return (JSON escapes control characters), so only backslashes need doubling."""
+    kind_text: dict[str, str] = {}
+    for version, part, kinds, lines in batch:
+        head = f"{tid}\t{version}\t{part}\t"
+        for seq, (kind, line) in enumerate(zip(kinds, lines, strict=True)):
+            k = kind_text.get(kind)
+            if k is None:
+                k = kind_text[kind] = _field_text(kind)
+            if "\\" in line:
+                line = line.translate(_COPY_ESCAPES)
+            yield f"{head}{seq}\t{k}\t{line}\n"
+
+
+__all__ = ["ACTION_BATCH", "BulkImport", "FileIndex"]
