@@ -15,7 +15,7 @@ KERNEL_SRC := jvm/kernel-reader/pom.xml $(shell find jvm/kernel-reader/src -type
 # which installs a client-only `pyspark` package over the full pyspark 4.2.0 we need (README, Spark).
 SPARK_PROVIDER := apache-airflow-providers-apache-spark==6.3.4
 
-.PHONY: venv jar kernel-jar test lint demo airflow print-local-env bench chaos clean distclean
+.PHONY: venv jar kernel-jar emulators test lint demo airflow print-local-env bench chaos clean distclean
 
 # Re-installs only when pyproject.toml or requirements.txt changed (or the venv is new).
 # Also builds the LogStore and kernel reader jars, so `make test` and `make demo` have them.
@@ -58,7 +58,12 @@ $(KERNEL_JAR): $(KERNEL_SRC)
 		mkdir -p $(@D) && cp jvm/kernel-reader/target/delta-mirror-kernel-reader.jar $@.tmp && mv -f $@.tmp $@; \
 	fi
 
-test: venv
+# Azurite and fake-gcs-server for the Azure and GCS tests, into .cache/npm and .cache/go/bin (pinned
+# versions; skipped when present). Without npm or Go it warns and those tests skip (fail under CI).
+emulators:
+	-bash scripts/install-emulators.sh
+
+test: venv emulators
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
 
 # ruff (pyflakes, bugbear, complexity <= 12, SIM, RUF) and formatting; mypy --strict on the package
