@@ -29,7 +29,6 @@ from delta_mirror.delta.checkpoint.layouts import build_checkpoint
 from delta_mirror.delta.checkpoint.model import CheckpointInput, CheckpointResult
 from delta_mirror.delta.last_checkpoint import LAST_CHECKPOINT_PATH, LastCheckpoint, judge_last_checkpoint
 from delta_mirror.delta.log_listing import list_log, sidecar_refs
-from delta_mirror.delta.log_path import LOG_DIR, commit_name
 from delta_mirror.delta.protocol import (
     DEFAULT_TOMBSTONE_RETENTION_MS,
     DELETED_FILE_RETENTION,
@@ -47,8 +46,9 @@ from delta_mirror.errors import (
 )
 from delta_mirror.failpoints import failpoint
 from delta_mirror.health.breaker import BreakerPolicy, CircuitBreakers, endpoint_key, table_key
+from delta_mirror.jobs.publish_pipeline import CommitWriter, PreparedCommit, put_commit
 from delta_mirror.storage import ObjectExistsError, ObjectStore, open_store
-from delta_mirror.store.sql_store import Snapshot, SqlStore, TableInfo
+from delta_mirror.store.sql_store import CommitRow, Snapshot, SqlStore, TableInfo
 from delta_mirror.store.states import Artifact, CommitSource, PublishState, TableState
 
 log = logging.getLogger(__name__)
@@ -128,6 +128,17 @@ class RetryPolicy:
                     raise
                 time.sleep(random.uniform(0, min(self.max_delay, self.base_delay * 2 ** (attempt - 1))))
         raise AssertionError("unreachable")
+
+
+@dataclass
+class _Run:
+    """One table's publish run: where it writes, what it recorded, its commit writer."""
+
+    table: TableInfo
+    objects: ObjectStore
+    result: PublishResult
+    writer: CommitWriter
+    last_written: int  # the highest version written and recorded in this run (start - 1 before any)
 
 
 @dataclass
@@ -270,24 +281,7 @@ class Publisher:
         ):
             # An imported table that starts at a checkpoint needs that checkpoint before more commits.
             self._checkpoint(table, objects, table.base_checkpoint_version, result)
-        version = start
-        total = max(0, target - start + 1)
-        while version <= target:
-            end = min(target, version + self.batch_size - 1)
-            self._publish_batch(table, objects, version, end, result)
-            # The cadence is applied at batch boundaries: a long backlog still gets checkpoints
-            # along the way (readers replay less), without one per `interval` versions.
-            v = result.last_published
-            if (
-                v is not None
-                and self.cadence_checkpoints
-                and (result.published or result.already_present)
-                and self._checkpoint_due(table, v)
-            ):
-                self._checkpoint(table, objects, v, result)
-            if progress:
-                progress(end - start + 1, total)
-            version = end + 1
+        self._publish_commits(table, objects, start, target, result, progress)
         self._redrive_checkpoints(table, objects, result)
         return result
 
@@ -308,11 +302,84 @@ class Publisher:
             if row.version not in result.checkpoints:
                 self._checkpoint(table, objects, row.version, result)
 
-    def _publish_batch(
-        self, table: TableInfo, objects: ObjectStore, start: int, end: int, result: PublishResult
+    def _publish_commits(
+        self,
+        table: TableInfo,
+        objects: ObjectStore,
+        start: int,
+        target: int,
+        result: PublishResult,
+        progress: Callable[[int, int], None] | None,
     ) -> None:
-        rows = self.store.commit_rows(table.id, start, end)
-        lines = self.store.commit_lines(table.id, start, end)
+        """Versions ``start..target`` in batches: this thread reads, checks and renders each batch
+        (and fetches the next one) while a ``CommitWriter`` puts the previous commits in order."""
+        if start > target:
+            return
+        run = _Run(
+            table, objects, result, CommitWriter(lambda c: self._write_commit(table, objects, c)), start - 1
+        )
+        try:
+            fetched = self._fetch_batch(table, start, min(target, start + self.batch_size - 1))
+            version = start
+            while version <= target:
+                end = min(target, version + self.batch_size - 1)
+                self._prepare_batch(run, version, *fetched)
+                if end < target:  # the next batch comes from the store while this one is written
+                    fetched = self._fetch_batch(table, end + 1, min(target, end + self.batch_size))
+                self._record_written(run)  # one status statement per batch
+                self._cadence_checkpoint(run, end)
+                if progress:
+                    progress(end - start + 1, target - start + 1)
+                version = end + 1
+            self._settle(run)
+        except MirrorError as exc:
+            failure = run.writer.settle()  # what was queued before the failure is still written
+            self._record_written(run)
+            if failure is not None and not isinstance(failure, MirrorError):
+                raise failure from exc
+            self._record_failure(table, failure or exc, run.last_written + 1)
+            raise (failure or exc) from None
+        finally:
+            run.writer.close()
+
+    def _prepare_batch(
+        self, run: _Run, start: int, rows: list[CommitRow], lines: dict[int, list[str]]
+    ) -> None:
+        """Check, render and queue one batch of commits for the writer."""
+        table = run.table
+        self._check_no_gap(table, rows, start)
+        self.store.mark_started(table.id, [r.version for r in rows if r.has_json], Artifact.JSON, self.owner)
+        for row in rows:
+            if row.has_json:
+                run.writer.submit(self._prepare_commit(table, row, lines.get(row.version, [])))
+            if row.version == table.base_checkpoint_version:
+                self._settle(run)
+                if self.store.last_checkpoint_version(table.id) is None:
+                    self._checkpoint(table, run.objects, row.version, run.result)
+                run.result.last_published = row.version
+
+    def _cadence_checkpoint(self, run: _Run, end: int) -> None:
+        """The cadence is applied at batch boundaries: a long backlog still gets checkpoints along
+        the way (readers replay less), without one per `interval` versions. The writer is waited
+        for only when one is due (a checkpoint follows its commit)."""
+        if not self.cadence_checkpoints or not self._checkpoint_due(run.table, end):
+            return
+        self._settle(run)
+        v, result = run.result.last_published, run.result
+        if (
+            v is not None
+            and (result.published or result.already_present)
+            and self._checkpoint_due(run.table, v)
+        ):
+            self._checkpoint(run.table, run.objects, v, result)
+
+    def _fetch_batch(
+        self, table: TableInfo, start: int, end: int
+    ) -> tuple[list[CommitRow], dict[int, list[str]]]:
+        return self.store.commit_rows(table.id, start, end), self.store.commit_lines(table.id, start, end)
+
+    @staticmethod
+    def _check_no_gap(table: TableInfo, rows: list[CommitRow], start: int) -> None:
         expected = start
         for row in rows:
             if row.version != expected:
@@ -323,94 +390,65 @@ class Publisher:
                     hint="the store was edited by hand; restore it from backup",
                 )
             expected += 1
-        self.store.mark_started(table.id, [r.version for r in rows if r.has_json], Artifact.JSON, self.owner)
-        done: list[tuple[int, str, int]] = []
-        try:
-            for row in rows:
-                if row.has_json:
-                    check_stored_commit(
-                        lines.get(row.version, []),
-                        table=table.name,
-                        version=row.version,
-                        location=table.location,
-                        native=row.source != CommitSource.IMPORT,  # native and spark: writer input
-                    )
-                    data = render_commit(lines.get(row.version, []))
-                    digest = hashlib.sha256(data).hexdigest()
-                    if digest != row.sha256:
-                        raise DataError(
-                            f"the stored actions no longer match the recorded SHA-256 ({row.sha256[:12]}…)",
-                            table=table.name,
-                            version=row.version,
-                            hint="the store was modified outside delta-mirror; restore it from backup",
-                        )
-                    self._keep_lease(table)
-                    present = self._put_with_retry(table, objects, row.version, data, digest)
-                    failpoint("publish.after_put")
-                    done.append((row.version, digest, len(data)))
-                    (result.already_present if present else result.published).append(row.version)
-                    result.last_published = row.version
-                if row.version == table.base_checkpoint_version:
-                    self.store.mark_succeeded(table.id, Artifact.JSON, done)
-                    done = []
-                    if self.store.last_checkpoint_version(table.id) is None:
-                        self._checkpoint(table, objects, row.version, result)
-                    result.last_published = row.version
-        except MirrorError as exc:
-            self.store.mark_succeeded(table.id, Artifact.JSON, done)
-            if isinstance(exc, LeaseHeldError):
-                raise  # the new lease holder owns the status rows now
-            failed = done[-1][0] + 1 if done else start
-            state = PublishState.CONFLICT if isinstance(exc, PublishConflictError) else PublishState.FAILED
-            self.store.mark_failed(table.id, failed, Artifact.JSON, state, exc.error_class.value, exc.message)
-            if isinstance(exc, PublishConflictError | DataError):
-                self.store.halt_table(table.id, exc.message, failed)
-            raise
-        self.store.mark_succeeded(table.id, Artifact.JSON, done)
 
-    def _put_with_retry(
-        self, table: TableInfo, objects: ObjectStore, version: int, data: bytes, digest: str
-    ) -> bool:
-        return self.retry.run(lambda: self._put_commit(table, objects, version, data, digest))
-
-    def _put_commit(
-        self, table: TableInfo, objects: ObjectStore, version: int, data: bytes, digest: str
-    ) -> bool:
-        """Put-if-absent one commit; True when an identical file was already there."""
-        path = f"{LOG_DIR}/{commit_name(version)}"
-        try:
-            objects.put_if_absent(path, data)
-            present = False
-        except ObjectExistsError:
-            existing = objects.get(path)
-            if existing is None:
-                raise TransientError(
-                    "commit file vanished between write and read",
-                    table=table.name,
-                    version=version,
-                    hint="retried automatically",
-                ) from None
-            if existing != data:
-                found = hashlib.sha256(existing).hexdigest()
-                raise PublishConflictError(
-                    f"a different file already exists at {path} (expected sha256 {digest}, found {found})",
-                    table=table.name,
-                    version=version,
-                    expected_sha256=digest,
-                    found_sha256=found,
-                    hint="an external writer or a split brain wrote to this log; the table is halted. Import the "
-                    "foreign commit or restore the log, then `delta-mirror resume`",
-                ) from None
-            present = True
-        meta = objects.head(path)
-        if meta is None or meta.size != len(data):
-            raise TransientError(
-                f"{path} is not durable after the write (size {meta.size if meta else None})",
+    @staticmethod
+    def _prepare_commit(table: TableInfo, row: CommitRow, lines: list[str]) -> PreparedCommit:
+        """The commit file's bytes, re-checked and matched against the SHA-256 recorded at commit."""
+        check_stored_commit(
+            lines,
+            table=table.name,
+            version=row.version,
+            location=table.location,
+            native=row.source != CommitSource.IMPORT,  # native and spark: writer input
+        )
+        data = render_commit(lines)
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != row.sha256:
+            raise DataError(
+                f"the stored actions no longer match the recorded SHA-256 ({row.sha256[:12]}…)",
                 table=table.name,
-                version=version,
-                hint="retried automatically",
+                version=row.version,
+                hint="the store was modified outside delta-mirror; restore it from backup",
             )
+        return PreparedCommit(row.version, data, digest)
+
+    def _write_commit(self, table: TableInfo, objects: ObjectStore, commit: PreparedCommit) -> bool:
+        """On the writer thread: keep the lease, put and read back (retried), then the failpoint."""
+        self._keep_lease(table)
+        present = self.retry.run(
+            lambda: put_commit(table.name, objects, commit.version, commit.data, commit.digest)
+        )
+        failpoint("publish.after_put")
         return present
+
+    def _record_written(self, run: _Run) -> None:
+        """SUCCESS for the commits the writer has read back so far (one status statement)."""
+        written, result = run.writer.take_written(), run.result
+        if not written:
+            return
+        self.store.mark_succeeded(
+            run.table.id,
+            Artifact.JSON,
+            [(w.commit.version, w.commit.digest, len(w.commit.data)) for w in written],
+        )
+        for w in written:
+            (result.already_present if w.already_present else result.published).append(w.commit.version)
+        run.last_written = result.last_published = written[-1].commit.version
+
+    def _settle(self, run: _Run) -> None:
+        """Wait for every queued commit (raising the writer's failure) and record them."""
+        try:
+            run.writer.drain()
+        finally:
+            self._record_written(run)
+
+    def _record_failure(self, table: TableInfo, exc: MirrorError, failed: int) -> None:
+        if isinstance(exc, LeaseHeldError):
+            return  # the new lease holder owns the status rows now
+        state = PublishState.CONFLICT if isinstance(exc, PublishConflictError) else PublishState.FAILED
+        self.store.mark_failed(table.id, failed, Artifact.JSON, state, exc.error_class.value, exc.message)
+        if isinstance(exc, PublishConflictError | DataError):
+            self.store.halt_table(table.id, exc.message, failed)
 
     # -- checkpoints ------------------------------------------------------------------------------
     def _checkpoint_due(self, table: TableInfo, version: int) -> bool:
