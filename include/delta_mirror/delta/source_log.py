@@ -138,6 +138,11 @@ def _fast_object(line: str) -> dict[str, Any] | None:
         return None
     if end != len(text) or type(obj) is not dict:
         return None
+    if len(obj) == 1:  # the common line: one action
+        for key, body in obj.items():
+            if key in _OBJECT_ACTIONS and type(body) is not dict:
+                return None
+        return obj
     known = [k for k in obj if k in _OBJECT_ACTIONS]
     if len(known) > 1 or (known and type(obj[known[0]]) is not dict) or not obj:
         return None

@@ -207,7 +207,10 @@ class BulkImport:
         self._write("dl_commits", _COMMIT_COLUMNS, self._commits)
         self._write("dl_mirror_status", _STATUS_COLUMNS, self._statuses)
         tid = self.table_id
-        self._write("dl_files", ("table_id", *_FILE_COLUMNS), ((tid, *row) for row in self.index.rows))
+        if self.postgres:
+            self._copy("dl_files", ("table_id", *_FILE_COLUMNS), _file_text(tid, self.index.rows))
+        else:
+            self._insert("dl_files", ("table_id", *_FILE_COLUMNS), [(tid, *row) for row in self.index.rows])
         self._commits, self._statuses = [], []
         if self.postgres:  # the planner must not take the new rows for an empty table
             self.conn.exec_driver_sql("ANALYZE dl_files")
@@ -275,6 +278,37 @@ def _field_text(value: Any) -> str:
 
 def _row_text(row: Sequence[Any]) -> str:
     return "\t".join([_field_text(v) for v in row]) + "\n"
+
+
+def _file_text(tid: int, rows: Iterable[list[Any]]) -> Iterator[str]:
+    """``dl_files`` rows as COPY text: ``_row_text`` unrolled for the common row (text path and
+    partition values, integers or NULL elsewhere), which is most of the rows of a large import."""
+    n = "\\N"
+    for row in rows:
+        path, dv, av, ap, aseq, rv, rp, rs, size, pv, dt = row
+        if (
+            type(path) is not str
+            or type(dv) is not str
+            or not (size is None or type(size) is int)
+            or not (dt is None or type(dt) is int)
+            or "\t" in path
+            or "\n" in path
+            or "\r" in path
+            or "\\" in path
+        ):
+            yield _row_text((tid, *row))
+            continue
+        if dv:
+            dv = dv.translate(_COPY_ESCAPES)
+        if pv is None:
+            pv = n
+        elif "\\" in pv:  # compact JSON: no raw tab, newline or carriage return
+            pv = pv.translate(_COPY_ESCAPES)
+        yield (
+            f"{tid}\t{path}\t{dv}\t{n if av is None else av}\t{n if ap is None else ap}\t"
+            f"{n if aseq is None else aseq}\t{n if rv is None else rv}\t{n if rp is None else rp}\t"
+            f"{n if rs is None else rs}\t{n if size is None else size}\t{pv}\t{n if dt is None else dt}\n"
+        )
 
 
 def _action_text(tid: int, batch: Iterable[tuple[int, int, list[str], Sequence[str]]]) -> Iterator[str]:
