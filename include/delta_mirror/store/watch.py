@@ -17,7 +17,8 @@ import asyncio
 import contextlib
 import logging
 import weakref
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import TypeVar
 
 from sqlalchemy import Engine, bindparam, text
 
@@ -25,6 +26,11 @@ from delta_mirror.store import db
 from delta_mirror.store.base import CHUNK
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: One-off reads of the subscribers (e.g. a trigger's first watermark) run at most this many at a
+#: time: 500 triggers starting together then hold 2 pooled connections, not the pool's maximum.
+READ_CONCURRENCY = 2
 
 #: The channel migration 0004's trigger notifies (payload: the table id) on every new version.
 CHANNEL = "delta_mirror_commits"
@@ -95,6 +101,7 @@ class CommitWatcher:
         self.polls = 0  # statements the watcher ran (for tests and the fleet benchmark)
         self.notifications = 0
         self._wake = asyncio.Event()
+        self._reads = asyncio.Semaphore(READ_CONCURRENCY)
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -114,6 +121,11 @@ class CommitWatcher:
             if not self.subscriptions:
                 await self._stop()
 
+    async def read(self, fn: Callable[[], T]) -> T:
+        """Run a subscriber's one-off blocking read in a thread, at most ``READ_CONCURRENCY`` at once."""
+        async with self._reads:
+            return await asyncio.to_thread(fn)
+
     def _start(self) -> None:
         if self._tasks:
             return
@@ -125,9 +137,8 @@ class CommitWatcher:
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if tasks:  # bounded: a poll stuck in its thread must not hold the last subscriber's exit
+            await asyncio.wait(tasks, timeout=5.0)
 
     async def poll_once(self) -> None:
         subs = list(self.subscriptions)

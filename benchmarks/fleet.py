@@ -1,0 +1,304 @@
+"""Fleet benchmark (issue 15, items 1-2): the cost of watching N event-driven tables, before/after.
+
+Runs the watchers of N tables in one event loop, as Airflow's triggerer does, against a throwaway
+PostgreSQL store (``log_statement = all``, so every statement the server receives is counted):
+
+- ``before``: the pre-fleet trigger, one poll per table per interval, each on a new ``SqlStore``
+  (a new engine and connection: ``get_table``, ``latest_version``, ``last_published_version``);
+- ``after``: ``StoreCommitTrigger`` as shipped: one shared watcher per store (one statement per
+  interval for all tables, the process's pooled engine, woken by NOTIFY).
+
+For each mode and N it measures, over an idle window: new server sessions per second, statements
+per second and per poll interval, open connections, the CPU of the watching process (cores); then
+commit→event latency for commits to random tables at a fixed rate. Also the DAG-file build time for
+1,000 generated tables (a fresh interpreter importing the factory and building every DAG).
+
+Alone: ``PYTHONPATH=tests .venv/bin/python benchmarks/fleet.py [--quick] [--sizes 50,500]`` prints
+one JSON object. To wire it into ``benchmarks/run.py`` as a ``fleet`` piece: call
+``fleet.figure(opts, log)`` in a child and put its result under ``"fleet"`` in the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+_STATEMENT = re.compile(r"LOG:\s+(statement|execute [^:]*):")
+
+
+def _tables(store: Any, root: Path, n: int) -> list[str]:
+    from support.builders import add_body, metadata_body, protocol_body
+
+    names = [f"t{i:04d}" for i in range(n)]
+    for name in names:
+        store.create_table(name, (root / name).as_uri())
+        store.commit(
+            name, [("protocol", protocol_body()), ("metaData", metadata_body()), ("add", add_body("a"))]
+        )
+    return names
+
+
+def _scalar(url: str, query: str) -> int:
+    from sqlalchemy import text
+
+    from delta_mirror.store import db
+
+    engine = db.make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(text(query)).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def _sessions(url: str) -> int:
+    return _scalar(url, "SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+
+
+def _backends(url: str) -> int:
+    return _scalar(
+        url,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+
+
+def _legacy_check(url: str, table: str) -> tuple[int | None, int | None]:
+    """The pre-fleet trigger's poll (triggers.py before commit 8d8a357): a new store per poll."""
+    from delta_mirror.store import SqlStore
+
+    store = SqlStore(url)
+    try:
+        info = store.get_table(table)
+        return store.latest_version(info.id), store.last_published_version(info.id)
+    finally:
+        store.close()
+
+
+async def _legacy_run(url: str, table: str, interval: float) -> Any:
+    """The pre-fleet ``StoreCommitTrigger.run`` loop, as an async generator of payloads."""
+    watermark = None
+    while True:
+        try:
+            latest, published = await asyncio.to_thread(_legacy_check, url, table)
+        except Exception:
+            latest, published = None, None
+        if watermark is None and latest is not None:
+            watermark = published if published is not None else -1
+        if latest is not None and watermark is not None and latest > watermark:
+            yield {"table": table, "from_version": watermark + 1, "to_version": latest}
+            watermark = latest
+        await asyncio.sleep(interval)
+
+
+async def _trigger_run(table: str, interval: float) -> Any:
+    from delta_mirror.airflow.triggers import StoreCommitTrigger
+
+    async for event in StoreCommitTrigger(table=table, poll_interval=interval).run():
+        yield dict(event.payload)
+
+
+def _count_statements(logfile: Path, offset: int) -> tuple[int, int]:
+    with logfile.open("rb") as f:
+        f.seek(offset)
+        data = f.read().decode(errors="replace")
+    return len(_STATEMENT.findall(data)), offset + len(data.encode())
+
+
+async def _measure(
+    mode: str,
+    url: str,
+    names: list[str],
+    interval: float,
+    window: float,
+    commits: int,
+    rate: float,
+    logfile: Path,
+) -> dict[str, Any]:
+    from delta_mirror.store import SqlStore
+
+    arrived: dict[tuple[str, int], float] = {}
+
+    async def watch(name: str) -> None:
+        gen = _legacy_run(url, name, interval) if mode == "before" else _trigger_run(name, interval)
+        async for payload in gen:
+            arrived[(payload["table"], int(payload["to_version"]))] = time.monotonic()
+
+    tasks = [asyncio.create_task(watch(n)) for n in names]
+    loop = asyncio.get_running_loop()
+    try:
+        deadline = loop.time() + 120
+        while len(arrived) < len(names) and loop.time() < deadline:  # each table's pending version 0
+            await asyncio.sleep(0.1)
+        warm = len(arrived)
+        await asyncio.sleep(interval)
+        offset = logfile.stat().st_size
+        sessions0, cpu0, t0 = await asyncio.to_thread(_sessions, url), time.process_time(), time.monotonic()
+        await asyncio.sleep(window)
+        cpu1, t1 = time.process_time(), time.monotonic()
+        sessions1 = await asyncio.to_thread(_sessions, url)
+        statements, _ = _count_statements(logfile, offset)
+        open_conns = await asyncio.to_thread(_backends, url)
+        elapsed = t1 - t0
+        # commits to random tables at `rate`; latency = commit returned → the trigger's event
+        writer = SqlStore(url)
+        sent: dict[tuple[str, int], float] = {}
+        rng = random.Random(15)
+        for _ in range(commits):
+            name = rng.choice(names)
+            version = await asyncio.to_thread(
+                writer.commit, name, [("txn", {"appId": "bench", "version": 1})]
+            )
+            sent[(name, int(version))] = time.monotonic()
+            await asyncio.sleep(1.0 / rate)
+        deadline = loop.time() + max(10.0, 5 * interval)
+        while not all(k in arrived for k in sent) and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        writer.close()
+        latencies = sorted(arrived[k] - t for k, t in sent.items() if k in arrived)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def pct(p: float) -> float | None:
+        if not latencies:
+            return None
+        return round(latencies[min(len(latencies) - 1, int(p * len(latencies)))], 3)
+
+    # the two measuring queries' own sessions (before/after) are not the watchers'
+    new_sessions = max(0, sessions1 - sessions0 - 1)
+    return {
+        "mode": mode,
+        "tables": len(names),
+        "poll_interval_s": interval,
+        "warm_events": warm,
+        "idle_window_s": round(elapsed, 2),
+        "new_connections_per_s": round(new_sessions / elapsed, 2),
+        "statements_per_s": round(statements / elapsed, 1),
+        "statements_per_interval": round(statements / elapsed * interval, 1),
+        "open_connections": open_conns,
+        "watcher_cpu_cores": round((cpu1 - cpu0) / elapsed, 3),
+        "commits": len(sent),
+        "events_for_commits": len(latencies),
+        "latency_s": {
+            "p50": pct(0.5),
+            "p99": pct(0.99),
+            "max": round(latencies[-1], 3) if latencies else None,
+        },
+        "latency_mean_s": round(statistics.fmean(latencies), 3) if latencies else None,
+    }
+
+
+def dag_parse_seconds(n: int, tmp: Path) -> dict[str, Any]:
+    """A fresh interpreter imports the DAG factory and builds the DAGs of ``n`` event-driven tables."""
+    config = tmp / "fleet.yaml"
+    lines = ["defaults:", "  schedule: event", "  poll_interval: 1s", "tables:"]
+    lines += [f"  t{i:04d}:\n    location: file:///tmp/fleet/t{i:04d}" for i in range(n)]
+    config.write_text("\n".join(lines) + "\n")
+    code = (
+        "import time; t0 = time.perf_counter(); "
+        "from delta_mirror.airflow.dag_factory import build_dags; t1 = time.perf_counter(); "
+        "dags = build_dags(); t2 = time.perf_counter(); "
+        "print(len(dags), round(t1 - t0, 2), round(t2 - t1, 2))"
+    )
+    env = {**os.environ, "DELTA_MIRROR_CONFIG": str(config), "AIRFLOW_HOME": str(tmp / "airflow")}
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    total = time.perf_counter() - started
+    if out.returncode != 0:
+        return {"tables": n, "error": out.stderr.strip().splitlines()[-1:]}
+    dags, imports, build = out.stdout.split()[-3:]
+    return {
+        "tables": n,
+        "dags": int(dags),
+        "import_s": float(imports),
+        "build_s": float(build),
+        "process_s": round(total, 2),
+    }
+
+
+def figure(opts: Any, log: Callable[[str], None]) -> dict[str, Any]:
+    from support.services import PgServer
+
+    from delta_mirror.store import SqlStore
+
+    tmp = Path(tempfile.mkdtemp(prefix="dm-bench-fleet-"))
+    os.environ.setdefault("AIRFLOW_HOME", str(tmp / "airflow"))
+    server = PgServer.start_new()
+    results: list[dict[str, Any]] = []
+    try:
+        with __import__("psycopg").connect(
+            f"host=127.0.0.1 port={server.port} user=postgres dbname=postgres", autocommit=True
+        ) as admin:
+            admin.execute("ALTER SYSTEM SET log_statement = 'all'")
+            admin.execute("SELECT pg_reload_conf()")
+        for n in opts.sizes:
+            for mode in ("before", "after"):
+                url = server.create_database()
+                store = SqlStore(url)
+                store.init()
+                names = _tables(store, tmp / f"{mode}{n}", n)
+                store.close()
+                os.environ["DELTA_MIRROR_STORE"] = url
+                log(f"fleet: {mode}, {n} tables")
+                result = asyncio.run(
+                    _measure(
+                        mode, url, names, opts.interval, opts.window, opts.commits, opts.rate, server.logfile
+                    )
+                )
+                log(f"  {result}")
+                results.append(result)
+                server.drop_database(url)
+        parse = dag_parse_seconds(opts.parse_tables, tmp)
+        log(f"fleet: DAG file, {parse}")
+    finally:
+        server.stop_and_remove()
+    return {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "watchers": results,
+        "dag_file": parse,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="50 tables, a 5 s window, 5 commits")
+    parser.add_argument("--sizes", default="50,500", help="numbers of watched tables, comma-separated")
+    parser.add_argument("--interval", type=float, default=1.0, help="each trigger's poll_interval (s)")
+    parser.add_argument("--window", type=float, default=10.0, help="idle measuring window (s)")
+    parser.add_argument("--commits", type=int, default=20)
+    parser.add_argument("--rate", type=float, default=2.0, help="commits per second")
+    parser.add_argument("--parse-tables", type=int, default=1000)
+    opts = parser.parse_args()
+    opts.sizes = [int(s) for s in opts.sizes.split(",")]
+    if opts.quick:
+        opts.sizes, opts.window, opts.commits, opts.parse_tables = [50], 5.0, 5, 100
+    print(json.dumps(figure(opts, lambda m: print(m, file=sys.stderr, flush=True)), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    threading.current_thread().name = "fleet-bench"
+    sys.exit(main())
