@@ -77,3 +77,98 @@ def test_an_unreachable_store_is_polled_again_instead_of_killing_the_watcher(
 
     threading.Thread(target=repair).start()
     assert first_event(trig) == {"table": "t1", "from_version": 0, "to_version": 0}
+
+
+def pg_query(url: str, query: str) -> int:
+    from sqlalchemy import text
+
+    from delta_mirror.store import db
+
+    engine = db.make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(text(query)).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def pg_backends(url: str) -> int:
+    """Open connections to the store's database (not counting this query's own)."""
+    return pg_query(
+        url,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+
+
+def pg_sessions(url: str) -> int:
+    """Connections ever opened to the store's database (PostgreSQL 14+ counts them)."""
+    return pg_query(url, "SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+
+
+@pytest.mark.postgres
+def test_50_triggers_share_one_watcher_a_commit_fires_only_its_table_and_a_store_restart_loses_nothing(
+    pg_store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_restart: object
+) -> None:
+    """Each table's trigger fires exactly once for its pending version 0, once for a later commit to
+    it and never for another table's commit; 50 watched tables hold a bounded number of store
+    connections (the shared pool and one LISTEN), and a commit made across a PostgreSQL restart
+    still fires."""
+    from support.builders import add_body, metadata_body, protocol_body
+
+    from delta_mirror.airflow.triggers import StoreCommitTrigger
+    from delta_mirror.store.watch import watchers
+
+    store = SqlStore(pg_store_url)
+    store.init()
+    names = [f"t{i:03d}" for i in range(50)]
+    for name in names:
+        store.create_table(name, (tmp_path / name).as_uri())
+        store.commit(
+            name, [("protocol", protocol_body()), ("metaData", metadata_body()), ("add", add_body("a"))]
+        )
+    monkeypatch.setenv("DELTA_MIRROR_STORE", pg_store_url)
+    events: list[dict[str, object]] = []
+
+    async def watch(name: str) -> None:
+        async for event in StoreCommitTrigger(table=name, poll_interval=0.2).run():
+            events.append(dict(event.payload))
+
+    async def settle(count: int, quiet: float = 1.0) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while len(events) < count:
+            assert loop.time() < deadline, events
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(quiet)  # no extra event arrives meanwhile
+        assert len(events) == count, events[count:]
+
+    async def main() -> None:
+        tasks = [asyncio.create_task(watch(name)) for name in names]
+        try:
+            await settle(50)
+            assert sorted(e["table"] for e in events) == names
+            assert all(e["from_version"] == 0 and e["to_version"] == 0 for e in events)
+            assert len(watchers()) == 1
+            # the test's writer, the watcher's poll and its 2 one-off readers, the LISTEN connection
+            assert pg_backends(pg_store_url) <= 5
+            # idle, polled 5 times a second for 50 tables: no new connection (the query's own aside)
+            before = await asyncio.to_thread(pg_sessions, pg_store_url)
+            await asyncio.sleep(2.0)
+            assert await asyncio.to_thread(pg_sessions, pg_store_url) - before <= 2
+
+            await asyncio.to_thread(store.commit, "t007", [("add", add_body("b"))])
+            await settle(51)
+            assert events[50] == {"table": "t007", "from_version": 1, "to_version": 1}
+
+            store.close()
+            await asyncio.to_thread(pg_restart)  # type: ignore[arg-type]
+            await asyncio.to_thread(store.commit, "t011", [("add", add_body("b"))])
+            await settle(52, quiet=2.0)
+            assert events[51] == {"table": "t011", "from_version": 1, "to_version": 1}
+            assert pg_backends(pg_store_url) <= 5
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(main())

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
+
+if TYPE_CHECKING:
+    from delta_mirror.store.watch import CommitWatcher
 
 
 class StoreCommitTrigger(BaseEventTrigger):
@@ -61,11 +64,11 @@ class StoreCommitTrigger(BaseEventTrigger):
         store = SqlStore(url, shared_engine=True)
         return store.last_published_version(store.get_table(self.table).id)
 
-    async def _first_watermark(self, url: str) -> int:
+    async def _first_watermark(self, watcher: CommitWatcher) -> int:
         """The last published version (-1: none), read once; retried while the store fails."""
         while True:
             try:
-                published = await asyncio.to_thread(self._published, url)
+                published = await watcher.read(lambda: self._published(watcher.url))
                 return -1 if published is None else published
             except Exception as exc:
                 self.log.warning("reading what is published of %s failed: %s", self.table, exc)
@@ -86,7 +89,8 @@ class StoreCommitTrigger(BaseEventTrigger):
                 self.log.warning("resolving the store of %s failed: %s", self.table, exc)
                 await asyncio.sleep(self.poll_interval)
                 continue
-            async with watcher_for(url).subscribe(self.table, self.poll_interval) as sub:
+            watcher = watcher_for(url)
+            async with watcher.subscribe(self.table, self.poll_interval) as sub:
                 while True:
                     latest = await sub.wait()
                     if sub.error is not None:
@@ -97,7 +101,7 @@ class StoreCommitTrigger(BaseEventTrigger):
                     if latest is None:
                         continue
                     if watermark is None:
-                        watermark = await self._first_watermark(url)
+                        watermark = await self._first_watermark(watcher)
                     if latest > watermark:
                         yield TriggerEvent(  # type: ignore[no-untyped-call]  # unannotated in Airflow
                             {"table": self.table, "from_version": watermark + 1, "to_version": latest}

@@ -1,0 +1,180 @@
+"""The fleet watcher (``store/watch.py``) and the shared engine (``db.shared_engine``) on real SQLite
+and PostgreSQL: one statement per poll for every watched table, NOTIFY wakes it before the poll
+interval, a store restart loses no commit, and the connections stay few however many tables."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import event, text
+from store_kit import add, new_table
+
+from delta_mirror.store import SqlStore, db
+from delta_mirror.store.watch import CommitWatcher, Subscription, latest_versions
+
+N_TABLES = 50
+
+
+def make_tables(store: SqlStore, location: str, n: int) -> list[str]:
+    names = [f"t{i:03d}" for i in range(n)]
+    for name in names:
+        new_table(store, f"{location}/{name}", name)
+    return names
+
+
+def count_statements(engine: Any) -> list[str]:
+    seen: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda _c, _cu, stmt, *_a: seen.append(stmt))
+    return seen
+
+
+async def answered(sub: Subscription, timeout: float = 10.0) -> int | None:
+    return await asyncio.wait_for(sub.wait(), timeout)
+
+
+def run(coro: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(coro())
+
+
+def test_latest_versions_answers_every_table_in_one_statement(store: SqlStore, location: str) -> None:
+    names = make_tables(store, location, 12)
+    store.commit("t003", [add("b.parquet")])
+    statements = count_statements(store.engine)
+    found = latest_versions(store.engine, [*names, "missing"])
+    assert found == {name: (1 if name == "t003" else 0) for name in names}
+    assert len([s for s in statements if "dl_commits" in s]) == 1
+
+
+def test_the_shared_engine_is_one_per_url_and_a_forked_child_gets_its_own_connections(
+    store: SqlStore,
+) -> None:
+    first = SqlStore(store.url, shared_engine=True)
+    second = SqlStore(store.url, shared_engine=True)
+    assert first.engine is second.engine is db.shared_engine(store.url)
+    first.close()  # leaves the shared pool to the other users
+    assert second.list_tables() == []
+    parent_conns = first.engine.pool.checkedin()
+    assert parent_conns >= 1
+    pid = os.fork()
+    if pid == 0:  # the child: the inherited pool was dropped, a query opens its own connection
+        code = 1
+        try:
+            code = 0 if first.engine.pool.checkedin() == 0 and second.list_tables() == [] else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert second.list_tables() == []  # the parent's connection still works after the child left
+
+
+def pg_backends(url: str) -> int:
+    """Connections to the store's database other than this query's own."""
+    engine = db.make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(
+                conn.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                ).scalar_one()
+            )
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_one_watcher_serves_50_tables_with_one_statement_per_poll_and_few_connections(
+    pg_store_url: str, location: str
+) -> None:
+    store = SqlStore(pg_store_url)
+    store.init()
+    names = make_tables(store, location, N_TABLES)
+    store.close()
+    statements = count_statements(db.shared_engine(pg_store_url))
+
+    async def main() -> None:
+        watcher = CommitWatcher(pg_store_url)
+        async with watcher_subscriptions(watcher, names, interval=0.1) as subs:
+            assert [await answered(s) for s in subs] == [0] * N_TABLES
+            statements.clear()
+            polls = watcher.polls
+            await asyncio.sleep(1.0)
+            # ~10 polls in that second, each one statement for all 50 tables
+            assert watcher.polls - polls >= 5
+            assert len(statements) <= watcher.polls - polls + 1
+            assert pg_backends(pg_store_url) <= 3  # the pool's connection and the LISTEN connection
+
+    run(main)
+
+
+@pytest.mark.postgres
+def test_notify_wakes_the_watcher_long_before_its_poll_interval(pg_store_url: str, location: str) -> None:
+    store = SqlStore(pg_store_url)
+    store.init()
+    names = make_tables(store, location, 3)
+
+    async def main() -> None:
+        watcher = CommitWatcher(pg_store_url)
+        async with watcher_subscriptions(watcher, names, interval=60.0) as subs:
+            assert [await answered(s) for s in subs] == [0, 0, 0]
+            await asyncio.sleep(0.5)  # the LISTEN connection is up
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            await asyncio.to_thread(store.commit, "t001", [add("b.parquet")])
+            assert await answered(subs[1], timeout=5.0) == 1
+            assert loop.time() - started < 5.0  # the interval is 60 s: only the NOTIFY woke it
+            assert watcher.notifications >= 1
+            assert not subs[0]._changed.is_set() and not subs[2]._changed.is_set()
+
+    run(main)
+
+
+@pytest.mark.postgres
+def test_a_store_restart_loses_no_commit(
+    pg_store_url: str, location: str, pg_restart: Callable[..., None]
+) -> None:
+    store = SqlStore(pg_store_url)
+    store.init()
+    names = make_tables(store, location, 5)
+
+    async def main() -> None:
+        watcher = CommitWatcher(pg_store_url)
+        async with watcher_subscriptions(watcher, names, interval=0.2) as subs:
+            assert [await answered(s) for s in subs] == [0] * 5
+            await asyncio.to_thread(pg_restart)
+            # the first poll after the restart fails or reconnects; either way the commit arrives
+            await asyncio.to_thread(store.commit, "t004", [add("b.parquet")])
+            deadline = asyncio.get_running_loop().time() + 20
+            while subs[4].latest != 1:
+                assert asyncio.get_running_loop().time() < deadline, subs[4].error
+                await answered(subs[4], timeout=20)
+            assert [s.latest for s in subs[:4]] == [0] * 4
+
+    run(main)
+
+
+class watcher_subscriptions:  # used like a function
+    """Subscribe ``names`` to ``watcher`` for the ``async with`` block."""
+
+    def __init__(self, watcher: CommitWatcher, names: list[str], interval: float) -> None:
+        self.watcher, self.names, self.interval = watcher, names, interval
+        self._cms: list[Any] = []
+
+    async def __aenter__(self) -> list[Subscription]:
+        subs = []
+        for name in self.names:
+            cm = self.watcher.subscribe(name, self.interval)
+            subs.append(await cm.__aenter__())
+            self._cms.append(cm)
+        return subs
+
+    async def __aexit__(self, *exc: object) -> None:
+        for cm in reversed(self._cms):
+            await cm.__aexit__(None, None, None)
+        assert not self.watcher._tasks  # the last subscriber stopped the watcher
