@@ -67,14 +67,24 @@ def _scalar(url: str, query: str) -> int:
 
 
 def _sessions(url: str) -> int:
-    return _scalar(url, "SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+    """Sessions ever opened to the bench database (asked from the ``postgres`` database)."""
+    return _scalar(_admin(url), f"SELECT sessions FROM pg_stat_database WHERE datname = '{_db(url)}'")
 
 
 def _backends(url: str) -> int:
-    return _scalar(
-        url,
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
-    )
+    return _scalar(_admin(url), f"SELECT count(*) FROM pg_stat_activity WHERE datname = '{_db(url)}'")
+
+
+def _db(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return str(make_url(url).database)
+
+
+def _admin(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).set(database="postgres").render_as_string(hide_password=False)
 
 
 def _legacy_check(url: str, table: str) -> tuple[int | None, int | None]:
@@ -112,11 +122,12 @@ async def _trigger_run(table: str, interval: float) -> Any:
         yield dict(event.payload)
 
 
-def _count_statements(logfile: Path, offset: int) -> tuple[int, int]:
+def _count_statements(logfile: Path, offset: int, database: str) -> int:
+    """Statements logged for ``database`` since ``offset`` (log_line_prefix names the database)."""
     with logfile.open("rb") as f:
         f.seek(offset)
         data = f.read().decode(errors="replace")
-    return len(_STATEMENT.findall(data)), offset + len(data.encode())
+    return sum(1 for line in data.splitlines() if f"db={database} " in line and _STATEMENT.search(line))
 
 
 async def _measure(
@@ -151,7 +162,7 @@ async def _measure(
         await asyncio.sleep(window)
         cpu1, t1 = time.process_time(), time.monotonic()
         sessions1 = await asyncio.to_thread(_sessions, url)
-        statements, _ = _count_statements(logfile, offset)
+        statements = _count_statements(logfile, offset, _db(url))
         open_conns = await asyncio.to_thread(_backends, url)
         elapsed = t1 - t0
         # commits to random tables at `rate`; latency = commit returned → the trigger's event
@@ -180,8 +191,7 @@ async def _measure(
             return None
         return round(latencies[min(len(latencies) - 1, int(p * len(latencies)))], 3)
 
-    # the two measuring queries' own sessions (before/after) are not the watchers'
-    new_sessions = max(0, sessions1 - sessions0 - 1)
+    new_sessions = sessions1 - sessions0
     return {
         "mode": mode,
         "tables": len(names),
@@ -189,9 +199,10 @@ async def _measure(
         "warm_events": warm,
         "idle_window_s": round(elapsed, 2),
         "new_connections_per_s": round(new_sessions / elapsed, 2),
+        "statements_per_poll_per_table": round(statements / elapsed * interval / len(names), 2),
         "statements_per_s": round(statements / elapsed, 1),
         "statements_per_interval": round(statements / elapsed * interval, 1),
-        "open_connections": open_conns,
+        "open_connections": open_conns,  # the watchers only: measured before the writer connects
         "watcher_cpu_cores": round((cpu1 - cpu0) / elapsed, 3),
         "commits": len(sent),
         "events_for_commits": len(latencies),
@@ -208,7 +219,7 @@ def dag_parse_seconds(n: int, tmp: Path) -> dict[str, Any]:
     """A fresh interpreter imports the DAG factory and builds the DAGs of ``n`` event-driven tables."""
     config = tmp / "fleet.yaml"
     lines = ["defaults:", "  schedule: event", "  poll_interval: 1s", "tables:"]
-    lines += [f"  t{i:04d}:\n    location: file:///tmp/fleet/t{i:04d}" for i in range(n)]
+    lines += [f"  t{i:04d}: {{}}" for i in range(n)]
     config.write_text("\n".join(lines) + "\n")
     code = (
         "import time; t0 = time.perf_counter(); "
@@ -246,6 +257,7 @@ def figure(opts: Any, log: Callable[[str], None]) -> dict[str, Any]:
             f"host=127.0.0.1 port={server.port} user=postgres dbname=postgres", autocommit=True
         ) as admin:
             admin.execute("ALTER SYSTEM SET log_statement = 'all'")
+            admin.execute("ALTER SYSTEM SET log_line_prefix = '%m [%p] db=%d '")
             admin.execute("SELECT pg_reload_conf()")
         for n in opts.sizes:
             for mode in ("before", "after"):

@@ -25,10 +25,16 @@ defaults:
     engine: local                  # local, spark, or auto (Spark from spark_threshold_files on)
     spark_threshold_files: 2000000
     spark: {conn_id: spark_default, master: "local[2]", partitions: 8, conf: {spark.driver.memory: 4g}}
+  # fleet knobs (docs/scaling.md): how many runs/tasks of a table at once, and where its tasks queue
+  max_active_runs: 1               # runs of the table's DAG at once (commits meanwhile wait or coalesce)
+  max_active_tasks: null           # tasks of one table's runs at once (null: Airflow's default)
+  pool: null                       # an Airflow pool for the table's tasks (null: default_pool)
+  priority_weight: 1               # higher runs first when pool slots are short
 tables:
   sales:
     schedule: event
     poll_interval: 5s
+    priority_weight: 10
 ```
 """
 
@@ -121,6 +127,11 @@ class TableConfig:
     notify: Notify = field(default_factory=Notify)
     maintenance: Maintenance = field(default_factory=Maintenance)
     checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
+    # fleet knobs: Airflow's own DAG / task arguments, per table
+    max_active_runs: int = 1
+    max_active_tasks: int | None = None
+    pool: str | None = None
+    priority_weight: int = 1
 
     @property
     def event_driven(self) -> bool:
@@ -333,6 +344,10 @@ _TABLE_VALUES: dict[str, Callable[[Any, str], Any]] = {
     "tags": _tags,
     "store_conn_id": _optional_str,
     "aws_conn_id": _optional_str,
+    "max_active_runs": _positive_int,
+    "max_active_tasks": lambda val, at: None if val is None else _positive_int(val, at),
+    "pool": _optional_str,
+    "priority_weight": lambda val, at: _positive_int(val, at, minimum=0),
 }
 
 

@@ -128,6 +128,31 @@ def test_the_table_dag_is_publish_checkpoint_validate_metrics(dm_config: Callabl
     assert sorted(bag.dags["delta_mirror__t2"].task_ids) == ["checkpoint", "metrics", "publish"]
 
 
+def test_the_fleet_knobs_of_the_config_reach_the_table_dags_and_their_tasks(
+    dm_config: Callable[..., Path],
+) -> None:
+    """max_active_runs / max_active_tasks per DAG, pool / priority_weight on every task of the table."""
+    dm_config(
+        {
+            "busy": {
+                "max_active_runs": 2,
+                "max_active_tasks": 3,
+                "pool": "delta_mirror",
+                "priority_weight": 10,
+            },
+            "t2": {},
+        },
+        max_active_runs=1,
+    )
+    bag = parse()
+    busy, t2 = bag.dags["delta_mirror__busy"], bag.dags["delta_mirror__t2"]
+    assert (busy.max_active_runs, busy.max_active_tasks) == (2, 3)
+    assert {(t.pool, t.priority_weight) for t in busy.tasks} == {("delta_mirror", 10)}
+    assert t2.max_active_runs == 1
+    assert {(t.pool, t.priority_weight) for t in t2.tasks} == {("default_pool", 1)}
+    assert t2.max_active_tasks != 3  # Airflow's default (core.max_active_tasks_per_dag)
+
+
 def test_the_config_file_is_read_again_at_each_parse(dm_config: Callable[..., Path]) -> None:
     dm_config({"t1": {}})
     assert set(parse().dag_ids) == {"delta_mirror__t1", *SHARED}

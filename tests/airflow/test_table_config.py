@@ -172,6 +172,10 @@ def test_a_table_schedule_is_cron_a_preset_a_duration_event_or_manual(
         ("tables: {'../escape': {}}", "invalid table name '../escape'"),
         ('tables: {"t\\n": {}}', "invalid table name 't\\n'"),
         ("tables: {t: {", "is not valid YAML"),
+        ("tables: {t: {max_active_runs: 0}}", "tables.t.max_active_runs: expected a positive integer"),
+        ("defaults: {max_active_tasks: many}", "defaults.max_active_tasks: expected a positive integer"),
+        ("tables: {t: {pool: 3}}", "tables.t.pool: expected a string"),
+        ("tables: {t: {priority_weight: -1}}", "tables.t.priority_weight: expected a non-negative integer"),
     ],
 )
 def test_an_invalid_config_is_refused_naming_the_table_and_key(text: str, named: str) -> None:

@@ -34,6 +34,12 @@ def default_args(cfg: TableConfig) -> dict[str, Any]:
     }
     if cfg.retry_exponential_backoff:
         args["retry_exponential_backoff"] = cfg.retry_exponential_backoff
+    # fleet knobs: a pool bounds how many delta-mirror tasks run at once across the tables, the
+    # weight orders them when its slots are short
+    if cfg.pool:
+        args["pool"] = cfg.pool
+    if cfg.priority_weight != 1:
+        args["priority_weight"] = cfg.priority_weight
     return args
 
 

@@ -115,6 +115,11 @@ def _checkpoint_task(cfg: TableConfig) -> Any:
     )
 
 
+def _max_active_tasks(cfg: TableConfig) -> dict[str, Any]:
+    """The table's ``max_active_tasks``, or nothing (Airflow's ``core.max_active_tasks_per_dag``)."""
+    return {"max_active_tasks": cfg.max_active_tasks} if cfg.max_active_tasks else {}
+
+
 def table_dag(cfg: TableConfig) -> DAG:
     deadline = None
     if cfg.deadline is not None:
@@ -130,7 +135,8 @@ def table_dag(cfg: TableConfig) -> DAG:
         schedule=_schedule(cfg),
         start_date=START,
         catchup=False,
-        max_active_runs=1,
+        max_active_runs=cfg.max_active_runs,
+        **_max_active_tasks(cfg),
         default_args=default_args(cfg),
         tags=[*BASE_TAGS, "table", *cfg.tags],
         deadline=deadline,

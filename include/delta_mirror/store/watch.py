@@ -50,7 +50,13 @@ def latest_versions(engine: Engine, names: Iterable[str]) -> dict[str, int | Non
     """
     wanted = sorted(set(names))
     found: dict[str, int | None] = {}
-    with db.reader(engine).connect() as conn:
+    # PostgreSQL: no transaction for one read-only statement (no BEGIN / ROLLBACK round trips)
+    on = (
+        engine.execution_options(isolation_level="AUTOCOMMIT")
+        if engine.dialect.name == "postgresql"
+        else db.reader(engine)
+    )
+    with on.connect() as conn:
         for start in range(0, len(wanted), CHUNK):
             for name, latest in conn.execute(_LATEST, {"names": wanted[start : start + CHUNK]}):
                 found[str(name)] = None if latest is None else int(latest)
