@@ -27,7 +27,8 @@ NO_AUTO_CHECKPOINT = {"checkpoint_interval": 2**31 - 1, "checkpoint_max_bytes": 
 
 # Sizes: (full, quick)
 SIZES = {
-    "publish_versions": (2000, 100),
+    "publish_versions": (10_000, 200),
+    "publish_deltalake_versions": (2000, 100),
     "publish_adds": (10, 10),
     "history_commits": (5000, 200),
     "history_adds": (20, 20),
@@ -174,6 +175,97 @@ def p_publish_setup(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
     return work
 
 
+@piece("publish_setup_bulk")
+def p_publish_setup_bulk(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
+    """Like ``publish_setup`` but fast enough for 10,000 versions per table: versions 0 and 1 go
+    through ``SqlStore.commit``; 2.. are bulk-inserted 1,000 at a time as the same rows
+    ``SqlStore.commit`` writes (canonical lines, ``log_rows.file_rows``, a commitInfo shaped as
+    version 1's, a PENDING status row). The commit rules are not re-run: every path is new, and the
+    publisher re-checks each stored commit and its SHA-256 anyway."""
+    store = _open_store(a["url"], init=True)
+
+    def work() -> dict[str, Any]:
+        per_table = []
+        for t in a["tables"]:
+            t0 = time.perf_counter()
+            _bulk_table(store, t, a["versions"], a["adds"])
+            per_table.append(time.perf_counter() - t0)
+            log(f"  publish setup: table {t['name']}: {a['versions']} versions in {per_table[-1]:.1f}s")
+        return {"seconds_per_table": [round(x, 2) for x in per_table]}
+
+    return work
+
+
+def _bulk_table(store: Any, t: dict[str, Any], versions: int, adds: int) -> None:
+    import hashlib
+
+    from sqlalchemy import insert
+
+    from delta_mirror.delta.actions import canonical_line, render_commit
+    from delta_mirror.store.log_rows import file_rows
+    from delta_mirror.store.schema import PART_COMMIT, dl_actions, dl_commits, dl_files, dl_mirror_status
+    from delta_mirror.store.states import Artifact, CommitSource, PublishState
+
+    table = store.create_table(t["name"], t["location"])
+    if not t["auto_checkpoint"]:
+        store.update_table(table.id, **NO_AUTO_CHECKPOINT)
+    store.commit(t["name"], first_commit_actions())
+    store.commit(t["name"], [("add", add_body(1, i)) for i in range(adds)])
+    info = json.loads(store.commit_lines(table.id, 1, 1)[1][0])["commitInfo"]
+    step = 1000
+    for lo in range(2, versions, step):
+        commits, actions_rows, files, status = [], [], [], []
+        for v in range(lo, min(versions, lo + step)):
+            ts = int(time.time() * 1000)
+            actions = [("commitInfo", {**info, "timestamp": ts, "readVersion": v - 1})]
+            actions += [("add", add_body(v, i)) for i in range(adds)]
+            lines = [canonical_line(k, b) for k, b in actions]
+            data = render_commit(lines)
+            commits.append(
+                {
+                    "table_id": table.id,
+                    "version": v,
+                    "committed_at": ts,
+                    "in_commit_timestamp": None,
+                    "action_count": len(lines),
+                    "size_bytes": len(data),
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                    "has_json": True,
+                    "source": CommitSource.NATIVE,
+                }
+            )
+            actions_rows += [
+                {
+                    "table_id": table.id,
+                    "version": v,
+                    "part": PART_COMMIT,
+                    "seq": seq,
+                    "action_type": k,
+                    "payload": ln,
+                }
+                for seq, ((k, _), ln) in enumerate(zip(actions, lines, strict=True))
+            ]
+            files += file_rows(table.id, v, PART_COMMIT, actions)[0]
+            status.append(
+                {
+                    "table_id": table.id,
+                    "version": v,
+                    "artifact": Artifact.JSON,
+                    "state": PublishState.PENDING,
+                    "attempts": 0,
+                    "enqueued_at": ts,
+                }
+            )
+        with store.begin() as conn:
+            for tbl, rows in (
+                (dl_commits, commits),
+                (dl_actions, actions_rows),
+                (dl_files, files),
+                (dl_mirror_status, status),
+            ):
+                conn.execute(insert(tbl), rows)
+
+
 @piece("history_setup")
 def p_history_setup(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
     from collections import deque
@@ -233,6 +325,83 @@ def p_publish_ours(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
             "already_present": len(result.already_present),
             "checkpoints": result.checkpoints,
         }
+
+    return work
+
+
+#: (label, function-name matches) for the publish profile summary: cumulative time of the first
+#: matching frame, per thread, in microseconds per version.
+PROFILE_PARTS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
+    "main": [
+        ("store reads (commit_rows + commit_lines)", ("reads.py:commit_rows", "reads.py:commit_lines")),
+        ("re-check of the stored commit", ("actions.py:check_stored_commit",)),
+        ("render", ("actions.py:render_commit",)),
+        ("sha256", ("<built-in method _hashlib.openssl_sha256>",)),
+        (
+            "status updates (mark_started / mark_succeeded)",
+            ("mirror_status.py:mark_started", "mirror_status.py:mark_succeeded"),
+        ),
+        (
+            "waiting for the writer (queue full / drain)",
+            ("publish_pipeline.py:submit", "publish_pipeline.py:drain"),
+        ),
+        ("cadence check", ("publisher.py:_checkpoint_due",)),
+    ],
+    "writer": [
+        ("put_if_absent (storage)", ("storage.py:put_if_absent",)),
+        ("head read-back (storage)", ("storage.py:head",)),
+        ("lease renewal", ("publisher.py:_keep_lease",)),
+    ],
+}
+
+
+@piece("publish_profile")
+def p_publish_profile(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
+    """``Publisher.publish`` with cProfile on the main thread and on the commit writer's thread;
+    the summary says where the time goes per version published."""
+    from delta_mirror.jobs import publish_pipeline
+    from delta_mirror.jobs.publisher import Publisher
+
+    store = _open_store(a["url"])
+    store.get_table(a["name"])
+    writer_prof = cProfile.Profile()
+    original_run = publish_pipeline.CommitWriter._run
+
+    def profiled_run(self: Any) -> None:
+        writer_prof.enable()
+        try:
+            original_run(self)
+        finally:
+            writer_prof.disable()
+
+    publish_pipeline.CommitWriter._run = profiled_run  # type: ignore[method-assign]
+
+    def work() -> dict[str, Any]:
+        main_prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        main_prof.enable()
+        result = Publisher(store).publish(a["name"])
+        main_prof.disable()
+        wall = time.perf_counter() - t0
+        n = max(1, len(result.published) + len(result.already_present))
+        summary: dict[str, Any] = {
+            "versions": n,
+            "wall_us_per_version_under_profiler": round(wall / n * 1e6, 1),
+        }
+        for thread, prof in (("main", main_prof), ("writer", writer_prof)):
+            stats: dict[Any, Any] = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+            parts: dict[str, float] = {}
+            for label, names in PROFILE_PARTS[thread]:
+                cum = 0.0
+                for (file, _line, func), (_cc, _nc, _tt, ct, _callers) in stats.items():
+                    key = f"{Path(file).name}:{func}" if file != "~" else func
+                    if key in names:
+                        cum += ct
+                parts[label] = round(cum / n * 1e6, 1)
+            total = sum(v[3] for k, v in stats.items() if k[2] in ("_publish_commits", "_run"))
+            parts["total (thread's own entry point)"] = round(total / n * 1e6, 1)
+            summary[f"{thread}_thread_us_per_version"] = parts
+        return {"profile_summary": summary}
 
     return work
 

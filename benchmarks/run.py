@@ -17,10 +17,13 @@ where the figure says so). ``rss_before_mib`` is the child's peak after imports,
 
 Figures:
 
-1. ``publish``: N versions x 10 ``add`` actions committed into PostgreSQL (``SqlStore.commit``,
-   not timed), then ``Publisher(store).publish(name)`` to a fresh local folder; beside it
-   ``bare`` (the same bytes written by a plain put-if-absent + head loop, no database) and
-   ``deltalake`` (``DeltaTable.create`` + one ``create_write_transaction`` per version).
+1. ``publish``: N versions x 10 ``add`` actions per table (bulk-inserted as ``SqlStore.commit``'s
+   rows, not timed), on PostgreSQL and on SQLite; timed as whole processes: ``delta-mirror mirror``
+   against ``benchmarks/bare_publish.py`` (the same commit files by a plain put-if-absent + head
+   loop, no database), back to back, idle and again beside a CPU burner (a child spinning on one
+   core); a table with cadence checkpoints apart; a profile summary (microseconds per version by
+   part, main thread and commit-writer thread); ``deltalake`` (``DeltaTable.create`` + one
+   ``create_write_transaction`` per version) at a smaller size.
 2. ``import_300k`` and ``checkpoint_300k``: import ``kernel-rs/300k-add-files-100-col-partitioned``
    into PostgreSQL (timed), publish its JSON commits (not timed), then time
    ``Publisher(store).checkpoint(name)`` against ``DeltaTable(copy).create_checkpoint()``
