@@ -27,7 +27,7 @@ from delta_mirror.delta.source_state import CheckpointState
 from delta_mirror.jobs import importer
 from delta_mirror.jobs.importer import import_table
 from delta_mirror.storage import normalize_location, open_store
-from delta_mirror.store import SqlStore
+from delta_mirror.store import SqlStore, bulk_load
 from delta_mirror.store.bulk_load import FileIndex
 from delta_mirror.store.schema import PART_SNAPSHOT, dl_files, dl_mirror_status
 from delta_mirror.store.source_import import CHECKPOINT_STATE_SETTING
@@ -265,11 +265,21 @@ def _fresh(url_factory: Any) -> SqlStore:
     return store
 
 
+@pytest.mark.parametrize("batch", [bulk_load.ACTION_BATCH, 3], ids=["one-batch", "batches-of-3"])
 @pytest.mark.parametrize("in_place", [False, True], ids=["copy", "in-place"])
 @pytest.mark.parametrize("variant", ["full", "from-checkpoint", "without-json"])
 def test_bulk_import_stores_the_same_rows(
-    tmp_path: Path, store_url: str, request: pytest.FixtureRequest, variant: str, in_place: bool
+    tmp_path: Path,
+    store_url: str,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    variant: str,
+    in_place: bool,
+    batch: int,
 ) -> None:
+    """In batches of 3 rows, PostgreSQL sends file rows while they are open and closes them later
+    (``BulkImport._close_sent``)."""
+    monkeypatch.setattr(bulk_load, "ACTION_BATCH", batch)
     source = _sources(tmp_path)[variant]
     second = SqlStore(
         f"sqlite:///{tmp_path}/reference.db"

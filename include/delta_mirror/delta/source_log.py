@@ -441,8 +441,11 @@ def _other_files(listing: LogListing) -> list[str]:
 # --------------------------------------------------------------------------------------------
 
 
-def read_source_log(store: ObjectStore, *, table: str) -> SourceLog:
+def read_source_log(
+    store: ObjectStore, *, table: str, progress: Callable[[int, int], None] | None = None
+) -> SourceLog:
     """Read the importable segment of the table at ``store`` (see the module docstring).
+    ``progress(commits read, commits to read)`` follows the commits as they are read.
 
     Refuses, before anything is imported, a log Delta readers cannot reconstruct (the rule in
     ``delta.source_state``: protocol and metaData present and well-formed at every version, every
@@ -455,7 +458,7 @@ def read_source_log(store: ObjectStore, *, table: str) -> SourceLog:
     base = _choose_base(store, listing, latest, table=table)
     start = base.version if base is not None else 0
     facts: dict[int, LineFacts] = {}
-    commits = _read_commits(store, listing, start, latest, table=table, facts=facts)
+    commits = _read_commits(store, listing, start, latest, table=table, facts=facts, progress=progress)
     replay = check_segment(base.actions if base is not None else None, commits, start, table=table)
     assert replay.protocol is not None
     check_supported(replay.protocol, replay.metadata, table=table)
@@ -537,8 +540,10 @@ def _read_commits(
     *,
     table: str,
     facts: dict[int, LineFacts] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[tuple[int, list[str], bytes]]:
     commits: list[tuple[int, list[str], bytes]] = []
+    total = sum(1 for v in listing.commits if start <= v <= latest)
     for version in range(start, latest + 1):
         path = listing.commits.get(version)
         if path is None:
@@ -556,6 +561,8 @@ def _read_commits(
         if facts is not None:
             facts[version] = facts_of_objects(objects)
         commits.append((version, lines, data))
+        if progress is not None:
+            progress(len(commits), total)
     return commits
 
 

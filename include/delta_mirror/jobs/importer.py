@@ -90,7 +90,9 @@ def import_table(
     source_uri = normalize_location(source)
     target = normalize_location(location) if location else source_uri
     in_place = target == source_uri
-    src = read_source_log(open_store(source_uri), table=name)
+    report = _Throttled(progress)
+    # Progress counts each commit twice: once read, once stored.
+    src = read_source_log(open_store(source_uri), table=name, progress=lambda done, n: report(done, 2 * n))
     if not in_place:
         existing = list_log(open_store(target)).entries
         if existing:
@@ -115,7 +117,7 @@ def import_table(
             conn=conn,
             settings=settings,
         )
-        _store_versions(store, conn, table_info, src, in_place=in_place, progress=progress)
+        _store_versions(store, conn, table_info, src, in_place=in_place, progress=report)
     if in_place:
         # The source's checkpoints are already there: record them so cadence and validation know.
         for version in src.checkpoint_versions:
@@ -143,7 +145,7 @@ def _store_versions(
     src: SourceLog,
     *,
     in_place: bool,
-    progress: Callable[[int, int], None] | None,
+    progress: _Throttled,
 ) -> None:
     """The base snapshot, every commit, and the state of later checkpoints where it differs, as
     ``import_version`` would write them one by one, in bulk (``store.bulk_load``)."""
@@ -154,7 +156,7 @@ def _store_versions(
         if not src.commits or src.commits[0][0] != base.version:
             bulk.version(base.version, [], LineFacts(), has_json=False, index_files=False)
     states = {state.version: state for state in src.checkpoint_states}
-    report = _Throttled(progress, len(src.commits))
+    n = len(src.commits)
     for done, (version, lines, original) in enumerate(src.commits, start=1):
         facts = src.commit_facts.get(version) or facts_of_lines(lines)
         bulk.version(
@@ -166,24 +168,24 @@ def _store_versions(
         )
         if version in states:
             record_checkpoint_state(bulk, states[version], enqueue_checkpoint=not in_place)
-        report(done)
+        progress(n + done, 2 * n)
     bulk.finish()
-    report(len(src.commits), final=True)
+    progress(2 * n, 2 * n, final=True)
 
 
 class _Throttled:
     """The caller's progress callback, at most every ``PROGRESS_EVERY`` seconds (and at the end)."""
 
-    def __init__(self, progress: Callable[[int, int], None] | None, total: int) -> None:
-        self.progress, self.total, self.last = progress, total, 0.0
+    def __init__(self, progress: Callable[[int, int], None] | None) -> None:
+        self.progress, self.last = progress, 0.0
 
-    def __call__(self, done: int, *, final: bool = False) -> None:
+    def __call__(self, done: int, total: int, *, final: bool = False) -> None:
         if self.progress is None:
             return
         now = time.monotonic()
         if final or now - self.last >= PROGRESS_EVERY:
             self.last = now
-            self.progress(done, self.total)
+            self.progress(done, total)
 
 
 __all__ = ["ImportResult", "import_table"]

@@ -144,6 +144,10 @@ class BulkImport:
         self._commits: list[tuple[Any, ...]] = []
         self._statuses: list[tuple[Any, ...]] = []
         self._ts = now_ms()
+        # PostgreSQL: file rows go out as they are made (the server indexes them while the log is
+        # still being read); the ones sent open and closed later are updated at the end.
+        self._files_sent = 0
+        self._sent_open: list[list[Any]] = []
 
     def version(
         self,
@@ -191,6 +195,8 @@ class BulkImport:
                 self._flush_actions()
         if index_files:
             self.index.apply(version, part, facts.files)
+            if self.postgres and len(self.index.rows) - self._files_sent >= ACTION_BATCH:
+                self._send_files()
 
     def drop_files(self, version: int, keys: Iterable[FileKey]) -> None:
         self.index.drop(version, keys)
@@ -207,14 +213,37 @@ class BulkImport:
         self._write("dl_commits", _COMMIT_COLUMNS, self._commits)
         self._write("dl_mirror_status", _STATUS_COLUMNS, self._statuses)
         tid = self.table_id
-        if self.postgres:
-            self._copy("dl_files", ("table_id", *_FILE_COLUMNS), _file_text(tid, self.index.rows))
-        else:
-            self._insert("dl_files", ("table_id", *_FILE_COLUMNS), [(tid, *row) for row in self.index.rows])
         self._commits, self._statuses = [], []
-        if self.postgres:  # the planner must not take the new rows for an empty table
-            self.conn.exec_driver_sql("ANALYZE dl_files")
-            self.conn.exec_driver_sql("ANALYZE dl_actions")
+        if not self.postgres:
+            self._insert("dl_files", ("table_id", *_FILE_COLUMNS), [(tid, *row) for row in self.index.rows])
+            return
+        self._send_files()
+        # The planner must not take the new rows for an empty table (here and after the import).
+        self.conn.exec_driver_sql("ANALYZE dl_files")
+        closed = [row for row in self._sent_open if row[_RV] is not None]
+        if closed:
+            self._close_sent(closed)
+        self.conn.exec_driver_sql("ANALYZE dl_actions")
+
+    def _send_files(self) -> None:
+        rows = self.index.rows[self._files_sent :]
+        if rows:
+            self._copy("dl_files", ("table_id", *_FILE_COLUMNS), _file_text(self.table_id, rows))
+            self._sent_open += [row for row in rows if row[_RV] is None]
+            self._files_sent += len(rows)
+
+    def _close_sent(self, closed: list[list[Any]]) -> None:
+        """Rows sent while open and closed since: one UPDATE by (path, deletion vector, add
+        position), which is unique among a table's add rows."""
+        columns = list(zip(*closed, strict=True))
+        columns[_PATH] = tuple(p if type(p) is str else str(p) for p in columns[_PATH])  # as COPY wrote them
+        self.conn.exec_driver_sql(
+            _PG_CLOSE_SENT,
+            {
+                "tid": self.table_id,
+                **{name: list(columns[i]) for name, i in _CLOSE_FIELDS.items()},
+            },
+        )
 
     def _flush_actions(self) -> None:
         tid = self.table_id
@@ -257,6 +286,27 @@ class BulkImport:
             marks = ", ".join("?" for _ in columns)
             self.conn.exec_driver_sql(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows)
 
+
+_CLOSE_FIELDS = {
+    "path": _PATH,
+    "dv": _DV,
+    "av": _AV,
+    "ap": _AP,
+    "aseq": _AS,
+    "rv": _RV,
+    "rp": _RP,
+    "rs": _RS,
+    "dt": _DT,
+}
+_PG_CLOSE_SENT = """
+UPDATE dl_files f
+SET remove_version = x.rv, remove_part = x.rp, remove_seq = x.rs, deletion_timestamp = x.dt
+FROM unnest(%(path)s::text[], %(dv)s::text[], %(av)s::bigint[], %(ap)s::smallint[], %(aseq)s::int[],
+            %(rv)s::bigint[], %(rp)s::smallint[], %(rs)s::int[], %(dt)s::bigint[])
+     AS x(path, dv_id, av, ap, aseq, rv, rp, rs, dt)
+WHERE f.table_id = %(tid)s AND f.path = x.path AND f.dv_id = x.dv_id
+  AND f.add_version = x.av AND f.add_part = x.ap AND f.add_seq = x.aseq
+"""
 
 # COPY's text format: a tab between fields, \N for NULL, backslash escapes for these four.
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
