@@ -341,8 +341,8 @@ class Bench:
             "time_ratio_vs_deltalake": ratio(o["seconds"], d["seconds"]),
             "rss_ratio_vs_deltalake": ratio(o["peak_rss_mib"], d["peak_rss_mib"]),
             "targets": {
-                "time_le_1.0x_deltalake": o["seconds"] <= d["seconds"],
-                "rss_le_1.0x_deltalake": o["peak_rss_mib"] <= d["peak_rss_mib"],
+                "time_le_0.7x_deltalake": o["seconds"] <= 0.7 * d["seconds"],
+                "rss_le_0.7x_deltalake": o["peak_rss_mib"] <= 0.7 * d["peak_rss_mib"],
             },
         }
         return import_fig, fig

@@ -101,7 +101,9 @@ def local_checkpoint_builder(store: SqlStore, plan: CheckpointPlan) -> Checkpoin
             metadata=snap.metadata,
             txns=snap.txns,
             domain_metadata=snap.domain_metadata,
-            adds=[line for batch in store.iter_active_add_lines(table_id, version) for line in batch],
+            # A generator: every layout reads the adds once, in chunks, so only one store batch of
+            # lines is alive at a time (not the whole active set as Python strings).
+            adds=(line for batch in store.iter_active_add_lines(table_id, version) for line in batch),
             removes=store.tombstone_lines(table_id, version, plan.min_deletion_timestamp),
         ),
         kind=plan.kind,
