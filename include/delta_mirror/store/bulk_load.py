@@ -308,8 +308,13 @@ WHERE f.table_id = %(tid)s AND f.path = x.path AND f.dv_id = x.dv_id
   AND f.add_version = x.av AND f.add_part = x.ap AND f.add_seq = x.aseq
 """
 
-# COPY's text format: a tab between fields, \N for NULL, backslash escapes for these four.
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+# COPY's text format: a tab between fields, \N for NULL, backslash escapes for \, tab, LF and CR.
+def _escape(text: str) -> str:
+    """(Four ``str.replace`` calls: far faster than ``str.translate`` with a mapping.)"""
+    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
 _COPY_CHUNK = 20_000  # rows per write
 
 
@@ -318,7 +323,7 @@ def _field_text(value: Any) -> str:
     if value is None:
         return "\\N"
     if type(value) is str:
-        return value.translate(_COPY_ESCAPES)
+        return _escape(value)
     if type(value) is bool:
         return "t" if value else "f"
     if type(value) is int:
@@ -349,11 +354,11 @@ def _file_text(tid: int, rows: Iterable[list[Any]]) -> Iterator[str]:
             yield _row_text((tid, *row))
             continue
         if dv:
-            dv = dv.translate(_COPY_ESCAPES)
+            dv = _escape(dv)
         if pv is None:
             pv = n
         elif "\\" in pv:  # compact JSON: no raw tab, newline or carriage return
-            pv = pv.translate(_COPY_ESCAPES)
+            pv = pv.replace("\\", "\\\\")
         yield (
             f"{tid}\t{path}\t{dv}\t{n if av is None else av}\t{n if ap is None else ap}\t"
             f"{n if aseq is None else aseq}\t{n if rv is None else rv}\t{n if rp is None else rp}\t"
@@ -372,7 +377,7 @@ def _action_text(tid: int, batch: Iterable[tuple[int, int, list[str], Sequence[s
             if k is None:
                 k = kind_text[kind] = _field_text(kind)
             if "\\" in line:
-                line = line.translate(_COPY_ESCAPES)
+                line = line.replace("\\", "\\\\")
             yield f"{head}{seq}\t{k}\t{line}\n"
 
 
