@@ -14,7 +14,7 @@ from support.builders import append_rows, create_data_table
 
 from delta_mirror.cli import cli
 from delta_mirror.delta.protocol import now_ms
-from delta_mirror.health.monitoring import health_report, lag_history, record_lag_sample
+from delta_mirror.health.monitoring import health_report, lag_history, record_lag_sample, table_detail
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.store import SqlStore
 from delta_mirror.store.schema import dl_commits
@@ -152,3 +152,32 @@ def test_lag_history_retention_is_a_table_config_duration() -> None:
     assert parse_config("tables: {c: {}}").tables["c"].lag_history_retention == timedelta(days=14)
     with pytest.raises(ConfigError, match=r"tables\.b\.lag_history_retention: expected a duration"):
         parse_config("tables:\n  b: {lag_history_retention: forever}\n")
+
+
+def test_a_rewritten_checkpoint_counts_writes_and_is_not_called_retried(
+    store_url: str, tmp_path: Path
+) -> None:
+    """A checkpoint rewritten on request (`delta-mirror checkpoint`) is a second write, not a retry;
+    a commit file that failed once and was published on the next try is a retry."""
+    store = SqlStore(store_url)
+    store.init()
+    root = tmp_path / "t"
+    _table(store, root)
+    info = store.get_table("t")
+    publisher = Publisher(store)
+    publisher.publish("t")
+    append_rows(store, root, "t", [2])
+    store.ensure_status(info.id, 1, "json")
+    store.mark_started(info.id, [1], "json", "a publisher that hit throttling")  # the first attempt
+    store.mark_failed(info.id, 1, "json", "FAILED", "TRANSIENT", "simulated throttling")
+    publisher.publish("t")  # the second
+    publisher.checkpoint("t", 1)
+    publisher.checkpoint("t", 1)  # the deliberate rewrite
+
+    detail = table_detail(store, info)
+    (cp,) = detail["checkpoints"]
+    assert (cp["version"], cp["state"], cp["writes"]) == (1, "SUCCESS", 2)
+    assert "retried" not in cp and "attempts" not in cp
+    by_version = {v["version"]: v for v in detail["versions"]}
+    assert by_version[1]["retried"] is True and by_version[1]["attempts"] == 2
+    assert by_version[0]["retried"] is False

@@ -373,7 +373,7 @@ def table_html(d: dict[str, Any]) -> str:
         for v in problems
     )
     cps = "".join(
-        f"<tr><td class='n'>{c['version']}</td><td>{_e(c['state'])}</td><td class='n'>{c['attempts']}</td>"
+        f"<tr><td class='n'>{c['version']}</td><td>{_e(c['state'])}</td><td class='n'>{c['writes']}</td>"
         f"<td>{_when(c['finished_at'])}</td>{_error_cell(c['last_error'])}</tr>"
         for c in reversed(d["checkpoints"])
     )

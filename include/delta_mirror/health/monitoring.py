@@ -203,7 +203,8 @@ def table_detail(
     samples: int = 2000,
     window: str = "24h",
 ) -> dict[str, Any]:
-    """The UI table page: overview row, lag history, recent versions (failures, retries), checkpoints."""
+    """The UI table page: overview row, lag history, recent versions (failures, retries), checkpoints
+    (with their ``writes``: a commit file is written once unless retried, a checkpoint also on request)."""
     row = overview_row(store, table, lag_slo)
     latest = row["latest_committed"]
     since = None if latest is None else max(table.first_version, int(latest) - versions + 1)
@@ -228,12 +229,20 @@ def table_detail(
             "finished_at": r.finished_at,
         }
 
+    def checkpoint(r: Any) -> dict[str, Any]:
+        # `delta-mirror checkpoint` rewrites a checkpoint on purpose, which counts as a write too:
+        # a checkpoint's writes are not retries, so it is never flagged "retried".
+        item = status(r)
+        item["writes"] = item.pop("attempts")
+        del item["retried"]
+        return item
+
     timeline = []
     for r in json_rows:
         item = status(r)
         item["committed_at"] = commit_times.get(r.version)
         timeline.append(item)
-    checkpoints = [status(r) for r in store.status_rows(table.id, artifact=Artifact.CHECKPOINT)]
+    checkpoints = [checkpoint(r) for r in store.status_rows(table.id, artifact=Artifact.CHECKPOINT)]
     return {
         **row,
         "lag_window": window if window in WINDOWS else "24h",
