@@ -28,7 +28,7 @@ NO_AUTO_CHECKPOINT = {"checkpoint_interval": 2**31 - 1, "checkpoint_max_bytes": 
 # Sizes: (full, quick)
 SIZES = {
     "publish_versions": (10_000, 200),
-    "publish_deltalake_versions": (2000, 100),
+    "publish_deltalake_versions": (1000, 100),
     "publish_adds": (10, 10),
     "history_commits": (5000, 200),
     "history_adds": (20, 20),

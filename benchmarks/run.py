@@ -39,7 +39,10 @@ Figures:
 5. ``commit_service`` (``benchmarks/commit_service.py``): a real ``delta-mirror serve`` under 8
    concurrent HTTP clients committing 1-add commits to 16 tables, on PostgreSQL and SQLite:
    commits/s and p50/p99 latency (targets on PostgreSQL: >= 300 commits/s, p99 <= 100 ms).
-6. ``spark_writers`` (``benchmarks/spark_writers.py``): per-commit latency (median, p95) of 50
+6. ``import_log`` (``benchmarks/import_log.py``, run as a child script): ``import_table`` against
+   deltalake opening the same log (the 300k-file table and a 5,000-commit history, SQLite and
+   PostgreSQL); its JSON is kept whole under ``import_log``.
+7. ``spark_writers`` (``benchmarks/spark_writers.py``): per-commit latency (median, p95) of 50
    one-row Delta-Spark appends with Delta's stock LogStore vs through the delta-mirror LogStore and
    ``delta-mirror serve`` on PostgreSQL (target: <= 1.15 x stock, or <= +30 ms median).
 
@@ -55,6 +58,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -72,7 +76,15 @@ import spark_writers
 from figures import Bench, child, machine_info
 from pieces import REPO, RESULTS_DIR, log, run_child
 
-FIGURES = ("publish", "checkpoint", "history", "spark_checkpoint", "commit_service", "spark_writers")
+FIGURES = (
+    "publish",
+    "checkpoint",
+    "history",
+    "import_log",
+    "spark_checkpoint",
+    "commit_service",
+    "spark_writers",
+)
 #: The figures whose ``targets`` make ``all_targets_met`` (keys of the output).
 TARGET_FIGURES = ("publish", "checkpoint_300k", "long_history", "commit_service", "spark_writers")
 
@@ -188,6 +200,7 @@ def _run_figures(bench: Bench, out: dict[str, Any], only: set[str]) -> dict[str,
         "spark_checkpoint": lambda: out.update(
             spark_checkpoint=spark_checkpoint.figure(bench, child, log, pieces)
         ),
+        "import_log": lambda: out.update(import_log=_import_log(bench)),
         "commit_service": lambda: out.update(commit_service=commit_service.figure(bench, log)),
         "spark_writers": lambda: out.update(spark_writers=spark_writers.figure(bench, log)),
     }
@@ -201,6 +214,23 @@ def _run_figures(bench: Bench, out: dict[str, Any], only: set[str]) -> dict[str,
             log(f"figure {key} failed: {exc}\n{traceback.format_exc()}")
             errors[key] = f"{type(exc).__name__}: {exc}"
     return errors
+
+
+def _import_log(bench: Bench) -> dict[str, Any]:
+    """``benchmarks/import_log.py`` (import vs deltalake opening the same log, SQLite and
+    PostgreSQL) run as it is, its JSON kept whole; ``--quick`` runs a 200-commit history only."""
+    cmd = [sys.executable, str(REPO / "benchmarks" / "import_log.py"), "--repeat", str(bench.repeat)]
+    if bench.opts.quick:
+        cmd += ["--only", "history", "--history-commits", "200"]
+    log("import_log: " + " ".join(cmd[1:]))
+    env = {**os.environ, "DELTA_MIRROR_CORPUS": str(bench.corpus)}
+    proc = subprocess.run(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True, timeout=pieces.CHILD_TIMEOUT
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmarks/import_log.py failed (exit {proc.returncode}); see stderr above")
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
 
 
 def _merge_previous(
