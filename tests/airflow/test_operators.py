@@ -88,6 +88,38 @@ def test_core_errors_become_retryable_or_failing_airflow_exceptions(
         assert "What to do" in str(exc.value) or "\n\n" in str(exc.value)
 
 
+@pytest.mark.parametrize("strict", [False, "True"], ids=["lenient", "strict"])
+def test_validate_logs_a_reader_limitation_and_fails_on_it_only_when_strict(
+    table: SqlStore, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], strict: bool | str
+) -> None:
+    """The reader is stubbed to report a limitation (tests/jobs/test_reader_limits.py shows a real one)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from delta_mirror.airflow.operators import DeltaMirrorPublishOperator, DeltaMirrorValidateOperator
+    from delta_mirror.jobs import validate
+    from delta_mirror.jobs.validate.report import Limitation
+
+    DeltaMirrorPublishOperator(task_id="publish", table="t1").execute({})
+    real = validate.validate_table
+
+    def with_a_limitation(*args: Any, **kwargs: Any) -> Any:
+        report = real(*args, **kwargs)
+        report.limitations.append(Limitation("deltalake", 1, "cannot read the prefixed DV", "spark"))
+        return report
+
+    monkeypatch.setattr(validate, "validate_table", with_a_limitation)
+    op = DeltaMirrorValidateOperator(task_id="validate", table="t1", strict=strict)
+    if strict:
+        with pytest.raises(AirflowFailException, match=r"1 reader limitation\(s\) and no mirror problem"):
+            op.execute({})
+    else:
+        assert op.execute({})["ok"] is True
+    out = capfd.readouterr()
+    assert "reader limitation [deltalake] version 1: cannot read the prefixed DV — read it with: spark" in (
+        out.out + out.err
+    )
+
+
 def test_a_publish_conflict_raised_by_execute_names_both_hashes_and_halts_the_table(
     table: SqlStore, local_location: Path
 ) -> None:
@@ -262,6 +294,7 @@ def test_every_operator_renders_its_template_fields() -> None:
             from_version="{{ params.frm }}",
             to_version="{{ params.to }}",
             reader="{{ params.reader }}",
+            strict="{{ params.strict }}",
             enabled="{{ 'validate' in params.steps }}",
         )
         reconcile = ops.DeltaMirrorReconcileOperator(
@@ -279,6 +312,7 @@ def test_every_operator_renders_its_template_fields() -> None:
         "store": "pg",
         "aws": "s3",
         "reader": "deltalake",
+        "strict": True,
         "strategy": "incremental",
         "dry": False,
     }
@@ -295,6 +329,7 @@ def test_every_operator_renders_its_template_fields() -> None:
         "deltalake",
         "False",
     )
+    assert validate.strict == "True"
     assert (reconcile.tables, reconcile.strategy) == (["sales", "other"], "incremental")
     assert lag.tables == ["sales"]
     assert (maintenance.table, maintenance.cleanup_dry_run) == ("sales", "False")
@@ -309,6 +344,7 @@ def test_every_operator_renders_its_template_fields() -> None:
             "from_version",
             "to_version",
             "reader",
+            "strict",
         },
         reconcile: {"store_conn_id", "aws_conn_id", "tables", "strategy"},
         lag: {"store_conn_id", "aws_conn_id", "tables"},

@@ -76,7 +76,12 @@ class DeltaMirrorCheckpointOperator(DeltaMirrorTableOperator):
 
 
 class DeltaMirrorValidateOperator(DeltaMirrorTableOperator):
-    """Compare a reader's view of the published versions with the store; fail on any problem."""
+    """Compare a reader's view of the published versions with the store; fail on any problem.
+
+    A reader's limitation (it cannot read a version although the table is right) is logged as a
+    warning with the reader to use instead, and fails the task only with ``strict`` (the CLI's
+    ``validate --strict``).
+    """
 
     metric_step = "validate"
     template_fields: Sequence[str] = (
@@ -84,6 +89,7 @@ class DeltaMirrorValidateOperator(DeltaMirrorTableOperator):
         "from_version",
         "to_version",
         "reader",
+        "strict",
     )
 
     def __init__(
@@ -92,12 +98,14 @@ class DeltaMirrorValidateOperator(DeltaMirrorTableOperator):
         from_version: int | str | None = None,
         to_version: int | str | None = None,
         reader: str = "deltalake",
+        strict: bool | str = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.from_version = from_version
         self.to_version = to_version
         self.reader = reader
+        self.strict = strict
 
     @translated
     def run(self, context: Any) -> dict[str, Any]:
@@ -117,12 +125,28 @@ class DeltaMirrorValidateOperator(DeltaMirrorTableOperator):
         record_validation(self.hook.store, self.table, {**report.to_json(), "reader": self.reader})
         for p in report.problems:
             self.log.error("[%s] version %s: %s — %s", p.kind, p.version, p.message, p.hint)
+        for lim in report.limitations:
+            self.log.warning(
+                "reader limitation [%s] version %s: %s — read it with: %s",
+                lim.reader,
+                lim.version,
+                lim.message,
+                lim.use_instead,
+            )
         if not report.ok:
             raise DataError(
                 f"validation found {len(report.problems)} problem(s): "
                 + "; ".join(f"[{p.kind}] v{p.version}: {p.message}" for p in report.problems[:5]),
                 table=self.table,
                 hint="see the task log for every problem and what to do",
+            )
+        if not report.passed(strict=str(self.strict).strip().lower() in ("true", "1", "yes")):
+            raise DataError(
+                f"validation (strict) found {len(report.limitations)} reader limitation(s) and no "
+                "mirror problem: "
+                + "; ".join(f"[{lim.reader}] v{lim.version}" for lim in report.limitations[:5]),
+                table=self.table,
+                hint="read those versions with the reader named in the task log, or set strict=False",
             )
         self.log.info("validated %s versions %s..%s: OK", self.table, report.from_version, report.to_version)
         return report.to_json()
