@@ -118,7 +118,8 @@ async def _legacy_run(url: str, table: str, interval: float) -> Any:
 async def _trigger_run(table: str, interval: float) -> Any:
     from delta_mirror.airflow.triggers import StoreCommitTrigger
 
-    async for event in StoreCommitTrigger(table=table, poll_interval=interval).run():
+    # coalesce_seconds=0: no DAG run publishes here, so the watcher's own latency is what is measured
+    async for event in StoreCommitTrigger(table=table, poll_interval=interval, coalesce_seconds=0).run():
         yield dict(event.payload)
 
 
@@ -260,7 +261,7 @@ def figure(opts: Any, log: Callable[[str], None]) -> dict[str, Any]:
             admin.execute("ALTER SYSTEM SET log_line_prefix = '%m [%p] db=%d '")
             admin.execute("SELECT pg_reload_conf()")
         for n in opts.sizes:
-            for mode in ("before", "after"):
+            for mode in opts.modes:
                 url = server.create_database()
                 store = SqlStore(url)
                 store.init()
@@ -276,7 +277,7 @@ def figure(opts: Any, log: Callable[[str], None]) -> dict[str, Any]:
                 log(f"  {result}")
                 results.append(result)
                 server.drop_database(url)
-        parse = dag_parse_seconds(opts.parse_tables, tmp)
+        parse = dag_parse_seconds(opts.parse_tables, tmp) if opts.parse_tables else {}
         log(f"fleet: DAG file, {parse}")
     finally:
         server.stop_and_remove()
@@ -302,9 +303,11 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=10.0, help="idle measuring window (s)")
     parser.add_argument("--commits", type=int, default=20)
     parser.add_argument("--rate", type=float, default=2.0, help="commits per second")
-    parser.add_argument("--parse-tables", type=int, default=1000)
+    parser.add_argument("--parse-tables", type=int, default=1000, help="0: skip the DAG-file build")
+    parser.add_argument("--modes", default="before,after", help="before (the pre-fleet trigger), after")
     opts = parser.parse_args()
     opts.sizes = [int(s) for s in opts.sizes.split(",")]
+    opts.modes = opts.modes.split(",")
     if opts.quick:
         opts.sizes, opts.window, opts.commits, opts.parse_tables = [50], 5.0, 5, 100
     print(json.dumps(figure(opts, lambda m: print(m, file=sys.stderr, flush=True)), indent=2))

@@ -33,7 +33,9 @@ def trigger(**kwargs: object) -> object:
 def test_the_trigger_serializes_to_its_import_path_and_arguments() -> None:
     from delta_mirror.airflow.triggers import StoreCommitTrigger
 
-    path, kwargs = StoreCommitTrigger("t1", store_conn_id="pg", poll_interval=2.0, watermark=7).serialize()
+    path, kwargs = StoreCommitTrigger(
+        "t1", store_conn_id="pg", poll_interval=2.0, watermark=7, coalesce_seconds=60.0
+    ).serialize()
     assert path == "delta_mirror.airflow.triggers.StoreCommitTrigger"
     assert StoreCommitTrigger(**kwargs).serialize() == (path, kwargs)
 
@@ -130,7 +132,8 @@ def test_50_triggers_share_one_watcher_a_commit_fires_only_its_table_and_a_store
     events: list[dict[str, object]] = []
 
     async def watch(name: str) -> None:
-        async for event in StoreCommitTrigger(table=name, poll_interval=0.2).run():
+        # no coalescing here: no DAG run publishes what the triggers fire for
+        async for event in StoreCommitTrigger(table=name, poll_interval=0.2, coalesce_seconds=0).run():
             events.append(dict(event.payload))
 
     async def settle(count: int, quiet: float = 1.0) -> None:
@@ -170,5 +173,84 @@ def test_50_triggers_share_one_watcher_a_commit_fires_only_its_table_and_a_store
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def collect(trig: object, events: list[dict[str, object]]) -> object:
+    async def run() -> None:
+        async for event in trig.run():  # type: ignore[attr-defined]
+            events.append(dict(event.payload))
+
+    return run()
+
+
+async def quiet_then(
+    events: list[dict[str, object]], count: int, quiet: float = 0.6, timeout: float = 10.0
+) -> None:
+    """``count`` events arrive (within ``timeout``) and no more during ``quiet`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while len(events) < count:
+        assert loop.time() < deadline, events
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(quiet)
+    assert len(events) == count, events
+
+
+def test_commits_during_an_unpublished_run_are_coalesced_into_one_event_after_it_publishes(
+    sqlite_store: str, local_location: Path
+) -> None:
+    """The trigger fires for v0; v1 and v2 arrive before that run published v0: one event for both
+    once v0 is published, none before; versions a run already published fire nothing."""
+    store = SqlStore(sqlite_store)
+    make_table(store, "t1", local_location.as_uri(), versions=1)
+    events: list[dict[str, object]] = []
+    commit = lambda n: store.commit("t1", [("txn", {"appId": "loader", "version": n})])  # noqa: E731
+
+    async def main() -> None:
+        task = asyncio.create_task(collect(trigger(coalesce_seconds=60.0), events))  # type: ignore[arg-type]
+        try:
+            await quiet_then(events, 1)
+            assert events[0] == {"table": "t1", "from_version": 0, "to_version": 0}
+            commit(1)
+            commit(2)
+            await quiet_then(events, 1, quiet=1.0)  # held: the run for v0 has not published
+            await asyncio.to_thread(Publisher(store).publish, "t1", 0)
+            await quiet_then(events, 2)
+            assert events[1] == {"table": "t1", "from_version": 1, "to_version": 2}
+            # the run for 1..2 publishes them and a version committed meanwhile (3): nothing to fire
+            commit(3)
+            await asyncio.to_thread(Publisher(store).publish, "t1")
+            await quiet_then(events, 2, quiet=1.0)
+            commit(4)  # nothing is held now: at once
+            await quiet_then(events, 3)
+            assert events[2] == {"table": "t1", "from_version": 4, "to_version": 4}
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def test_a_held_batch_fires_anyway_when_the_run_does_not_publish_within_coalesce_seconds(
+    sqlite_store: str, local_location: Path
+) -> None:
+    store = SqlStore(sqlite_store)
+    make_table(store, "t1", local_location.as_uri(), versions=1)
+    events: list[dict[str, object]] = []
+
+    async def main() -> None:
+        task = asyncio.create_task(collect(trigger(coalesce_seconds=1.5), events))  # type: ignore[arg-type]
+        try:
+            await quiet_then(events, 1, quiet=0.1)
+            store.commit("t1", [("txn", {"appId": "loader", "version": 1})])
+            started = asyncio.get_running_loop().time()
+            await quiet_then(events, 2, quiet=0.5)
+            assert asyncio.get_running_loop().time() - started >= 1.0  # held, then released
+            assert events[1] == {"table": "t1", "from_version": 1, "to_version": 1}
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(main())

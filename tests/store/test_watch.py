@@ -13,8 +13,15 @@ import pytest
 from sqlalchemy import event, text
 from store_kit import add, new_table
 
+from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.store import SqlStore, db
-from delta_mirror.store.watch import CommitWatcher, Subscription, latest_versions
+from delta_mirror.store.watch import (
+    CommitWatcher,
+    Subscription,
+    TableVersions,
+    latest_versions,
+    table_versions,
+)
 
 N_TABLES = 50
 
@@ -47,6 +54,23 @@ def test_latest_versions_answers_every_table_in_one_statement(store: SqlStore, l
     found = latest_versions(store.engine, [*names, "missing"])
     assert found == {name: (1 if name == "t003" else 0) for name in names}
     assert len([s for s in statements if "dl_commits" in s]) == 1
+
+
+def test_table_versions_publishes_what_last_published_version_says(store: SqlStore, location: str) -> None:
+    """The watcher's one statement agrees with ``last_published_version`` for each table: nothing
+    published, partly published, all published, and an unfinished version in the middle."""
+    names = make_tables(store, location, 4)
+    for name in names:
+        store.commit(name, [add("b.parquet")])
+        store.commit(name, [add("c.parquet")])
+    Publisher(store).publish("t001", to_version=0)
+    Publisher(store).publish("t002")
+    Publisher(store).publish("t003", to_version=1)
+    found = table_versions(store.engine, names)
+    for name in names:
+        table = store.get_table(name)
+        assert found[name] == TableVersions(2, store.last_published_version(table.id)), name
+    assert [found[n].published for n in names] == [None, 0, 2, 1]
 
 
 def test_the_shared_engine_is_one_per_url_and_a_forked_child_gets_its_own_connections(

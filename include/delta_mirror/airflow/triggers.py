@@ -9,23 +9,27 @@ store (``delta_mirror.store.watch``): one query per interval for the whole fleet
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-if TYPE_CHECKING:
-    from delta_mirror.store.watch import CommitWatcher
-
 
 class StoreCommitTrigger(BaseEventTrigger):
-    """Fires whenever the table's latest committed version passes the watermark.
+    """Fires whenever the table has committed versions past the watermark that are not published.
 
     The watermark defaults to the last published version, so pending commits fire at once and a
     restarted trigger does not miss commits made while it was down. After firing, the trigger keeps
     running with the watermark at the version it fired for: a watcher that returned would be
     restarted by the triggerer at once, see the same still-unpublished version (the DAG run it
     caused has not published yet) and fire again, i.e. one extra DAG run per commit.
+
+    Coalescing (fleet scale): while the run this trigger started has not published up to the
+    version it fired for, newer commits wait (at most ``coalesce_seconds``) and then fire as one
+    batch, instead of one queued run each; versions that a run already published (it publishes
+    every pending version, not just the fired ones) fire nothing.
     """
 
     def __init__(
@@ -34,12 +38,14 @@ class StoreCommitTrigger(BaseEventTrigger):
         store_conn_id: str | None = None,
         poll_interval: float = 5.0,
         watermark: int | None = None,
+        coalesce_seconds: float = 300.0,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # BaseTrigger.__init__ is unannotated
         self.table = table
         self.store_conn_id = store_conn_id
         self.poll_interval = poll_interval
         self.watermark = watermark
+        self.coalesce_seconds = coalesce_seconds
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -49,6 +55,7 @@ class StoreCommitTrigger(BaseEventTrigger):
                 "store_conn_id": self.store_conn_id,
                 "poll_interval": self.poll_interval,
                 "watermark": self.watermark,
+                "coalesce_seconds": self.coalesce_seconds,
             },
         )
 
@@ -58,22 +65,6 @@ class StoreCommitTrigger(BaseEventTrigger):
 
         return store_url(DeltaMirrorHook(store_conn_id=self.store_conn_id).store_url)
 
-    def _published(self, url: str) -> int | None:
-        from delta_mirror.store import SqlStore
-
-        store = SqlStore(url, shared_engine=True)
-        return store.last_published_version(store.get_table(self.table).id)
-
-    async def _first_watermark(self, watcher: CommitWatcher) -> int:
-        """The last published version (-1: none), read once; retried while the store fails."""
-        while True:
-            try:
-                published = await watcher.read(lambda: self._published(watcher.url))
-                return -1 if published is None else published
-            except Exception as exc:
-                self.log.warning("reading what is published of %s failed: %s", self.table, exc)
-            await asyncio.sleep(self.poll_interval)
-
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Subscribe to the process's shared watcher of the store (``store/watch.py``): one query
         per interval for every watched table, woken by ``NOTIFY`` on PostgreSQL. The watermark
@@ -81,7 +72,7 @@ class StoreCommitTrigger(BaseEventTrigger):
         that was fixed or moved is picked up without restarting the triggerer)."""
         from delta_mirror.store.watch import watcher_for
 
-        watermark = self.watermark
+        state = _Watermark(self.watermark, self.coalesce_seconds)
         while True:
             try:
                 url = await asyncio.to_thread(self._store_url)
@@ -89,24 +80,20 @@ class StoreCommitTrigger(BaseEventTrigger):
                 self.log.warning("resolving the store of %s failed: %s", self.table, exc)
                 await asyncio.sleep(self.poll_interval)
                 continue
-            watcher = watcher_for(url)
-            async with watcher.subscribe(self.table, self.poll_interval) as sub:
+            async with watcher_for(url).subscribe(self.table, self.poll_interval) as sub:
                 while True:
-                    latest = await sub.wait()
+                    with contextlib.suppress(TimeoutError):  # a held batch is due: decide again
+                        await asyncio.wait_for(sub.wait(), state.hold_left())
                     if sub.error is not None:
                         self.log.warning("watching %s: %s", self.table, sub.error)
                         if await self._moved(url):
                             break
                         continue
-                    if latest is None:
-                        continue
-                    if watermark is None:
-                        watermark = await self._first_watermark(watcher)
-                    if latest > watermark:
+                    fired = state.fire(sub.latest, sub.published)
+                    if fired is not None:
                         yield TriggerEvent(  # type: ignore[no-untyped-call]  # unannotated in Airflow
-                            {"table": self.table, "from_version": watermark + 1, "to_version": latest}
+                            {"table": self.table, "from_version": fired[0], "to_version": fired[1]}
                         )
-                        watermark = latest
 
     async def _moved(self, url: str) -> bool:
         """Whether the store's URL now resolves to another one (after a pause of one interval)."""
@@ -115,3 +102,40 @@ class StoreCommitTrigger(BaseEventTrigger):
             return await asyncio.to_thread(self._store_url) != url
         except Exception:
             return False
+
+
+class _Watermark:
+    """A trigger's watermark and its coalescing hold (no I/O: the decisions only)."""
+
+    def __init__(self, watermark: int | None, coalesce_seconds: float) -> None:
+        self.watermark = watermark
+        self.coalesce_seconds = coalesce_seconds
+        self.fired_at: float | None = None  # when the last event fired (monotonic)
+
+    def hold_left(self) -> float | None:
+        """Seconds until a held batch fires anyway (None: nothing is held)."""
+        if self.fired_at is None:
+            return None
+        return max(0.0, self.fired_at + self.coalesce_seconds - time.monotonic())
+
+    def fire(self, latest: int | None, published: int | None) -> tuple[int, int] | None:
+        """The (from, to) versions to fire for now, moving the watermark; None: nothing (yet)."""
+        if self.fired_at is not None and time.monotonic() - self.fired_at >= self.coalesce_seconds:
+            self.fired_at = None  # held long enough (the run failed or is slow): fire what is new
+        if latest is None:
+            return None
+        if self.watermark is None:
+            self.watermark = -1 if published is None else published
+        done = -1 if published is None else published
+        if self.fired_at is not None and done >= self.watermark:
+            self.fired_at = None  # the run we started has published what it fired for
+        if latest <= self.watermark:
+            return None
+        if done >= latest:  # a run already published these (it publishes every pending version)
+            self.watermark = latest
+            return None
+        if self.fired_at is not None:
+            return None  # our run has not published yet: newer commits join the next batch
+        fired = (self.watermark + 1, latest)
+        self.watermark, self.fired_at = latest, time.monotonic()
+        return fired

@@ -17,8 +17,8 @@ import asyncio
 import contextlib
 import logging
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from typing import TypeVar
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
 
 from sqlalchemy import Engine, bindparam, text
 
@@ -26,59 +26,87 @@ from delta_mirror.store import db
 from delta_mirror.store.base import CHUNK
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
-#: One-off reads of the subscribers (e.g. a trigger's first watermark) run at most this many at a
-#: time: 500 triggers starting together then hold 2 pooled connections, not the pool's maximum.
-READ_CONCURRENCY = 2
 
 #: The channel migration 0004's trigger notifies (payload: the table id) on every new version.
 CHANNEL = "delta_mirror_commits"
 
-# max(version) per table reads the end of the dl_commits primary key (table_id, version): an index
-# lookup per table, not a scan of its history.
-_LATEST = text(
-    "SELECT t.name, (SELECT max(c.version) FROM dl_commits c WHERE c.table_id = t.id) AS latest "
+# Per table, each an index lookup (never a scan of its history): the latest version (the end of the
+# dl_commits primary key), and what is published (as ``last_published_version`` computes it): the
+# first JSON version not yet SUCCESS (the partial index ix_dl_mirror_status_open of migration 0004;
+# the literal predicate lets both planners use it), else the highest JSON version.
+_VERSIONS = text(
+    "SELECT t.name, t.first_version, "
+    "(SELECT max(c.version) FROM dl_commits c WHERE c.table_id = t.id) AS latest, "
+    "(SELECT min(s.version) FROM dl_mirror_status s WHERE s.table_id = t.id AND s.artifact = 'json' "
+    "AND s.state <> 'SUCCESS') AS first_open, "
+    "(SELECT max(s.version) FROM dl_mirror_status s WHERE s.table_id = t.id AND s.artifact = 'json') AS top "
     "FROM dl_tables t WHERE t.name IN :names"
 ).bindparams(bindparam("names", expanding=True))
 
 
-def latest_versions(engine: Engine, names: Iterable[str]) -> dict[str, int | None]:
-    """Each named table's latest version (None: no version yet); tables not in the store are absent.
+@dataclass(frozen=True)
+class TableVersions:
+    """A watched table's latest committed version and last published one (None: none yet)."""
+
+    latest: int | None
+    published: int | None
+
+
+def _published(first_version: int, first_open: int | None, top: int | None) -> int | None:
+    if first_open is not None:
+        return None if first_open <= first_version else int(first_open) - 1
+    return None if top is None else int(top)
+
+
+def table_versions(engine: Engine, names: Iterable[str]) -> dict[str, TableVersions]:
+    """Each named table's versions; tables not in the store are absent.
 
     One statement per ``CHUNK`` names (one for up to 500 tables).
     """
     wanted = sorted(set(names))
-    found: dict[str, int | None] = {}
+    found: dict[str, TableVersions] = {}
     # PostgreSQL: no transaction for one read-only statement (no BEGIN / ROLLBACK round trips)
-    on = (
-        engine.execution_options(isolation_level="AUTOCOMMIT")
-        if engine.dialect.name == "postgresql"
-        else db.reader(engine)
-    )
+    pg = engine.dialect.name == "postgresql"
+    on = engine.execution_options(isolation_level="AUTOCOMMIT") if pg else db.reader(engine)
     with on.connect() as conn:
         for start in range(0, len(wanted), CHUNK):
-            for name, latest in conn.execute(_LATEST, {"names": wanted[start : start + CHUNK]}):
-                found[str(name)] = None if latest is None else int(latest)
+            for row in conn.execute(_VERSIONS, {"names": wanted[start : start + CHUNK]}):
+                latest = None if row.latest is None else int(row.latest)
+                found[str(row.name)] = TableVersions(
+                    latest, _published(int(row.first_version), row.first_open, row.top)
+                )
     return found
 
 
+def latest_versions(engine: Engine, names: Iterable[str]) -> dict[str, int | None]:
+    """Each named table's latest version (None: no version yet); tables not in the store are absent."""
+    return {name: v.latest for name, v in table_versions(engine, names).items()}
+
+
 class Subscription:
-    """One watched table: ``wait`` returns its latest version after each poll that saw it change."""
+    """One watched table: ``wait`` returns after each poll that saw its versions change (``latest``,
+    ``published``), its first answer, or a failed poll (``error``)."""
 
     def __init__(self, watcher: CommitWatcher, table: str, interval: float) -> None:
         self.watcher = watcher
         self.table = table
         self.interval = interval
         self.latest: int | None = None
+        self.published: int | None = None
         self.error: str | None = None
         self.seen = False  # at least one poll answered for this table
         self._changed = asyncio.Event()
 
-    def _report(self, found: dict[str, int | None]) -> None:
-        latest = found.get(self.table)
-        if not self.seen or latest != self.latest or self.error is not None:
-            self.latest, self.seen, self.error = latest, True, None
+    def _report(self, found: dict[str, TableVersions]) -> None:
+        versions = found.get(self.table, TableVersions(None, None))
+        if not self.seen or versions != TableVersions(self.latest, self.published) or self.error is not None:
+            self.latest, self.published, self.seen, self.error = (
+                versions.latest,
+                versions.published,
+                True,
+                None,
+            )
             self._changed.set()
 
     def _fail(self, message: str) -> None:
@@ -107,7 +135,6 @@ class CommitWatcher:
         self.polls = 0  # statements the watcher ran (for tests and the fleet benchmark)
         self.notifications = 0
         self._wake = asyncio.Event()
-        self._reads = asyncio.Semaphore(READ_CONCURRENCY)
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -126,11 +153,6 @@ class CommitWatcher:
             self.subscriptions.discard(sub)
             if not self.subscriptions:
                 await self._stop()
-
-    async def read(self, fn: Callable[[], T]) -> T:
-        """Run a subscriber's one-off blocking read in a thread, at most ``READ_CONCURRENCY`` at once."""
-        async with self._reads:
-            return await asyncio.to_thread(fn)
 
     def _start(self) -> None:
         if self._tasks:
@@ -151,7 +173,7 @@ class CommitWatcher:
         if not subs:
             return
         try:
-            found = await asyncio.to_thread(latest_versions, self.engine, {s.table for s in subs})
+            found = await asyncio.to_thread(table_versions, self.engine, {s.table for s in subs})
         except Exception as exc:
             message = f"polling the store for {len(subs)} table(s) failed: {str(exc).splitlines()[0][:300]}"
             log.warning("%s", message)
@@ -210,4 +232,13 @@ def watchers() -> Sequence[CommitWatcher]:
     return list(_WATCHERS.get(asyncio.get_running_loop(), {}).values())
 
 
-__all__ = ["CHANNEL", "CommitWatcher", "Subscription", "latest_versions", "watcher_for", "watchers"]
+__all__ = [
+    "CHANNEL",
+    "CommitWatcher",
+    "Subscription",
+    "TableVersions",
+    "latest_versions",
+    "table_versions",
+    "watcher_for",
+    "watchers",
+]
