@@ -38,7 +38,7 @@ def find_azurite() -> str | None:
     """``DELTA_MIRROR_AZURITE``, else the project's ``.cache/npm`` install, else PATH."""
     explicit = os.environ.get(AZURITE_ENV)
     if explicit:
-        return explicit
+        return shutil.which(explicit)  # a path or a name on PATH; None when it is neither
     local = REPO / ".cache" / "npm" / "node_modules" / ".bin" / "azurite-blob"
     return str(local) if local.exists() else shutil.which("azurite-blob")
 

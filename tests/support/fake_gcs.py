@@ -137,7 +137,7 @@ def find_fake_gcs() -> str | None:
     """``DELTA_MIRROR_FAKE_GCS``, else the project's ``.cache/go/bin`` install, else PATH."""
     explicit = os.environ.get(FAKE_GCS_ENV)
     if explicit:
-        return explicit
+        return shutil.which(explicit)  # a path or a name on PATH; None when it is neither
     local = REPO / ".cache" / "go" / "bin" / "fake-gcs-server"
     return str(local) if local.exists() else shutil.which("fake-gcs-server")
 
