@@ -154,3 +154,21 @@ def test_a_wrong_key_or_a_missing_container_is_permanent_with_a_hint(
         open_store("az://no-such-container/t", azurite.options()).put_if_absent(
             f"{LOG_DIR}/{commit_name(0)}", b"x\n"
         )
+
+
+REAL_AZURE_ENV = "DELTA_MIRROR_TEST_AZURE_LOCATION"
+
+
+@pytest.mark.skipif(
+    not os.environ.get(REAL_AZURE_ENV),
+    reason=f"set {REAL_AZURE_ENV}=az://container/prefix (and AZURE_STORAGE_*) to run on real Azure",
+)
+def test_put_if_absent_on_real_azure() -> None:
+    """On a real account (not in CI): a second create of the same blob is refused, the first kept."""
+    objects = open_store(os.environ[REAL_AZURE_ENV].rstrip("/") + f"/dm-check-{os.getpid()}")
+    path = f"{LOG_DIR}/{commit_name(0)}"
+    objects.put_if_absent(path, b"first\n")
+    try:
+        assert_second_writer_refused(objects, path)
+    finally:
+        objects.delete(path)

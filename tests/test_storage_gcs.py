@@ -5,7 +5,7 @@ Put-if-absent is the XML API's object PUT with ``x-goog-if-generation-match: 0``
 PUT, so uploads go through a small front that re-sends them as the JSON API's media upload with
 ``ifGenerationMatch`` (support/fake_gcs.py): the precondition is the emulator's own generation
 check, but the header-to-parameter step is ours. Reads (deltalake included) go to the emulator
-directly. A real deployment's check: ``test_the_put_if_absent_header_on_real_gcs`` below is what
+directly. A real deployment's check: ``test_put_if_absent_on_real_gcs`` below is what
 to run against a real bucket.
 """
 
@@ -156,7 +156,7 @@ def test_a_google_cloud_platform_connection_opens_the_store(fake_gcs: FakeGcsSer
     not os.environ.get(REAL_GCS_ENV),
     reason=f"set {REAL_GCS_ENV}=gs://bucket/prefix (and GOOGLE_*) to run on real GCS",
 )
-def test_the_put_if_absent_header_on_real_gcs() -> None:
+def test_put_if_absent_on_real_gcs() -> None:
     """On a real bucket (not in CI): a second create of the same object is refused, the first kept."""
     objects = open_store(os.environ[REAL_GCS_ENV].rstrip("/") + f"/dm-check-{os.getpid()}")
     path = f"{LOG_DIR}/{commit_name(0)}"
