@@ -242,8 +242,12 @@ def _duckdb_matches_the_source(
     pair = _read_pair(read, name, "duckdb", source, published, version, skips)
     if pair is None:
         return None
-    assert pair[0] == pair[1], f"{name}: DuckDB sees {pair[0]} published, {pair[1]} in the source"
-    return pair[1]
+    published_view, source_view = pair
+    assert isinstance(source_view, DuckDBView)
+    assert published_view == source_view, (
+        f"{name}: DuckDB sees {published_view} published, {source_view} in the source"
+    )
+    return source_view
 
 
 _SPARK: list[Any] = []
