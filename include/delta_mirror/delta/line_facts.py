@@ -36,35 +36,31 @@ class LineFacts:
         """Record the next line's action (``line_action`` of its object)."""
         seq = len(self.kinds)
         self.kinds.append(kind)
-        if kind == "add":
-            self.files.append(_add(seq, body))
-        elif kind == "remove":
-            self.files.append(_remove(seq, body))
+        if kind == "add" or kind == "remove":
+            self.files.append(file_action(seq, kind, body))
         elif seq == 0 and kind == "commitInfo":
             self.in_commit_timestamp = body.get("inCommitTimestamp")
 
 
-def _add(seq: int, body: Any) -> FileAction:
-    pv = body.get("partitionValues")
-    size = body.get("size")
+def file_action(seq: int, kind: str, body: Any) -> FileAction:
+    """The facts of an ``add`` or ``remove`` line (its body)."""
     dv = body.get("deletionVector")
-    return (
-        seq,
-        "add",
-        body.get("path", ""),
-        dv_id(dv) if dv else "",
-        size if isinstance(size, int) else None,
-        None if pv is None else partition_values_text(pv),
-        None,
-    )
-
-
-def _remove(seq: int, body: Any) -> FileAction:
+    if kind == "add":
+        pv = body.get("partitionValues")
+        size = body.get("size")
+        return (
+            seq,
+            kind,
+            body.get("path", ""),
+            dv_id(dv) if dv else "",
+            size if isinstance(size, int) else None,
+            None if pv is None else partition_values_text(pv),
+            None,
+        )
     dt = body.get("deletionTimestamp")
-    dv = body.get("deletionVector")
     return (
         seq,
-        "remove",
+        kind,
         body.get("path", ""),
         dv_id(dv) if dv else "",
         None,
@@ -107,10 +103,8 @@ def facts_of_objects(objects: Iterable[Mapping[str, Any]]) -> LineFacts:
     for seq, obj in enumerate(objects):
         kind, body = line_action(obj) if len(obj) != 1 else next(iter(obj.items()))
         kinds.append(kind)
-        if kind == "add":
-            files.append(_add(seq, body))
-        elif kind == "remove":
-            files.append(_remove(seq, body))
+        if kind == "add" or kind == "remove":
+            files.append(file_action(seq, kind, body))
         elif seq == 0 and kind == "commitInfo":
             facts.in_commit_timestamp = body.get("inCommitTimestamp")
     return facts
@@ -133,5 +127,6 @@ __all__ = [
     "LineFacts",
     "facts_of_lines",
     "facts_of_objects",
+    "file_action",
     "partition_values_text",
 ]

@@ -14,7 +14,6 @@ and object storage.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,9 +23,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from delta_mirror.delta.actions import KNOWN_ACTIONS, canonical_json, line_action
+from delta_mirror.delta.actions import canonical_json, line_action
+from delta_mirror.delta.commit_lines import OBJECT_ACTIONS, parse_commit_bytes, read_commit
 from delta_mirror.delta.last_checkpoint import LastCheckpoint
-from delta_mirror.delta.line_facts import LineFacts, facts_of_objects
+from delta_mirror.delta.line_facts import LineFacts
 from delta_mirror.delta.log_listing import CheckpointFiles, LogListing, list_log, sidecar_refs
 from delta_mirror.delta.log_path import LOG_DIR, SIDECAR_DIR, LogFileKind
 from delta_mirror.delta.protocol import CheckpointKind
@@ -41,14 +41,12 @@ from delta_mirror.delta.source_state import (
 )
 from delta_mirror.errors import (
     DataError,
-    InvalidActionError,
     NotADeltaTableError,
     TransientError,
 )
 from delta_mirror.storage import ObjectStore
 
-# Action types whose payload must be a JSON object; unknown types are kept as they are.
-_OBJECT_ACTIONS: frozenset[str] = frozenset(KNOWN_ACTIONS)
+_OBJECT_ACTIONS = OBJECT_ACTIONS
 
 # Checkpoint columns that are never actions of the table state (Spark never writes them; if a
 # writer did, they carry no state).
@@ -87,94 +85,6 @@ class SourceLog:
 # --------------------------------------------------------------------------------------------
 # JSON commits
 # --------------------------------------------------------------------------------------------
-
-
-def _reject_constant(name: str) -> Any:
-    # NaN / Infinity are not JSON; Delta readers (Jackson, serde) reject them.
-    raise ValueError(f"non-standard JSON constant {name}")
-
-
-def parse_commit_bytes(data: bytes, *, table: str, version: int) -> list[dict[str, Any]]:
-    """Parse a commit (or V2 JSON checkpoint) into its ordered line objects.
-
-    Tolerates what real writers produce (blank lines, no trailing newline, spaces after ``:`` and
-    ``,``, unknown keys beside the action, see ``line_action``) but nothing that would make the
-    actions ambiguous.
-    """
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(
-            f"commit file is not valid UTF-8 (invalid byte at offset {exc.start})",
-            table=table,
-            version=version,
-            hint="Delta commit files must be UTF-8; the source file is corrupt or was not written by a Delta writer",
-        ) from exc
-    lines: list[dict[str, Any]] = []
-    # Split on "\n" only: str.splitlines() would also split on U+2028 etc. inside JSON strings.
-    for lineno, line in enumerate(text.split("\n"), start=1):
-        if line.strip():
-            obj = _fast_object(line)
-            lines.append(obj if obj is not None else _parse_line(line, lineno, table=table, version=version))
-    return lines
-
-
-# The C scanner behind ``json.loads`` called directly (no per-line Python wrapper): a third of the
-# parse time of a 100k-line commit. Anything it does not accept as exactly one object holding one
-# known action goes through ``_parse_line``, which decides and words every refusal.
-_SCAN_ONCE: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder(
-    parse_constant=_reject_constant
-).scan_once  # type: ignore[attr-defined]
-_JSON_SPACE = " \t\n\r"
-
-
-def _fast_object(line: str) -> dict[str, Any] | None:
-    """The line's object when it is plainly valid (one object, one known action whose body is an
-    object, or an unknown action); None to let ``_parse_line`` decide."""
-    text = line.strip(_JSON_SPACE)
-    try:
-        obj, end = _SCAN_ONCE(text, 0)
-    except (StopIteration, ValueError):
-        return None
-    if end != len(text) or type(obj) is not dict:
-        return None
-    if len(obj) == 1:  # the common line: one action
-        for key, body in obj.items():
-            if key in _OBJECT_ACTIONS and type(body) is not dict:
-                return None
-        return obj
-    known = [k for k in obj if k in _OBJECT_ACTIONS]
-    if len(known) > 1 or (known and type(obj[known[0]]) is not dict) or not obj:
-        return None
-    return obj
-
-
-def _parse_line(line: str, lineno: int, *, table: str, version: int) -> dict[str, Any]:
-    hint = "the source commit file is corrupt; repair it before importing"
-    try:
-        obj = json.loads(line, parse_constant=_reject_constant)
-    except ValueError as exc:
-        raise InvalidActionError(
-            f"line {lineno} is not valid JSON: {exc}", table=table, version=version, hint=hint
-        ) from exc
-    if not isinstance(obj, dict):
-        raise InvalidActionError(
-            f"line {lineno} must be a JSON object holding an action, got {type(obj).__name__}",
-            table=table,
-            version=version,
-            hint=hint,
-        )
-    try:
-        kind, payload = line_action(obj)
-    except ValueError as exc:
-        raise InvalidActionError(f"line {lineno} {exc}", table=table, version=version, hint=hint) from None
-    if kind in _OBJECT_ACTIONS and not isinstance(payload, dict):
-        raise InvalidActionError(
-            f"line {lineno}: the '{kind}' action must be a JSON object, got {type(payload).__name__}",
-            table=table,
-            version=version,
-        )
-    return obj
 
 
 # --------------------------------------------------------------------------------------------
@@ -556,34 +466,13 @@ def _read_commits(
                 version=version,
                 hint="another process is cleaning up the log; retry the import",
             )
-        objects = parse_commit_bytes(data, table=table, version=version)
-        lines = _canonical_lines(objects)
+        lines, line_facts = read_commit(data, table=table, version=version)
         if facts is not None:
-            facts[version] = facts_of_objects(objects)
+            facts[version] = line_facts
         commits.append((version, lines, data))
         if progress is not None:
             progress(len(commits), total)
     return commits
-
-
-# ``canonical_json``'s encoder without its per-call Python wrapper (same settings, same output);
-# parsed JSON holds nothing it could refuse. Any error goes back to ``canonical_json`` for its message.
-_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
-_C_ENCODE: Callable[[Any, int], Any] | None = (
-    _MAKE_ENCODER(None, None, json.encoder.encode_basestring, None, ":", ",", False, False, False)
-    if _MAKE_ENCODER is not None
-    else None
-)
-
-
-def _canonical_lines(objects: list[dict[str, Any]]) -> list[str]:
-    if _C_ENCODE is None:
-        return [canonical_json(a) for a in objects]
-    encode, join = _C_ENCODE, "".join
-    try:
-        return [join(encode(a, 0)) for a in objects]
-    except (TypeError, ValueError):
-        return [canonical_json(a) for a in objects]
 
 
 def _complete_checkpoints(

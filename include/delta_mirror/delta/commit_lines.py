@@ -1,0 +1,149 @@
+"""A JSON commit's lines as an import keeps them: each line parsed once, re-encoded canonically,
+and what the store indexes of it taken on the way (``delta.line_facts``).
+
+Tolerates what real writers produce (blank lines, no trailing newline, spaces after ``:`` and
+``,``, unknown keys beside the action, see ``line_action``) but nothing that would make the
+actions ambiguous. The hot loop of an import calls the C scanner and encoder behind ``json``
+directly; anything they do not plainly accept goes through ``_parse_line``, which decides and
+words every refusal, so the fast path changes no outcome.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from delta_mirror.delta.actions import KNOWN_ACTIONS, canonical_json, line_action
+from delta_mirror.delta.line_facts import LineFacts, facts_of_objects, file_action
+from delta_mirror.errors import DataError, InvalidActionError
+
+# Action types whose payload must be a JSON object; unknown types are kept as they are.
+OBJECT_ACTIONS: frozenset[str] = frozenset(KNOWN_ACTIONS)
+_JSON_SPACE = " \t\n\r"
+
+
+def _reject_constant(name: str) -> Any:
+    # NaN / Infinity are not JSON; Delta readers (Jackson, serde) reject them.
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+# ``json.loads``' C scanner without its per-line Python wrapper, and ``canonical_json``'s encoder
+# without its own (same settings, same output; parsed JSON holds nothing it could refuse).
+_SCAN_ONCE: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder(
+    parse_constant=_reject_constant
+).scan_once  # type: ignore[attr-defined]
+_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
+_C_ENCODE: Callable[[Any, int], Any] | None = (
+    _MAKE_ENCODER(None, None, json.encoder.encode_basestring, None, ":", ",", False, False, False)
+    if _MAKE_ENCODER is not None
+    else None
+)
+
+
+def _text(data: bytes, *, table: str, version: int) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(
+            f"commit file is not valid UTF-8 (invalid byte at offset {exc.start})",
+            table=table,
+            version=version,
+            hint="Delta commit files must be UTF-8; the source file is corrupt or was not written by a Delta writer",
+        ) from exc
+
+
+def parse_commit_bytes(data: bytes, *, table: str, version: int) -> list[dict[str, Any]]:
+    """Parse a commit (or V2 JSON checkpoint) into its ordered line objects."""
+    lines: list[dict[str, Any]] = []
+    # Split on "\n" only: str.splitlines() would also split on U+2028 etc. inside JSON strings.
+    for lineno, line in enumerate(_text(data, table=table, version=version).split("\n"), start=1):
+        if line and not line.isspace():
+            obj = _fast_object(line)
+            lines.append(obj if obj is not None else _parse_line(line, lineno, table=table, version=version))
+    return lines
+
+
+def read_commit(data: bytes, *, table: str, version: int) -> tuple[list[str], LineFacts]:
+    """The commit's canonical lines and their facts: ``parse_commit_bytes``, ``canonical_json``
+    and ``facts_of_objects`` in one pass (same results, same refusals)."""
+    if _C_ENCODE is None:
+        objects = parse_commit_bytes(data, table=table, version=version)
+        return [canonical_json(o) for o in objects], facts_of_objects(objects)
+    encode, join, scan = _C_ENCODE, "".join, _SCAN_ONCE
+    lines: list[str] = []
+    facts = LineFacts()
+    kinds, files = facts.kinds, facts.files
+    for lineno, line in enumerate(_text(data, table=table, version=version).split("\n"), start=1):
+        if not line or line.isspace():
+            continue
+        text = line.strip(_JSON_SPACE)
+        try:
+            obj, end = scan(text, 0)
+        except (StopIteration, ValueError):
+            obj, end = None, -1
+        if end == len(text) and type(obj) is dict and len(obj) == 1:
+            ((kind, body),) = obj.items()
+            if kind in OBJECT_ACTIONS and type(body) is not dict:
+                _parse_line(line, lineno, table=table, version=version)  # refuses it
+        else:
+            obj = _fast_object(line) or _parse_line(line, lineno, table=table, version=version)
+            kind, body = line_action(obj)
+        seq = len(kinds)
+        kinds.append(kind)
+        if kind == "add" or kind == "remove":
+            files.append(file_action(seq, kind, body))
+        elif seq == 0 and kind == "commitInfo":
+            facts.in_commit_timestamp = body.get("inCommitTimestamp")
+        try:
+            lines.append(join(encode(obj, 0)))
+        except (TypeError, ValueError):
+            lines.append(canonical_json(obj))
+    return lines, facts
+
+
+def _fast_object(line: str) -> dict[str, Any] | None:
+    """The line's object when it is plainly valid (one object, one known action whose body is an
+    object, or an unknown action); None to let ``_parse_line`` decide."""
+    text = line.strip(_JSON_SPACE)
+    try:
+        obj, end = _SCAN_ONCE(text, 0)
+    except (StopIteration, ValueError):
+        return None
+    if end != len(text) or type(obj) is not dict:
+        return None
+    known = [k for k in obj if k in OBJECT_ACTIONS]
+    if len(known) > 1 or (known and type(obj[known[0]]) is not dict) or not obj:
+        return None
+    return obj
+
+
+def _parse_line(line: str, lineno: int, *, table: str, version: int) -> dict[str, Any]:
+    hint = "the source commit file is corrupt; repair it before importing"
+    try:
+        obj = json.loads(line, parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise InvalidActionError(
+            f"line {lineno} is not valid JSON: {exc}", table=table, version=version, hint=hint
+        ) from exc
+    if not isinstance(obj, dict):
+        raise InvalidActionError(
+            f"line {lineno} must be a JSON object holding an action, got {type(obj).__name__}",
+            table=table,
+            version=version,
+            hint=hint,
+        )
+    try:
+        kind, payload = line_action(obj)
+    except ValueError as exc:
+        raise InvalidActionError(f"line {lineno} {exc}", table=table, version=version, hint=hint) from None
+    if kind in OBJECT_ACTIONS and not isinstance(payload, dict):
+        raise InvalidActionError(
+            f"line {lineno}: the '{kind}' action must be a JSON object, got {type(payload).__name__}",
+            table=table,
+            version=version,
+        )
+    return obj
+
+
+__all__ = ["OBJECT_ACTIONS", "parse_commit_bytes", "read_commit"]
