@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support.services import PG_ENV, PgServer, S3Server, ServiceUnavailable, corpus_path
+from support.services import PG_ENV, PgServer, S3Server, corpus_path, session_service
 
 
 def repo_root() -> Path:
@@ -67,16 +67,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
-    try:
-        server = PgServer.from_env_or_start()
-    except ServiceUnavailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(str(exc), pytrace=False)
-        pytest.skip(str(exc))
-    try:
-        yield server
-    finally:
-        server.stop_and_remove()
+    yield from session_service(PgServer.from_env_or_start, PgServer.stop_and_remove)
 
 
 @pytest.fixture(scope="session")

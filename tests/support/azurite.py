@@ -16,14 +16,13 @@ import http.client
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from support.services import ServiceUnavailable, free_port
+from support.services import ServiceUnavailable, find_tool, free_port, listening, session_service
 from support.waiting import wait_until
 
 AZURITE_ENV = "DELTA_MIRROR_AZURITE"
@@ -36,19 +35,9 @@ API_VERSION = "2021-08-06"
 
 def find_azurite() -> str | None:
     """``DELTA_MIRROR_AZURITE``, else the project's ``.cache/npm`` install, else PATH."""
-    explicit = os.environ.get(AZURITE_ENV)
-    if explicit:
-        return shutil.which(explicit)  # a path or a name on PATH; None when it is neither
-    local = REPO / ".cache" / "npm" / "node_modules" / ".bin" / "azurite-blob"
-    return str(local) if local.exists() else shutil.which("azurite-blob")
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
+    return find_tool(
+        AZURITE_ENV, REPO / ".cache" / "npm" / "node_modules" / ".bin" / "azurite-blob", "azurite-blob"
+    )
 
 
 class AzuriteServer:
@@ -82,7 +71,7 @@ class AzuriteServer:
         )
         try:
             # node starts in ~1 s idle; the wait grows with the machine's load
-            wait_until(lambda: _listening(self.port), 30, "Azurite to listen", alive=self._exited)
+            wait_until(lambda: listening(self.port), 30, "Azurite to listen", alive=self._exited)
         except BaseException:
             self.stop()
             raise
@@ -142,18 +131,7 @@ class AzuriteServer:
 
 def azurite_session() -> Iterator[AzuriteServer]:
     """The body of a session fixture: skipped without Azurite, failed under CI (``.ci/run`` installs it)."""
-    import pytest
-
-    try:
-        server = AzuriteServer()
-    except ServiceUnavailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(str(exc), pytrace=False)
-        pytest.skip(str(exc))
-    try:
-        yield server
-    finally:
-        server.stop()
+    return session_service(AzuriteServer, AzuriteServer.stop)
 
 
 __all__ = ["ACCOUNT", "ACCOUNT_KEY", "AzuriteServer", "azurite_session", "find_azurite"]

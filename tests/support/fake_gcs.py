@@ -27,7 +27,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -135,26 +134,16 @@ def serve_front(port: int, upstream_port: int) -> None:
 
 def find_fake_gcs() -> str | None:
     """``DELTA_MIRROR_FAKE_GCS``, else the project's ``.cache/go/bin`` install, else PATH."""
-    explicit = os.environ.get(FAKE_GCS_ENV)
-    if explicit:
-        return shutil.which(explicit)  # a path or a name on PATH; None when it is neither
-    local = REPO / ".cache" / "go" / "bin" / "fake-gcs-server"
-    return str(local) if local.exists() else shutil.which("fake-gcs-server")
+    from support.services import find_tool
 
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
+    return find_tool(FAKE_GCS_ENV, REPO / ".cache" / "go" / "bin" / "fake-gcs-server", "fake-gcs-server")
 
 
 class FakeGcsServer:
     """fake-gcs-server (in memory) and the upload front, each in its own process group."""
 
     def __init__(self) -> None:
-        from support.services import ServiceUnavailable, free_port
+        from support.services import ServiceUnavailable, free_port, listening
         from support.waiting import wait_until
 
         binary = find_fake_gcs()
@@ -178,7 +167,7 @@ class FakeGcsServer:
         ]  # fmt: skip
         try:
             for port in (self.upstream_port, self.port):
-                wait_until(partial(_listening, port), 30, f"fake-gcs-server on {port}", alive=self._exited)
+                wait_until(partial(listening, port), 30, f"fake-gcs-server on {port}", alive=self._exited)
         except BaseException:
             self.stop()
             raise
@@ -253,20 +242,9 @@ class FakeGcsServer:
 
 def fake_gcs_session() -> Iterator[FakeGcsServer]:
     """The body of a session fixture: skipped without the binary, failed under CI (``.ci/run`` installs it)."""
-    import pytest
+    from support.services import session_service
 
-    from support.services import ServiceUnavailable
-
-    try:
-        server = FakeGcsServer()
-    except ServiceUnavailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(str(exc), pytrace=False)
-        pytest.skip(str(exc))
-    try:
-        yield server
-    finally:
-        server.stop()
+    return session_service(FakeGcsServer, FakeGcsServer.stop)
 
 
 if __name__ == "__main__":

@@ -20,10 +20,10 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from sqlalchemy.engine import URL, make_url
@@ -44,6 +44,44 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:``port`` now."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def find_tool(env_var: str, local: Path, name: str) -> str | None:
+    """A test tool's executable: ``env_var`` if set (a path or a name on PATH; None when it is
+    neither), else the project's own install at ``local``, else ``name`` on PATH."""
+    explicit = os.environ.get(env_var)
+    if explicit:
+        return shutil.which(explicit)
+    return str(local) if local.exists() else shutil.which(name)
+
+
+_Service = TypeVar("_Service")
+
+
+def session_service(start: Callable[[], _Service], stop: Callable[[_Service], None]) -> Iterator[_Service]:
+    """The body of a session fixture: the service from ``start()``, stopped at the end; skipped when
+    it is unavailable here, failed under CI (``.ci/run`` installs every service)."""
+    import pytest
+
+    try:
+        server = start()
+    except ServiceUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(str(exc), pytrace=False)
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        stop(server)
 
 
 def _wait_port(port: int, timeout: float = 30.0) -> None:
