@@ -8,6 +8,7 @@ One row per (table, version, artifact): ``PENDING`` → ``IN_PROGRESS`` (under t
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -160,9 +161,17 @@ class MirrorStatus(StoreBase):
         if not results:
             return
         now = now_ms()
-        if self.engine.dialect.name == "postgresql":
-            if artifact == Artifact.JSON and self._mark_commits_succeeded_pg(table_id, results, now):
-                return
+        dialect = self.engine.dialect.name
+        range_update = dialect == "postgresql" or (
+            dialect == "sqlite" and sqlite3.sqlite_version_info >= (3, 33)
+        )
+        if (
+            range_update
+            and artifact == Artifact.JSON
+            and self._mark_commits_succeeded(table_id, results, now)
+        ):
+            return
+        if dialect == "postgresql":
             self._mark_succeeded_pg(table_id, artifact, results, now)
             return
         with db.translated(self.url, "updating mirror status"), self.engine.begin() as conn:
@@ -185,11 +194,12 @@ class MirrorStatus(StoreBase):
                 [{"v": v, "s": s, "n": n} for v, s, n in results],
             )
 
-    def _mark_commits_succeeded_pg(
+    def _mark_commits_succeeded(
         self, table_id: int, results: Sequence[tuple[int, str, int]], now: int
     ) -> bool:
         """A contiguous run of published commits whose bytes were checked against ``dl_commits``:
-        one range UPDATE taking hash and size from there. False when the fast path does not apply."""
+        one range UPDATE taking hash and size from there (PostgreSQL, SQLite >= 3.33: UPDATE ... FROM).
+        False when the fast path does not apply."""
         versions = [v for v, _, _ in results]
         lo, hi = min(versions), max(versions)
         if len(set(versions)) != hi - lo + 1:
