@@ -14,6 +14,7 @@ and object storage.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +81,8 @@ class SourceLog:
     checkpoint_states: list[CheckpointState] = field(default_factory=list)
     # What the store indexes of each commit's lines, by version (taken while parsing them).
     commit_facts: dict[int, LineFacts] = field(default_factory=dict)
+    # SHA-256 (hex) and size of each commit file, by version.
+    commit_files: dict[int, tuple[str, int]] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------------------------
@@ -352,10 +355,17 @@ def _other_files(listing: LogListing) -> list[str]:
 
 
 def read_source_log(
-    store: ObjectStore, *, table: str, progress: Callable[[int, int], None] | None = None
+    store: ObjectStore,
+    *,
+    table: str,
+    progress: Callable[[int, int], None] | None = None,
+    keep_bytes: bool = True,
 ) -> SourceLog:
     """Read the importable segment of the table at ``store`` (see the module docstring).
-    ``progress(commits read, commits to read)`` follows the commits as they are read.
+    ``progress(commits read, commits to read)`` follows the commits as they are read. Without
+    ``keep_bytes`` a commit's original bytes are not kept (``b""`` in ``commits``; their SHA-256
+    and size are in ``commit_files``): an importer needs no more, and a long log's bytes are a
+    large part of its memory.
 
     Refuses, before anything is imported, a log Delta readers cannot reconstruct (the rule in
     ``delta.source_state``: protocol and metaData present and well-formed at every version, every
@@ -368,7 +378,18 @@ def read_source_log(
     base = _choose_base(store, listing, latest, table=table)
     start = base.version if base is not None else 0
     facts: dict[int, LineFacts] = {}
-    commits = _read_commits(store, listing, start, latest, table=table, facts=facts, progress=progress)
+    files: dict[int, tuple[str, int]] = {}
+    commits = _read_commits(
+        store,
+        listing,
+        start,
+        latest,
+        table=table,
+        facts=facts,
+        progress=progress,
+        files=files,
+        keep_bytes=keep_bytes,
+    )
     replay = check_segment(base.actions if base is not None else None, commits, start, table=table)
     assert replay.protocol is not None
     check_supported(replay.protocol, replay.metadata, table=table)
@@ -400,6 +421,7 @@ def read_source_log(
         last_checkpoint=last_cp,
         checkpoint_states=_checkpoint_states(store, base, commits, later, table=table),
         commit_facts=facts,
+        commit_files=files,
     )
 
 
@@ -451,6 +473,8 @@ def _read_commits(
     table: str,
     facts: dict[int, LineFacts] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    files: dict[int, tuple[str, int]] | None = None,
+    keep_bytes: bool = True,
 ) -> list[tuple[int, list[str], bytes]]:
     commits: list[tuple[int, list[str], bytes]] = []
     total = sum(1 for v in listing.commits if start <= v <= latest)
@@ -469,7 +493,9 @@ def _read_commits(
         lines, line_facts = read_commit(data, table=table, version=version)
         if facts is not None:
             facts[version] = line_facts
-        commits.append((version, lines, data))
+        if files is not None:
+            files[version] = (hashlib.sha256(data).hexdigest(), len(data))
+        commits.append((version, lines, data if keep_bytes else b""))
         if progress is not None:
             progress(len(commits), total)
     return commits

@@ -11,7 +11,6 @@ JSON commits, its state is recorded at its version and the disagreement reported
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from collections.abc import Callable
@@ -92,7 +91,9 @@ def import_table(
     in_place = target == source_uri
     report = _Throttled(progress)
     # Progress counts each commit twice: once read, once stored.
-    src = read_source_log(open_store(source_uri), table=name, progress=lambda done, n: report(done, 2 * n))
+    src = read_source_log(
+        open_store(source_uri), table=name, progress=lambda done, n: report(done, 2 * n), keep_bytes=False
+    )
     if not in_place:
         existing = list_log(open_store(target)).entries
         if existing:
@@ -157,13 +158,13 @@ def _store_versions(
             bulk.version(base.version, [], LineFacts(), has_json=False, index_files=False)
     states = {state.version: state for state in src.checkpoint_states}
     n = len(src.commits)
-    for done, (version, lines, original) in enumerate(src.commits, start=1):
+    for done, (version, lines, _bytes) in enumerate(src.commits, start=1):
         facts = src.commit_facts.get(version) or facts_of_lines(lines)
         bulk.version(
             version,
             lines,
             facts,
-            published=(hashlib.sha256(original).hexdigest(), len(original)) if in_place else None,
+            published=src.commit_files[version] if in_place else None,
             index_files=not (base is not None and version == base.version),
         )
         if version in states:
