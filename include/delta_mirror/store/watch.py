@@ -115,14 +115,14 @@ class Subscription:
         self._changed.set()
 
     async def wait(self) -> int | None:
-        """Wait for the next change (or the first answer, or a new error); the latest version."""
+        """Wait for the next change (the first answer, new versions or a failed poll); the latest."""
         await self._changed.wait()
         self._changed.clear()
         return self.latest
 
 
 class CommitWatcher:
-    """Polls the latest versions of all subscribed tables of one store; one asyncio task.
+    """Polls the latest and published versions of all subscribed tables of one store; one task.
 
     ``interval`` is the smallest of the subscribers' poll intervals. On PostgreSQL a second task
     LISTENs on :data:`CHANNEL` and wakes the poll at once; it reconnects on its own.
