@@ -221,10 +221,11 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 class Stores:
     """Fresh store URLs: a new SQLite file or a new database on one PostgreSQL server."""
 
-    def __init__(self, tmp: Path, kinds: list[str]) -> None:
+    def __init__(self, tmp: Path, kinds: list[str], server: Any = None) -> None:
+        """``server``: a running ``support.services.PgServer`` to reuse (``run.py``'s)."""
         self.tmp, self.kinds, self.n = tmp, kinds, 0
-        self.server: Any = None
-        if "postgres" in kinds:
+        self.server: Any = server
+        if "postgres" in kinds and server is None:
             from support.services import PgServer  # the tests' throwaway PostgreSQL
 
             self.server = PgServer.from_env_or_start()
