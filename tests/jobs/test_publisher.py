@@ -11,11 +11,12 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+import sqlalchemy as sa
 from support.builders import add_body
 
 from delta_mirror.delta.log_path import LOG_DIR, commit_name
 from delta_mirror.dev.datafiles import create_table_actions, write_data_file
-from delta_mirror.errors import PermanentError, PublishConflictError, TransientError
+from delta_mirror.errors import DataError, PermanentError, PublishConflictError, TransientError
 from delta_mirror.jobs.publisher import Publisher, RetryPolicy
 from delta_mirror.storage import ObjectMeta, ObjectStore, open_store
 from delta_mirror.store import SqlStore
@@ -229,3 +230,42 @@ def test_the_publisher_writes_only_under_delta_log(store_url: str, tmp_path: Pat
     assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("*.parquet")} == data_files
     with pytest.raises(PermanentError):
         open_store(tmp_path.as_uri()).put_if_absent("part-x.parquet", b"x")
+
+
+def test_a_stored_commit_that_fails_its_check_stops_the_run_after_the_versions_before_it(
+    store_url: str, tmp_path: Path
+) -> None:
+    """The commits prepared ahead of a bad one are still written, in order; the bad one halts."""
+    store = _store(store_url)
+    _table(store, tmp_path.as_uri(), 6)
+    table = store.get_table("t")
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE dl_commits SET sha256 = :s WHERE table_id = :t AND version = 3"),
+            {"s": "0" * 64, "t": table.id},
+        )
+
+    with pytest.raises(DataError, match="SHA-256"):
+        Publisher(store, retry=NO_RETRY).publish("t")
+
+    assert _log(tmp_path) == [commit_name(v) for v in range(3)]
+    states = {r.version: r.state for r in store.status_rows(table.id, artifact="json")}
+    assert [states[v] for v in range(4)] == ["SUCCESS", "SUCCESS", "SUCCESS", "FAILED"]
+    assert store.get_table("t").state == "HALTED"
+
+
+def test_a_failed_cadence_checkpoint_leaves_the_published_commits_alone(
+    store_url: str, tmp_path: Path
+) -> None:
+    store = _store(store_url)
+    _table(store, tmp_path.as_uri(), 5, interval=2)
+    table = store.get_table("t")
+    publisher, _ = _publisher(store, fail=f"{LOG_DIR}/{4:020d}.checkpoint.parquet")
+
+    with pytest.raises(TransientError, match="injected"):
+        publisher.publish("t")
+
+    assert store.last_published_version(table.id) == 4
+    assert {r.state for r in store.status_rows(table.id, artifact="json")} == {"SUCCESS"}
+    assert store.get_table("t").state != "HALTED"
+    assert Publisher(store).publish("t").checkpoints == [4]  # re-driven by the next run

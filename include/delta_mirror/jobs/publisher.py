@@ -141,6 +141,7 @@ class _Run:
     result: PublishResult
     writer: CommitWriter
     last_written: int  # the highest version written and recorded in this run (start - 1 before any)
+    checkpointing: bool = False  # a cadence checkpoint is being written (its failure is not a commit's)
 
 
 @dataclass
@@ -335,6 +336,8 @@ class Publisher:
                 version = end + 1
             self._settle(run)
         except MirrorError as exc:
+            if run.checkpointing:
+                raise  # a cadence checkpoint failed: its own status row says so, the commits are fine
             failure = run.writer.settle()  # what was queued before the failure is still written
             self._record_written(run)
             if failure is not None and not isinstance(failure, MirrorError):
@@ -373,7 +376,9 @@ class Publisher:
             and (result.published or result.already_present)
             and self._checkpoint_due(run.table, v)
         ):
+            run.checkpointing = True
             self._checkpoint(run.table, run.objects, v, result)
+            run.checkpointing = False
 
     def _fetch_batch(
         self, table: TableInfo, start: int, end: int
