@@ -241,7 +241,9 @@ def _merge_previous(
     merged.update(out)
     if "machine" in previous:  # the figures kept were measured on the machine as it was then
         merged["machine_for_other_figures"] = previous.get("machine_for_other_figures", previous["machine"])
-    merged["targets"] = {**previous.get("targets", {}), **out["targets"]}
+    # a re-measured figure's old targets go (its target names may have changed)
+    kept = {k: v for k, v in previous.get("targets", {}).items() if k.split(".", 1)[0] not in out}
+    merged["targets"] = {**kept, **out["targets"]}
     merged["all_targets_met"] = bool(merged["targets"]) and all(merged["targets"].values()) and not errors
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     merged.setdefault("measured_at", {})
