@@ -212,7 +212,13 @@ def test_an_event_driven_table_is_scheduled_by_an_asset_watcher_on_the_store(
     trigger = watcher.trigger
     assert trigger.serialize() == (
         "delta_mirror.airflow.triggers.StoreCommitTrigger",
-        {"table": "t1", "store_conn_id": "dm_store", "poll_interval": 2.0, "watermark": None},
+        {
+            "table": "t1",
+            "store_conn_id": "dm_store",
+            "poll_interval": 2.0,
+            "watermark": None,
+            "coalesce_seconds": 300.0,
+        },
     )
 
 
