@@ -128,6 +128,28 @@ def test_the_table_dag_is_publish_checkpoint_validate_metrics(dm_config: Callabl
     assert sorted(bag.dags["delta_mirror__t2"].task_ids) == ["checkpoint", "metrics", "publish"]
 
 
+def test_a_task_process_builds_only_its_own_table_dag(
+    dm_config: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Airflow's parsing context (set in a task's process) names the task's DAG; the scheduler's DAG
+    processor has none and gets every DAG."""
+    from airflow.sdk.definitions.context import _AIRFLOW_PARSING_CONTEXT_DAG_ID
+
+    from delta_mirror.airflow.dag_factory import build_dags
+
+    dm_config({f"t{i}": {} for i in range(5)})
+    every = build_dags()
+    assert {f"delta_mirror__t{i}" for i in range(5)} | {"delta_mirror_reconcile"} <= set(every)
+
+    monkeypatch.setenv(_AIRFLOW_PARSING_CONTEXT_DAG_ID, "delta_mirror__t3")
+    only = build_dags()
+    assert list(only) == ["delta_mirror__t3"]
+    assert only["delta_mirror__t3"].task_ids == every["delta_mirror__t3"].task_ids
+
+    monkeypatch.setenv(_AIRFLOW_PARSING_CONTEXT_DAG_ID, "delta_mirror_reconcile")  # not a table's DAG
+    assert set(build_dags()) == set(every)
+
+
 def test_the_fleet_knobs_of_the_config_reach_the_table_dags_and_their_tasks(
     dm_config: Callable[..., Path],
 ) -> None:

@@ -389,8 +389,25 @@ def maintenance_dag(config: MirrorConfig) -> DAG:
     return dag
 
 
+def _task_dag_id() -> str | None:
+    """The DAG a task process parses the file for (Airflow's parsing context), else ``None``."""
+    from airflow.sdk import get_parsing_context
+
+    return get_parsing_context().dag_id
+
+
 def build_dags(config: MirrorConfig | None = None) -> dict[str, DAG]:
+    """Every DAG of the config; in a task process, only its table's DAG when it is one.
+
+    A task's start-up parses the DAG file for its own DAG (Airflow sets the parsing context); with a
+    thousand tables, building every table's DAG there would cost seconds per task (docs/scaling.md).
+    The scheduler's DAG processor has no parsing context and gets them all.
+    """
     config = config or load_config()
+    wanted = _task_dag_id()
+    for cfg in config.tables.values():
+        if cfg.dag_id == wanted:
+            return {cfg.dag_id: table_dag(cfg)}
     dags = [table_dag(cfg) for _, cfg in sorted(config.tables.items())]
     dags += [reconcile_dag(config), backfill_dag(config), monitor_dag(config), maintenance_dag(config)]
     dags += example_dags(config)
