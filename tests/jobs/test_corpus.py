@@ -265,6 +265,40 @@ def _spark() -> Any:
     return _SPARK[0]
 
 
+def _spark_view(spark: Any, folder: Path, v: int, count: bool) -> tuple[Any, ...]:
+    """Delta-Spark's (schema, files relative to the root, rows or None) of ``folder`` at ``v``."""
+    df = spark.read.format("delta").option("versionAsOf", v).load(str(folder))
+    roots = (folder.as_uri().rstrip("/") + "/", f"file:{folder}/")
+    files = set()
+    for f in df.inputFiles():
+        for root in roots:
+            if f.startswith(root):
+                f = f[len(root) :]
+                break
+        files.add(unquote(f))
+    return (json.loads(df.schema.json()), frozenset(files), df.count() if count else None)
+
+
+def _spark_agrees_with_the_baseline(
+    spark: Any, name: str, source: Path, published: Path, version: int, skips: list[str], baseline: DuckDBView
+) -> bool:
+    """Spark's published files and rows are DuckDB's source view, and its schema Spark's source schema."""
+    try:
+        found = _spark_view(spark, published, version, True)
+    except Exception:
+        return False  # decided by Spark's own reading of both
+    if (found[1], found[2]) != (baseline.files, baseline.rows):
+        return False
+    try:
+        df = spark.read.format("delta").option("versionAsOf", version).load(str(source))
+        source_schema = json.loads(df.schema.json())
+    except Exception as exc:  # the published copy is readable; its files and rows were checked
+        skips.append(f"spark: cannot read the source's schema ({_first_line(exc)})")
+        return True
+    assert found[0] == source_schema, f"{name}: Delta-Spark sees another schema published"
+    return True
+
+
 def _spark_matches_the_source(
     name: str,
     source: Path,
@@ -286,43 +320,24 @@ def _spark_matches_the_source(
         return
 
     def read(folder: Path, v: int, count: bool) -> tuple[Any, ...]:
-        df = spark.read.format("delta").option("versionAsOf", v).load(str(folder))
-        roots = (folder.as_uri().rstrip("/") + "/", f"file:{folder}/")
-        files = set()
-        for f in df.inputFiles():
-            for root in roots:
-                if f.startswith(root):
-                    f = f[len(root) :]
-                    break
-            files.add(unquote(f))
-        return (json.loads(df.schema.json()), frozenset(files), df.count() if count else None)
-
-    def schema(folder: Path, v: int) -> Any:
-        return json.loads(spark.read.format("delta").option("versionAsOf", v).load(str(folder)).schema.json())
+        return _spark_view(spark, folder, v, count)
 
     if name in SPARK_READS_COMPACTED:
         _schema, files, rows = read(published, version, True)
-        baseline = read_with_duckdb(connect(), str(source), version)
-        assert (files, rows) == (baseline.files, baseline.rows), (
+        duckdb_source = read_with_duckdb(connect(), str(source), version)
+        assert (files, rows) == (duckdb_source.files, duckdb_source.rows), (
             f"{name}: Delta-Spark vs DuckDB's source view"
         )
         skips.append(
             "spark: compared with DuckDB's view of the source (Spark trusts its .compacted.json files)"
         )
         return
-    if baseline is not None and baseline.rows is not None:
-        try:
-            found = read(published, version, True)
-        except Exception:
-            found = None  # decided below, by Spark's own reading of both
-        if found is not None and (found[1], found[2]) == (baseline.files, baseline.rows):
-            try:
-                source_schema = schema(source, version)
-            except Exception as exc:  # the published copy is readable; its files and rows were checked
-                skips.append(f"spark: cannot read the source's schema ({_first_line(exc)})")
-                return
-            assert found[0] == source_schema, f"{name}: Delta-Spark sees another schema published"
-            return
+    if (
+        baseline is not None
+        and baseline.rows is not None
+        and _spark_agrees_with_the_baseline(spark, name, source, published, version, skips, baseline)
+    ):
+        return
     pair = _read_pair(read, name, "spark", source, published, version, skips)
     if pair is not None:
         assert pair[0] == pair[1], f"{name}: Delta-Spark sees {pair[0]} published, {pair[1]} in the source"
