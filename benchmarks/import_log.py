@@ -169,7 +169,7 @@ def child_main(args: dict[str, Any]) -> None:
             "commits": result.commits,
             "active_files": store.count_active_files(table.id, result.end_version),
         }
-    out = {
+    out: dict[str, Any] = {
         "seconds": round(seconds, 4),
         "cpu_seconds": round(cpu, 3),
         "peak_rss_mib": round(peak_rss_mib(), 1),

@@ -6,13 +6,18 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from dm_airflow_kit import make_table
 
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.store import SqlStore
+
+if TYPE_CHECKING:
+    from delta_mirror.airflow.triggers import StoreCommitTrigger
 
 
 def first_event(trigger: object, timeout: float = 10.0) -> dict[str, object]:
@@ -24,10 +29,10 @@ def first_event(trigger: object, timeout: float = 10.0) -> dict[str, object]:
     return asyncio.run(asyncio.wait_for(run(), timeout))
 
 
-def trigger(**kwargs: object) -> object:
+def trigger(**kwargs: Any) -> StoreCommitTrigger:
     from delta_mirror.airflow.triggers import StoreCommitTrigger
 
-    return StoreCommitTrigger(table="t1", poll_interval=0.05, **kwargs)  # type: ignore[arg-type]
+    return StoreCommitTrigger(table="t1", poll_interval=0.05, **kwargs)
 
 
 def test_the_trigger_serializes_to_its_import_path_and_arguments() -> None:
@@ -149,7 +154,7 @@ def test_50_triggers_share_one_watcher_a_commit_fires_only_its_table_and_a_store
         tasks = [asyncio.create_task(watch(name)) for name in names]
         try:
             await settle(50)
-            assert sorted(e["table"] for e in events) == names
+            assert sorted(str(e["table"]) for e in events) == names
             assert all(e["from_version"] == 0 and e["to_version"] == 0 for e in events)
             assert len(watchers()) == 1
             # the test's writer, the watcher's poll and its 2 one-off readers, the LISTEN connection
@@ -177,9 +182,9 @@ def test_50_triggers_share_one_watcher_a_commit_fires_only_its_table_and_a_store
     asyncio.run(main())
 
 
-def collect(trig: object, events: list[dict[str, object]]) -> object:
+def collect(trig: StoreCommitTrigger, events: list[dict[str, object]]) -> Coroutine[Any, Any, None]:
     async def run() -> None:
-        async for event in trig.run():  # type: ignore[attr-defined]
+        async for event in trig.run():
             events.append(dict(event.payload))
 
     return run()
@@ -206,10 +211,12 @@ def test_commits_during_an_unpublished_run_are_coalesced_into_one_event_after_it
     store = SqlStore(sqlite_store)
     make_table(store, "t1", local_location.as_uri(), versions=1)
     events: list[dict[str, object]] = []
-    commit = lambda n: store.commit("t1", [("txn", {"appId": "loader", "version": n})])  # noqa: E731
+
+    def commit(n: int) -> None:
+        store.commit("t1", [("txn", {"appId": "loader", "version": n})])
 
     async def main() -> None:
-        task = asyncio.create_task(collect(trigger(coalesce_seconds=60.0), events))  # type: ignore[arg-type]
+        task = asyncio.create_task(collect(trigger(coalesce_seconds=60.0), events))
         try:
             await quiet_then(events, 1)
             assert events[0] == {"table": "t1", "from_version": 0, "to_version": 0}
@@ -241,7 +248,7 @@ def test_a_held_batch_fires_anyway_when_the_run_does_not_publish_within_coalesce
     events: list[dict[str, object]] = []
 
     async def main() -> None:
-        task = asyncio.create_task(collect(trigger(coalesce_seconds=1.5), events))  # type: ignore[arg-type]
+        task = asyncio.create_task(collect(trigger(coalesce_seconds=1.5), events))
         try:
             await quiet_then(events, 1, quiet=0.1)
             store.commit("t1", [("txn", {"appId": "loader", "version": 1})])

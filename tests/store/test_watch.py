@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import Engine, QueuePool, event, text
 from store_kit import add, new_table
 
 from delta_mirror.jobs.publisher import Publisher
@@ -43,7 +43,14 @@ async def answered(sub: Subscription, timeout: float = 10.0) -> int | None:
     return await asyncio.wait_for(sub.wait(), timeout)
 
 
-def run(coro: Callable[[], Awaitable[None]]) -> None:
+def checked_in(engine: Engine) -> int:
+    """Connections idle in the engine's pool."""
+    pool = engine.pool
+    assert isinstance(pool, QueuePool)
+    return pool.checkedin()
+
+
+def run(coro: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(coro())
 
 
@@ -81,13 +88,13 @@ def test_the_shared_engine_is_one_per_url_and_a_forked_child_gets_its_own_connec
     assert first.engine is second.engine is db.shared_engine(store.url)
     first.close()  # leaves the shared pool to the other users
     assert second.list_tables() == []
-    parent_conns = first.engine.pool.checkedin()
+    parent_conns = checked_in(first.engine)
     assert parent_conns >= 1
     pid = os.fork()
     if pid == 0:  # the child: the inherited pool was dropped, a query opens its own connection
         code = 1
         try:
-            code = 0 if first.engine.pool.checkedin() == 0 and second.list_tables() == [] else 2
+            code = 0 if checked_in(first.engine) == 0 and second.list_tables() == [] else 2
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
