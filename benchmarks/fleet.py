@@ -37,7 +37,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from support.services import scalar_query
+
 REPO = Path(__file__).resolve().parent.parent
+
 _STATEMENT = re.compile(r"LOG:\s+(statement|execute [^:]*):")
 
 
@@ -53,26 +56,13 @@ def _tables(store: Any, root: Path, n: int) -> list[str]:
     return names
 
 
-def _scalar(url: str, query: str) -> int:
-    from sqlalchemy import text
-
-    from delta_mirror.store import db
-
-    engine = db.make_engine(url)
-    try:
-        with engine.connect() as conn:
-            return int(conn.execute(text(query)).scalar_one())
-    finally:
-        engine.dispose()
-
-
 def _sessions(url: str) -> int:
     """Sessions ever opened to the bench database (asked from the ``postgres`` database)."""
-    return _scalar(_admin(url), f"SELECT sessions FROM pg_stat_database WHERE datname = '{_db(url)}'")
+    return scalar_query(_admin(url), f"SELECT sessions FROM pg_stat_database WHERE datname = '{_db(url)}'")
 
 
 def _backends(url: str) -> int:
-    return _scalar(_admin(url), f"SELECT count(*) FROM pg_stat_activity WHERE datname = '{_db(url)}'")
+    return scalar_query(_admin(url), f"SELECT count(*) FROM pg_stat_activity WHERE datname = '{_db(url)}'")
 
 
 def _db(url: str) -> str:

@@ -24,6 +24,7 @@ from support.cloud_store_kit import (
     assert_identical_reput_is_idempotent,
     assert_published_log,
     assert_second_writer_refused,
+    check_put_if_absent_on_a_real_bucket,
     deltalake_rows,
     make_table,
     publish_with_cli,
@@ -165,10 +166,4 @@ REAL_AZURE_ENV = "DELTA_MIRROR_TEST_AZURE_LOCATION"
 )
 def test_put_if_absent_on_real_azure() -> None:
     """On a real account (not in CI): a second create of the same blob is refused, the first kept."""
-    objects = open_store(os.environ[REAL_AZURE_ENV].rstrip("/") + f"/dm-check-{os.getpid()}")
-    path = f"{LOG_DIR}/{commit_name(0)}"
-    objects.put_if_absent(path, b"first\n")
-    try:
-        assert_second_writer_refused(objects, path)
-    finally:
-        objects.delete(path)
+    check_put_if_absent_on_a_real_bucket(os.environ[REAL_AZURE_ENV])

@@ -28,6 +28,7 @@ from support.cloud_store_kit import (
     assert_identical_reput_is_idempotent,
     assert_published_log,
     assert_second_writer_refused,
+    check_put_if_absent_on_a_real_bucket,
     deltalake_rows,
     make_table,
     publish_with_cli,
@@ -158,10 +159,4 @@ def test_a_google_cloud_platform_connection_opens_the_store(fake_gcs: FakeGcsSer
 )
 def test_put_if_absent_on_real_gcs() -> None:
     """On a real bucket (not in CI): a second create of the same object is refused, the first kept."""
-    objects = open_store(os.environ[REAL_GCS_ENV].rstrip("/") + f"/dm-check-{os.getpid()}")
-    path = f"{LOG_DIR}/{commit_name(0)}"
-    objects.put_if_absent(path, b"first\n")
-    try:
-        assert_second_writer_refused(objects, path)
-    finally:
-        objects.delete(path)
+    check_put_if_absent_on_a_real_bucket(os.environ[REAL_GCS_ENV])

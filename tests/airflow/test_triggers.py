@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from dm_airflow_kit import make_table
+from support.services import scalar_query
 
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.store import SqlStore
@@ -86,22 +87,9 @@ def test_an_unreachable_store_is_polled_again_instead_of_killing_the_watcher(
     assert first_event(trig) == {"table": "t1", "from_version": 0, "to_version": 0}
 
 
-def pg_query(url: str, query: str) -> int:
-    from sqlalchemy import text
-
-    from delta_mirror.store import db
-
-    engine = db.make_engine(url)
-    try:
-        with engine.connect() as conn:
-            return int(conn.execute(text(query)).scalar_one())
-    finally:
-        engine.dispose()
-
-
 def pg_backends(url: str) -> int:
     """Open connections to the store's database (not counting this query's own)."""
-    return pg_query(
+    return scalar_query(
         url,
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
     )
@@ -109,7 +97,7 @@ def pg_backends(url: str) -> int:
 
 def pg_sessions(url: str) -> int:
     """Connections ever opened to the store's database (PostgreSQL 14+ counts them)."""
-    return pg_query(url, "SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+    return scalar_query(url, "SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
 
 
 @pytest.mark.postgres

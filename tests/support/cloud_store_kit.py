@@ -9,6 +9,7 @@ an idempotent re-put, a different existing commit, a full reconcile.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 from collections.abc import Callable, Mapping
@@ -21,7 +22,7 @@ from delta_mirror.dev.datafiles import create_table_actions, write_data_file
 from delta_mirror.errors import PublishConflictError
 from delta_mirror.jobs.publisher import Publisher, RetryPolicy
 from delta_mirror.jobs.reconcile import reconcile
-from delta_mirror.storage import ObjectExistsError, ObjectStore
+from delta_mirror.storage import ObjectExistsError, ObjectStore, open_store
 from delta_mirror.store import SqlStore
 from support.builders import ID_SCHEMA
 from support.cli import clean_env, executable
@@ -120,6 +121,18 @@ def assert_second_writer_refused(objects: ObjectStore, path: str) -> None:
     else:
         raise AssertionError(f"put_if_absent over an existing {path} succeeded")
     assert objects.get(path) == before
+
+
+def check_put_if_absent_on_a_real_bucket(location: str) -> None:
+    """The opt-in check on a real account or bucket: a second create of one object is refused and
+    the first kept; the object is deleted after."""
+    objects = open_store(location.rstrip("/") + f"/dm-check-{os.getpid()}")
+    path = f"{LOG_DIR}/{commit_name(0)}"
+    objects.put_if_absent(path, b"first\n")
+    try:
+        assert_second_writer_refused(objects, path)
+    finally:
+        objects.delete(path)
 
 
 def assert_identical_reput_is_idempotent(store: SqlStore, publisher: Publisher, name: str = "t") -> None:

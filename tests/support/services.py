@@ -84,6 +84,21 @@ def session_service(start: Callable[[], _Service], stop: Callable[[_Service], No
         stop(server)
 
 
+def scalar_query(url: str, query: str) -> int:
+    """One integer from the store database at ``url`` on a connection of its own (closed after):
+    for counting sessions and backends without borrowing the code under test's pool."""
+    from sqlalchemy import text
+
+    from delta_mirror.store import db
+
+    engine = db.make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(text(query)).scalar_one())
+    finally:
+        engine.dispose()
+
+
 def _wait_port(port: int, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
