@@ -249,6 +249,11 @@ def test_sql_text_is_built_from_runtime_values_only_in_these_reviewed_places() -
         ("reads.py", "_file_payload_query"),  # 'add' / 'remove' and constant SQL fragments
         ("mirror_status.py", "_mark_succeeded_pg"),  # placeholder names (:v0, :s0...), values bound
         ("reads.py", "_copy_lines"),  # COPY cannot bind: integer parameters only, checked
+        # the import's bulk load: table and column names from the module's constants, values bound
+        # (executemany) or sent as COPY data, never in the statement
+        ("bulk_load.py", "_copy"),
+        ("bulk_load.py", "_insert"),
+        ("watch.py", "_listen_loop"),  # LISTEN takes no parameter: the module constant CHANNEL
     }
 
 
