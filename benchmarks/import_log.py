@@ -37,8 +37,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-SOURCE_300K = "kernel-rs/300k-add-files-100-col-partitioned"
+from pieces import REPO, SOURCE_300K, add_body, remove_body, schema_string
+
 MARK = "IMPORT_BENCH "
 CHILD_TIMEOUT = 1800.0
 
@@ -60,27 +60,8 @@ def write_history(root: Path, commits: int, adds: int = 20, removes: int = 10) -
     ``removes`` oldest active files and adds ``adds`` new ones. Returns the active file count."""
     log_dir = root / "_delta_log"
     log_dir.mkdir(parents=True)
-    schema = {
-        "type": "struct",
-        "fields": [
-            {"name": n, "type": t, "nullable": True, "metadata": {}}
-            for n, t in (("id", "long"), ("value", "string"), ("part", "string"))
-        ],
-    }
-    stats = '{"numRecords":100,"minValues":{"id":0},"maxValues":{"id":99},"nullCount":{"id":0}}'
     active: list[dict[str, Any]] = []
     head: int = 0
-
-    def add(version: int, i: int) -> dict[str, Any]:
-        part = str((version * 31 + i) % 10)
-        return {
-            "path": f"part={part}/v{version:06d}-{i:03d}-c000.snappy.parquet",
-            "partitionValues": {"part": part},
-            "size": 1000 + i,
-            "modificationTime": 1_700_000_000_000 + version,
-            "dataChange": True,
-            "stats": stats,
-        }
 
     for version in range(commits):
         ts = 1_700_000_000_000 + version * 1000
@@ -94,7 +75,7 @@ def write_history(root: Path, commits: int, adds: int = 20, removes: int = 10) -
                     "metaData": {
                         "id": "6f0e2c7a-7d47-4d1e-9f3c-000000000001",
                         "format": {"provider": "parquet", "options": {}},
-                        "schemaString": json.dumps(schema, separators=(",", ":")),
+                        "schemaString": schema_string(),
                         "partitionColumns": ["part"],
                         "configuration": {},
                         "createdTime": ts,
@@ -102,21 +83,9 @@ def write_history(root: Path, commits: int, adds: int = 20, removes: int = 10) -
                 }
             )
         else:
-            for body in active[head : head + removes]:
-                lines.append(
-                    {
-                        "remove": {
-                            "path": body["path"],
-                            "deletionTimestamp": ts,
-                            "dataChange": True,
-                            "extendedFileMetadata": True,
-                            "partitionValues": body["partitionValues"],
-                            "size": body["size"],
-                        }
-                    }
-                )
+            lines += [{"remove": remove_body(body, ts)} for body in active[head : head + removes]]
             head += removes
-        new = [add(version, i) for i in range(adds)]
+        new = [add_body(version, i) for i in range(adds)]
         lines += [{"add": b} for b in new]
         active += new
         text = "".join(json.dumps(x, separators=(",", ":")) + "\n" for x in lines)
