@@ -47,17 +47,15 @@ def file_action(seq: int, kind: str, body: Any) -> FileAction:
     dv = body.get("deletionVector")
     if kind == "add":
         pv = body.get("partitionValues")
-        size = body.get("size")
         return (
             seq,
             kind,
             body.get("path", ""),
             dv_id(dv) if dv else "",
-            size if isinstance(size, int) else None,
+            _int_or_none(body.get("size")),
             None if pv is None else partition_values_text(pv),
             None,
         )
-    dt = body.get("deletionTimestamp")
     return (
         seq,
         kind,
@@ -65,7 +63,7 @@ def file_action(seq: int, kind: str, body: Any) -> FileAction:
         dv_id(dv) if dv else "",
         None,
         None,
-        dt if isinstance(dt, int) else None,
+        _int_or_none(body.get("deletionTimestamp")),
     )
 
 
