@@ -101,14 +101,10 @@ def scalar_query(url: str, query: str) -> int:
 
 def _wait_port(port: int, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    while not listening(port):
+        if time.monotonic() > deadline:
+            raise OSError(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f} s")
+        time.sleep(0.05)
 
 
 # --------------------------------------------------------------------------------------------------
