@@ -27,9 +27,8 @@ from airflow.plugins_manager import AirflowPlugin
 from delta_mirror.health.monitoring import (
     DEFAULT_LAG_SLO,
     health_report,
-    lag_history,
     lag_slo_for,
-    overview_row,
+    overview_rows,
     table_detail,
 )
 from delta_mirror.store import SqlStore
@@ -89,29 +88,38 @@ def _find(name: str, config: Any) -> tuple[SqlStore, Any]:
 
 
 def overview_data() -> dict[str, Any]:
+    """Every table's row and its 24 h sparkline: a constant number of queries per store, whatever
+    the number of tables (``overview_rows``, ``lag_samples_many``)."""
     config = _config()
     rows: dict[str, dict[str, Any]] = {}
+    since = int(datetime.now(UTC).timestamp() * 1000) - _WINDOW_MS["24h"]
     for store in _stores(config):
-        for table in store.list_tables():
-            if table.name not in rows:
-                rows[table.name] = overview_row(store, table, lag_slo_for(config, table.name))
-                since = int(datetime.now(UTC).timestamp() * 1000) - _WINDOW_MS["24h"]
-                rows[table.name]["lag_24h"] = [
-                    [s["sampled_at"], s["lag_seconds"]]
-                    for s in lag_history(store, table, since=since, limit=200)
-                ]
-    tables = [rows[n] for n in sorted(rows)]
+        tables = [t for t in store.list_tables() if t.name not in rows]
+        if not tables:
+            continue
+        ids = None if len(tables) > 50 else [t.id for t in tables]
+        samples = store.lag_samples_many(ids, since, _SPARK_POINTS)
+        for table, row in zip(tables, overview_rows(store, tables, config), strict=True):
+            row["lag_24h"] = [[at, lag] for at, lag, _behind in samples.get(table.id, [])]
+            rows[table.name] = row
+    tables_out = [rows[n] for n in sorted(rows)]
     return {
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "healthy": all(r["healthy"] for r in tables),
-        "tables": tables,
+        "healthy": all(r["healthy"] for r in tables_out),
+        "tables": tables_out,
     }
 
 
-def table_data(name: str, window: str = "24h") -> dict[str, Any]:
+_SPARK_POINTS = 200  # the newest samples of the last 24 h per sparkline
+
+
+def table_data(name: str, window: str = "24h", versions: int = 200) -> dict[str, Any]:
+    """A table page: its latest ``versions`` versions (1..5000) and 50 checkpoints, with the totals."""
     config = _config()
     store, table = _find(name, config)
-    return table_detail(store, table, lag_slo_for(config, name), window=window)
+    return table_detail(
+        store, table, lag_slo_for(config, name), window=window, versions=max(1, min(versions, 5000))
+    )
 
 
 def health_data() -> dict[str, Any]:
@@ -402,7 +410,7 @@ def table_html(d: dict[str, Any]) -> str:
         )
         + f"</p>{lag_chart_svg(d['lag_history'], d['lag_slo_seconds'], d['lag_window'])}"
         + _validation_html(d.get("last_validation"))
-        + f"<h2>Versions (latest {len(d['versions'])})</h2>"
+        + f"<h2>Versions (latest {len(d['versions'])} of {d.get('versions_total', len(d['versions']))})</h2>"
         "<p class='muted'>green published · grey pending · amber in progress · red failed · dark red "
         "conflict · amber outline: retried</p>"
         f"<div class='tl' id='timeline'>{cells}</div>"
@@ -413,7 +421,7 @@ def table_html(d: dict[str, Any]) -> str:
             if problem_rows
             else "<p class='muted'>none</p>"
         )
-        + "<h2>Checkpoints</h2>"
+        + f"<h2>Checkpoints (latest {len(d['checkpoints'])} of {d.get('checkpoints_total', len(d['checkpoints']))})</h2>"
         + (
             "<table id='checkpoints'><thead><tr><th>Version</th><th>State</th>"
             "<th title='times written, deliberate rewrites (delta-mirror checkpoint) included'>Writes</th>"
@@ -470,16 +478,16 @@ def create_app() -> Any:
         return overview_html(call(overview_data))
 
     @app.get("/tables/{name}", response_class=HTMLResponse)
-    def table_page(name: str, window: str = "24h") -> str:
-        return table_html(call(table_data, name, window))
+    def table_page(name: str, window: str = "24h", versions: int = 200) -> str:
+        return table_html(call(table_data, name, window, versions))
 
     @app.get("/api/overview")
     def overview_api() -> dict[str, Any]:
         return call(overview_data)  # type: ignore[no-any-return]
 
     @app.get("/api/tables/{name}")
-    def table_api(name: str, window: str = "24h") -> dict[str, Any]:
-        return call(table_data, name, window)  # type: ignore[no-any-return]
+    def table_api(name: str, window: str = "24h", versions: int = 200) -> dict[str, Any]:
+        return call(table_data, name, window, versions)  # type: ignore[no-any-return]
 
     @app.get("/api/health")
     def health_api() -> JSONResponse:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -16,12 +17,12 @@ from delta_mirror.cli.common import Ctx, emit, errors, store_option, version_tex
 @click.pass_obj
 def status(ctx: Ctx, name: str | None, as_json: bool) -> None:
     """Mirror status and lag per table."""
-    from delta_mirror.health.status import table_status
+    from delta_mirror.health.status import fleet_status
 
     with errors(ctx, name or None):
         store = ctx.store(read_only=True)
         tables = [store.get_table(name)] if name else store.list_tables()
-        rows = [table_status(store, t) for t in tables]
+        rows = fleet_status(store, tables)  # a constant number of queries for any number of tables
 
         def text() -> None:
             if not rows:
@@ -67,7 +68,7 @@ def health(ctx: Ctx, name: str | None, as_json: bool, config_path: str | None, r
     """Exit 1 when a table breaches its lag SLO, is halted or has failed versions (for probes and cron)."""
     from pathlib import Path
 
-    from delta_mirror.health.monitoring import DEFAULT_LAG_RETENTION, health_report, record_lag_sample
+    from delta_mirror.health.monitoring import DEFAULT_LAG_RETENTION, health_report, record_lag_samples
     from delta_mirror.table_config import default_config_path, load_config
 
     with errors(ctx, name or None):
@@ -77,14 +78,15 @@ def health(ctx: Ctx, name: str | None, as_json: bool, config_path: str | None, r
             config = load_config(Path(config_path))
         elif default_config_path().is_file():
             config = load_config(default_config_path())
-        report = health_report(store, [name] if name else None, config)
+        tables = [store.get_table(name)] if name else store.list_tables()
+        report = health_report(store, tables, config)
         if record:
-            for t in report.tables:
-                cfg = config.tables.get(t.table) if config else None
-                retention = (
-                    (cfg or config.defaults).lag_history_retention if config else DEFAULT_LAG_RETENTION
-                )
-                record_lag_sample(store, t.table, retention=retention)
+
+            def retention(table: str) -> Any:
+                cfg = config.tables.get(table) if config else None
+                return (cfg or config.defaults).lag_history_retention if config else DEFAULT_LAG_RETENTION
+
+            record_lag_samples(store, tables, retention)
 
         def text() -> None:
             if not report.tables:

@@ -10,12 +10,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from delta_mirror.delta.protocol import now_ms
-from delta_mirror.health.status import TableStatus, table_status
+from delta_mirror.health.status import TableStatus, fleet_status, table_status
 from delta_mirror.store.sql_store import SqlStore, TableInfo
 from delta_mirror.store.states import Artifact, CircuitState, TableState
 
@@ -55,6 +56,27 @@ def record_lag_sample(
     if retention is not None:
         pruned = store.prune_lag_samples(info.id, at - int(retention.total_seconds() * 1000))
     return LagSample(info.name, at, st.lag_seconds, st.versions_behind, pruned)
+
+
+def record_lag_samples(
+    store: SqlStore,
+    tables: Sequence[TableInfo],
+    retention_for: Callable[[str], timedelta | None] = lambda _name: DEFAULT_LAG_RETENTION,
+    statuses: Sequence[TableStatus] | None = None,
+) -> list[TableStatus]:
+    """The monitor DAG's lag step: measure every table's status and store one lag sample each, pruning
+    samples older than the table's retention; a constant number of statements for any fleet size."""
+    sts = list(statuses) if statuses is not None else fleet_status(store, tables)
+    at = store.add_lag_samples(
+        [(t.id, st.lag_seconds, st.versions_behind) for t, st in zip(tables, sts, strict=True)]
+    )
+    cutoffs = []
+    for t in tables:
+        retention = retention_for(t.name)
+        if retention is not None:
+            cutoffs.append((t.id, at - int(retention.total_seconds() * 1000)))
+    store.prune_lag_samples_many(cutoffs)
+    return sts
 
 
 def lag_history(
@@ -130,10 +152,18 @@ def lag_slo_for(config: Any, name: str) -> timedelta:
     return slo
 
 
-def health_report(store: SqlStore, names: list[str] | None = None, config: Any = None) -> HealthReport:
-    """Health of every table in the store (or ``names``), SLOs from ``config`` (a ``MirrorConfig``)."""
-    tables = [store.get_table(n) for n in names] if names else store.list_tables()
-    return HealthReport([judge(table_status(store, t), lag_slo_for(config, t.name)) for t in tables])
+def health_report(
+    store: SqlStore, names: Sequence[str | TableInfo] | None = None, config: Any = None
+) -> HealthReport:
+    """Health of every table in the store (or of ``names``: names or ``TableInfo``s), SLOs from
+    ``config`` (a ``MirrorConfig``); a constant number of queries for any number of tables."""
+    tables = (
+        [n if isinstance(n, TableInfo) else store.get_table(n) for n in names]
+        if names
+        else store.list_tables()
+    )
+    statuses = fleet_status(store, tables)
+    return HealthReport([judge(st, lag_slo_for(config, st.table)) for st in statuses])
 
 
 def _troubleshooting(error_class: str | None) -> str | None:
@@ -148,7 +178,16 @@ def _troubleshooting(error_class: str | None) -> str | None:
 
 def overview_row(store: SqlStore, table: TableInfo, lag_slo: timedelta = DEFAULT_LAG_SLO) -> dict[str, Any]:
     """One row of the UI overview: versions, lag, checkpoint, state, last error with what to do."""
-    st = table_status(store, table)
+    return overview_row_of(table_status(store, table), lag_slo)
+
+
+def overview_rows(store: SqlStore, tables: Sequence[TableInfo], config: Any = None) -> list[dict[str, Any]]:
+    """The overview rows of ``tables`` (their order) from a constant number of statements."""
+    return [overview_row_of(st, lag_slo_for(config, st.table)) for st in fleet_status(store, tables)]
+
+
+def overview_row_of(st: TableStatus, lag_slo: timedelta = DEFAULT_LAG_SLO) -> dict[str, Any]:
+    """The overview row of a measured status."""
     health = judge(st, lag_slo)
     return {
         "table": st.table,
@@ -202,9 +241,12 @@ def table_detail(
     versions: int = 200,
     samples: int = 2000,
     window: str = "24h",
+    checkpoints: int = 50,
 ) -> dict[str, Any]:
-    """The UI table page: overview row, lag history, recent versions (failures, retries), checkpoints
-    (with their ``writes``: a commit file is written once unless retried, a checkpoint also on request)."""
+    """The UI table page: overview row, lag history, the latest ``versions`` versions (failures,
+    retries), the latest ``checkpoints`` checkpoints (with their ``writes``: a commit file is written
+    once unless retried, a checkpoint also on request); ``versions_total`` / ``checkpoints_total``
+    count them all, so a long history shows "latest 200 of 1,000,000" and reads only what it shows."""
     row = overview_row(store, table, lag_slo)
     latest = row["latest_committed"]
     since = None if latest is None else max(table.first_version, int(latest) - versions + 1)
@@ -242,7 +284,7 @@ def table_detail(
         item = status(r)
         item["committed_at"] = commit_times.get(r.version)
         timeline.append(item)
-    checkpoints = [checkpoint(r) for r in store.status_rows(table.id, artifact=Artifact.CHECKPOINT)]
+    cp_rows = store.status_rows(table.id, artifact=Artifact.CHECKPOINT, newest=checkpoints)
     return {
         **row,
         "lag_window": window if window in WINDOWS else "24h",
@@ -251,7 +293,9 @@ def table_detail(
         ),
         "last_validation": table.settings.get("last_validation"),
         "versions": timeline,
-        "checkpoints": checkpoints,
+        "versions_total": store.count_status(table.id, Artifact.JSON),
+        "checkpoints": [checkpoint(r) for r in cp_rows],
+        "checkpoints_total": store.count_status(table.id, Artifact.CHECKPOINT),
     }
 
 
@@ -266,6 +310,9 @@ __all__ = [
     "lag_history",
     "lag_slo_for",
     "overview_row",
+    "overview_row_of",
+    "overview_rows",
     "record_lag_sample",
+    "record_lag_samples",
     "table_detail",
 ]

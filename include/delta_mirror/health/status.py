@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from delta_mirror.delta.protocol import now_ms
+from delta_mirror.store.mirror_status import FleetRow
 from delta_mirror.store.sql_store import SqlStore, TableInfo
-from delta_mirror.store.states import Artifact, CircuitState, PublishState
-
-_OPEN = (PublishState.PENDING, PublishState.IN_PROGRESS)  # not yet published
-_FAILED = (PublishState.FAILED, PublishState.CONFLICT)
+from delta_mirror.store.states import CircuitState
 
 
 @dataclass
@@ -36,48 +35,66 @@ class TableStatus:
 
 def table_status(store: SqlStore, table: TableInfo) -> TableStatus:
     """Lag = now − commit time of the oldest unpublished version (0 when caught up)."""
-    latest = store.latest_version(table.id)
-    published = store.last_published_version(table.id)
-    rows = store.status_rows(table.id, artifact=Artifact.JSON, states=(*_OPEN, *_FAILED))
+    return fleet_status(store, [table])[0]
+
+
+def fleet_status(store: SqlStore, tables: Sequence[TableInfo]) -> list[TableStatus]:
+    """The status of each of ``tables`` (in their order) from a constant number of statements,
+    however many tables and versions the store holds (``MirrorStatus.fleet_rows``)."""
+    if not tables:
+        return []
+    ids = None if len(tables) > _FEW else [t.id for t in tables]
+    rows = store.fleet_rows(ids)
+    breakers = store.breakers_not_closed()
+    now = now_ms()
+    return [_status(t, rows.get(t.id), breakers, now) for t in tables]
+
+
+_FEW = 50  # more tables than this: read every table's row (one scan) rather than a long IN list
+
+
+def _status(table: TableInfo, row: FleetRow | None, breakers: dict[str, str], now: int) -> TableStatus:
+    row = row or FleetRow(table.id, None, None, None, None, None, 0, 0, 0, None, None)
+    if row.first_open is not None:
+        # Nothing published yet is None, not first_version - 1 (-1 for a new table).
+        published = None if row.first_open <= table.first_version else row.first_open - 1
+    else:
+        published = row.last_json
     lag = 0.0
-    if rows:
-        commits = store.commit_rows(table.id, rows[0].version, rows[0].version)
-        if commits:
-            lag = max(0.0, (now_ms() - commits[0].committed_at) / 1000.0)
-    failed_rows = [r for r in store.status_rows(table.id, states=_FAILED)]
-    last_failed = max(failed_rows, key=lambda r: r.finished_at or 0) if failed_rows else None
+    if row.first_open_committed_at is not None:
+        lag = max(0.0, (now - row.first_open_committed_at) / 1000.0)
     behind = 0
-    if latest is not None:
+    if row.latest_committed is not None:
         base = published if published is not None else table.first_version - 1
-        behind = max(0, latest - base)
+        behind = max(0, row.latest_committed - base)
     return TableStatus(
         table=table.name,
         location=table.location,
         state=table.state,
         halted_reason=table.halted_reason,
-        latest_committed=latest,
+        latest_committed=row.latest_committed,
         last_published=published,
-        last_checkpoint=store.last_checkpoint_version(table.id),
+        last_checkpoint=row.last_checkpoint,
         versions_behind=behind,
         lag_seconds=round(lag, 3),
-        pending=sum(1 for r in rows if r.state in _OPEN),
-        failed=sum(1 for r in failed_rows if r.state == PublishState.FAILED),
-        conflicts=sum(1 for r in failed_rows if r.state == PublishState.CONFLICT),
-        last_error_class=last_failed.error_class if last_failed else None,
-        last_error=last_failed.last_error if last_failed else None,
-        breaker=_breaker(store, table),
+        pending=row.pending,
+        failed=row.failed,
+        conflicts=row.conflicts,
+        last_error_class=row.last_error_class,
+        last_error=row.last_error,
+        breaker=_breaker(table, breakers),
     )
 
 
-def _breaker(store: SqlStore, table: TableInfo) -> str:
-    from delta_mirror.health.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreakers, endpoint_key, table_key
+def _breaker(table: TableInfo, not_closed: dict[str, str]) -> str:
+    """The worse of the table's and its storage endpoint's breaker (absent rows are CLOSED)."""
+    from delta_mirror.health.breaker import endpoint_key, table_key
 
-    breakers = CircuitBreakers(store)
-    states = {breakers.get(k).state for k in (table_key(table.name), endpoint_key(table.location))}
-    for state in (OPEN, HALF_OPEN):
+    states = {not_closed.get(k) for k in (table_key(table.name), endpoint_key(table.location))}
+    for state in (CircuitState.OPEN, CircuitState.HALF_OPEN):
         if state in states:
             return state.value
-    return CLOSED.value
+    return CircuitState.CLOSED.value
 
 
-__all__ = ["TableStatus", "table_status"]
+__all__ = ["TableStatus", "fleet_status", "table_status"]

@@ -36,6 +36,16 @@ class Breakers(StoreBase):
             return BreakerState(key, CircuitState.CLOSED, 0, None, None)
         return BreakerState(key, row.state, row.failures, row.opened_at, row.last_error)
 
+    def breakers_not_closed(self) -> dict[str, str]:
+        """Key → state of every breaker that is not CLOSED (one statement, for fleet-wide status)."""
+        with db.translated(self.url, "reading circuit breakers"), self.engine.connect() as conn:
+            rows = conn.execute(
+                select(dl_breakers.c.key, dl_breakers.c.state).where(
+                    dl_breakers.c.state != CircuitState.CLOSED
+                )
+            )
+            return {str(r.key): str(r.state) for r in rows}
+
     def write_breaker(self, key: str, **values: object) -> None:
         """Update the breaker's row (created closed with no failures first if absent)."""
         values["updated_at"] = now_ms()

@@ -37,8 +37,107 @@ class StatusRow:
     finished_at: int | None
 
 
+@dataclass(frozen=True)
+class FleetRow:
+    """What ``status`` says of one table, read for every table at once (``MirrorStatus.fleet_rows``)."""
+
+    table_id: int
+    latest_committed: int | None
+    last_json: int | None  # highest version with a JSON status row
+    last_checkpoint: int | None  # highest checkpoint published
+    first_open: int | None  # lowest JSON version not SUCCESS (pending, in progress, failed, conflict)
+    first_open_committed_at: int | None
+    pending: int  # JSON versions PENDING or IN_PROGRESS
+    failed: int  # versions (any artifact) FAILED
+    conflicts: int  # versions (any artifact) CONFLICT
+    last_error_class: str | None  # of the failed or conflicting row that finished last
+    last_error: str | None
+
+
+# The fleet queries: a constant number of statements for any number of tables, each an index lookup
+# per table (dl_commits' and dl_mirror_status' primary keys) or a read of the unfinished rows only
+# (the partial index ix_dl_mirror_status_open, migration 0004: `state <> 'SUCCESS'` is written as a
+# literal so SQLite can use it too). No statement reads a table's whole history.
+_FLEET_TOPS = """
+SELECT t.id,
+  (SELECT max(c.version) FROM dl_commits c WHERE c.table_id = t.id) AS latest,
+  (SELECT max(m.version) FROM dl_mirror_status m
+    WHERE m.table_id = t.id AND m.artifact = 'json') AS last_json,
+  (SELECT max(m.version) FROM dl_mirror_status m
+    WHERE m.table_id = t.id AND m.artifact = 'checkpoint' AND m.state = 'SUCCESS') AS last_checkpoint
+FROM dl_tables t {where}
+"""
+_FLEET_OPEN = """
+SELECT m.table_id, m.artifact, m.state, count(*) AS n, min(m.version) AS first
+FROM dl_mirror_status m WHERE m.state <> 'SUCCESS' {and_ids}
+GROUP BY m.table_id, m.artifact, m.state
+"""
+_FLEET_OPEN_TIMES = """
+SELECT o.table_id, c.committed_at FROM (
+  SELECT m.table_id, min(m.version) AS v FROM dl_mirror_status m
+  WHERE m.state <> 'SUCCESS' AND m.artifact = 'json' {and_ids} GROUP BY m.table_id
+) o JOIN dl_commits c ON c.table_id = o.table_id AND c.version = o.v
+"""
+_FLEET_LAST_ERRORS = """
+SELECT table_id, error_class, last_error FROM (
+  SELECT m.table_id, m.error_class, m.last_error, row_number() OVER (
+    PARTITION BY m.table_id ORDER BY coalesce(m.finished_at, 0) DESC, m.version, m.artifact) AS rn
+  FROM dl_mirror_status m WHERE m.state <> 'SUCCESS' AND m.state IN ('FAILED', 'CONFLICT') {and_ids}
+) e WHERE rn = 1
+"""
+
+
 class MirrorStatus(StoreBase):
     """Read and move the per-version publish states."""
+
+    def fleet_rows(self, table_ids: Sequence[int] | None = None) -> dict[int, FleetRow]:
+        """Every table's status figures (or those of ``table_ids``) in four statements, whatever the
+        number of tables: the ``status`` / ``health`` commands, the monitor DAG and the UI overview."""
+        where = and_ids = ""
+        params: dict[str, Any] = {}
+        if table_ids is not None:
+            where, and_ids = "WHERE t.id IN :ids", "AND m.table_id IN :ids"
+            params["ids"] = sorted(set(table_ids))
+
+        def q(sql: str) -> Any:
+            stmt = text(sql.format(where=where, and_ids=and_ids))
+            return stmt.bindparams(bindparam("ids", expanding=True)) if params else stmt
+
+        with db.translated(self.url, "reading mirror status"), self.reader.connect() as conn:
+            tops = conn.execute(q(_FLEET_TOPS), params).all()
+            open_rows = conn.execute(q(_FLEET_OPEN), params).all()
+            times = {int(r[0]): r[1] for r in conn.execute(q(_FLEET_OPEN_TIMES), params)}
+            errors = {int(r[0]): (r[1], r[2]) for r in conn.execute(q(_FLEET_LAST_ERRORS), params)}
+        counts: dict[int, dict[str, int]] = {}
+        first_open: dict[int, int] = {}
+        for table_id, artifact, state, n, first in open_rows:
+            c = counts.setdefault(int(table_id), {"pending": 0, "failed": 0, "conflicts": 0})
+            if artifact == Artifact.JSON:
+                first_open[table_id] = min(int(first), first_open.get(table_id, int(first)))
+                if state in (PublishState.PENDING, PublishState.IN_PROGRESS):
+                    c["pending"] += int(n)
+            if state == PublishState.FAILED:
+                c["failed"] += int(n)
+            elif state == PublishState.CONFLICT:
+                c["conflicts"] += int(n)
+        out: dict[int, FleetRow] = {}
+        for table_id, latest, last_json, last_cp in tops:
+            c = counts.get(table_id, {"pending": 0, "failed": 0, "conflicts": 0})
+            error_class, last_error = errors.get(table_id, (None, None))
+            out[table_id] = FleetRow(
+                table_id=table_id,
+                latest_committed=None if latest is None else int(latest),
+                last_json=None if last_json is None else int(last_json),
+                last_checkpoint=None if last_cp is None else int(last_cp),
+                first_open=first_open.get(table_id),
+                first_open_committed_at=times.get(table_id),
+                pending=c["pending"],
+                failed=c["failed"],
+                conflicts=c["conflicts"],
+                last_error_class=error_class,
+                last_error=last_error,
+            )
+        return out
 
     def status_rows(
         self,
@@ -47,7 +146,9 @@ class MirrorStatus(StoreBase):
         states: Sequence[str] | None = None,
         from_version: int | None = None,
         to_version: int | None = None,
+        newest: int | None = None,
     ) -> list[StatusRow]:
+        """Status rows in version order; ``newest``: only the last ``newest`` of them (a page)."""
         q = select(dl_mirror_status).where(dl_mirror_status.c.table_id == table_id)
         if artifact:
             q = q.where(dl_mirror_status.c.artifact == artifact)
@@ -57,9 +158,14 @@ class MirrorStatus(StoreBase):
             q = q.where(dl_mirror_status.c.version >= from_version)
         if to_version is not None:
             q = q.where(dl_mirror_status.c.version <= to_version)
-        q = q.order_by(dl_mirror_status.c.version, dl_mirror_status.c.artifact)
+        if newest is not None:
+            q = q.order_by(dl_mirror_status.c.version.desc(), dl_mirror_status.c.artifact.desc()).limit(
+                newest
+            )
+        else:
+            q = q.order_by(dl_mirror_status.c.version, dl_mirror_status.c.artifact)
         with db.translated(self.url, "reading mirror status"), self.reader.connect() as conn:
-            return [
+            rows = [
                 StatusRow(
                     r.version,
                     r.artifact,
@@ -75,6 +181,19 @@ class MirrorStatus(StoreBase):
                 )
                 for r in conn.execute(q)
             ]
+        if newest is not None:
+            rows.reverse()
+        return rows
+
+    def count_status(self, table_id: int, artifact: str) -> int:
+        """How many versions of the table have a status row for ``artifact`` (the total of a page)."""
+        with db.translated(self.url, "reading mirror status"), self.reader.connect() as conn:
+            n = conn.execute(
+                select(func.count()).where(
+                    dl_mirror_status.c.table_id == table_id, dl_mirror_status.c.artifact == artifact
+                )
+            ).scalar()
+            return int(n or 0)
 
     def last_published_version(self, table_id: int) -> int | None:
         """Highest version V such that every JSON commit up to V is published (SUCCESS)."""
@@ -282,4 +401,4 @@ class MirrorStatus(StoreBase):
             )
 
 
-__all__ = ["MirrorStatus", "StatusRow"]
+__all__ = ["FleetRow", "MirrorStatus", "StatusRow"]

@@ -88,7 +88,8 @@ class DeltaMirrorLagOperator(DeltaMirrorBaseOperator):
     @translated
     def execute(self, context: Any) -> list[dict[str, object]]:
         from delta_mirror.airflow.metrics import emit_table_metrics
-        from delta_mirror.health.status import table_status
+        from delta_mirror.health.monitoring import record_lag_samples
+        from delta_mirror.health.status import fleet_status
 
         store = self.hook.store
         if self.tables:
@@ -100,14 +101,13 @@ class DeltaMirrorLagOperator(DeltaMirrorBaseOperator):
             tables = [known[n] for n in self.tables if n in known]
         else:
             tables = store.list_tables()
+        # Every table's status from a constant number of queries, the samples in one insert.
+        statuses = fleet_status(store, tables)
+        if self.record_samples:
+            record_lag_samples(store, tables, self._retention, statuses)
         out = []
-        for table in tables:
-            status = table_status(store, table)
+        for status in statuses:
             emit_table_metrics(status)
-            if self.record_samples:
-                from delta_mirror.health.monitoring import record_lag_sample
-
-                record_lag_sample(store, table, retention=self._retention(table.name), status=status)
             self.log.info(
                 "%s: %d version(s) behind, lag %.1f s",
                 status.table,
