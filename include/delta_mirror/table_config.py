@@ -30,6 +30,11 @@ defaults:
   max_active_tasks: null           # tasks of one table's runs at once (null: Airflow's default)
   pool: null                       # an Airflow pool for the table's tasks (null: default_pool)
   priority_weight: 1               # higher runs first when pool slots are short
+  # the per-run work (docs/scaling.md "A commit costs what publishing costs")
+  tasks: null                      # single: one `sync` task; steps: publish → checkpoint → validate →
+                                   # metrics (null: single for `schedule: event`, steps otherwise)
+  validate_every: 10m              # `sync` validates the versions published since the last
+                                   # validation at most this often (0: every run; a failure: next run)
 tables:
   sales:
     schedule: event
@@ -132,10 +137,21 @@ class TableConfig:
     max_active_tasks: int | None = None
     pool: str | None = None
     priority_weight: int = 1
+    # the per-run work: one `sync` task or the four steps (None: by schedule, see ``task_layout``)
+    tasks: str | None = None
+    validate_every: timedelta = timedelta(minutes=10)
 
     @property
     def event_driven(self) -> bool:
         return self.schedule == "event"
+
+    @property
+    def task_layout(self) -> str:
+        """``single`` (one ``sync`` task) or ``steps``; unset: single for an event-driven table,
+        whose runs follow each commit, steps for a scheduled one."""
+        if self.tasks is not None:
+            return self.tasks
+        return "single" if self.event_driven else "steps"
 
     @property
     def dag_id(self) -> str:
@@ -314,6 +330,19 @@ def _reader(val: Any, at: str) -> str:
     return str(val)
 
 
+TASK_LAYOUTS = ("single", "steps")
+
+
+def _tasks(val: Any, at: str) -> str | None:
+    if val is not None and val not in TASK_LAYOUTS:
+        raise ConfigError(
+            f"{at}: expected single or steps, got {val!r}",
+            hint="single: one `sync` task per run; steps: publish, checkpoint, validate, metrics; "
+            "null: single for `schedule: event` tables, steps otherwise",
+        )
+    return val  # type: ignore[no-any-return]
+
+
 def _tags(val: Any, at: str) -> tuple[str, ...]:
     if not isinstance(val, list) or not all(isinstance(t, str) for t in val):
         raise ConfigError(f"{at}: expected a list of strings")
@@ -348,6 +377,8 @@ _TABLE_VALUES: dict[str, Callable[[Any, str], Any]] = {
     "max_active_tasks": lambda val, at: None if val is None else _positive_int(val, at),
     "pool": _optional_str,
     "priority_weight": lambda val, at: _positive_int(val, at, minimum=0),
+    "tasks": _tasks,
+    "validate_every": parse_duration,
 }
 
 

@@ -3,7 +3,8 @@ api-server, LocalExecutor) running the project's DAG file against a SQLite store
 
 1. a table DAG that overruns its ``deadline`` sends a "deadline missed" email (DeadlineAlert →
    AsyncCallback in the triggerer → SmtpNotifier) to a real SMTP server;
-2. an event-driven table (AssetWatcher + StoreCommitTrigger) publishes a new commit on its own;
+2. an event-driven table (AssetWatcher + StoreCommitTrigger) publishes a new commit on its own, in
+   one ``sync`` task that also records the lag sample and the validation on its cadence;
 3. the backfill DAG runs from the REST API and from ``airflow dags trigger``; bad input is refused.
 
 One Airflow instance serves the whole module; it is stopped (process group and stragglers) at the end.
@@ -244,14 +245,25 @@ def test_event_driven_publish(airflow: Env) -> None:
     runs = stack.dag_runs(dag_id)
     # one run per commit: no duplicate runs from a watcher that fires twice for the same version
     assert [(r["run_type"], r["state"]) for r in runs] == [("asset_triggered", "success")] * 2, runs
-    publish = stack.api(
+    # an event-driven table runs one `sync` task (tasks: single): publish, checkpoint when due,
+    # validation on its cadence (the first one validated version 0; 10 min later it is due again), lag
+    sync = stack.api(
         "GET",
-        f"/api/v2/dags/{dag_id}/dagRuns/{runs[1]['dag_run_id']}/taskInstances/publish/xcomEntries/return_value",
+        f"/api/v2/dags/{dag_id}/dagRuns/{runs[1]['dag_run_id']}/taskInstances/sync/xcomEntries/return_value",
     )
-    assert publish.status_code == 200, publish.text
-    value = publish.json()["value"]
+    assert sync.status_code == 200, sync.text
+    value = sync.json()["value"]
     value = json.loads(value) if isinstance(value, str) else value
     assert (value["published"], value["first"]) == (1, 1), value
+    assert value["validation"]["state"] == "not due" and value["lag"]["versions_behind"] == 0, value
+    store = airflow.store()
+    try:
+        info = store.get_table(EVENTS)
+        assert info.settings["last_validation"]["to_version"] == 0  # by the first run, OK
+        assert info.settings["last_validation"]["ok"] is True
+        assert len(store.lag_samples(info.id)) == 2  # one per run
+    finally:
+        store.close()
     airflow.validate(EVENTS)
     log = sorted(p.name for p in (airflow.tables / EVENTS / LOG_DIR).iterdir())
     assert log[:2] == [commit_name(0), commit_name(1)], log

@@ -1,8 +1,10 @@
 """DAGs generated from the table config (re-read at every parse: edits need no restart).
 
-- ``delta_mirror__<table>``: publish → checkpoint → validate → metrics, on the table's schedule or
-  event-driven (an ``AssetWatcher`` polling the store), with retries, a ``DeadlineAlert`` and
-  failure notifications;
+- ``delta_mirror__<table>``: on the table's schedule or event-driven (an ``AssetWatcher`` polling
+  the store), with retries, a ``DeadlineAlert`` and failure notifications; ``tasks: single`` (the
+  default for event-driven tables) runs one ``sync`` task (publish, checkpoint when due, validate
+  on the table's cadence, lag sample: one task start-up per run), ``tasks: steps`` runs
+  publish → checkpoint → validate → metrics as separate tasks;
 - ``delta_mirror_reconcile``: re-drives failed/stuck/lagging versions; escalates persistent failures;
 - ``delta_mirror_backfill``: manual, a ``Param`` form (table, version range, steps);
 - ``delta_mirror_monitor``: lag metrics and lag-SLO breach emails;
@@ -44,6 +46,7 @@ from delta_mirror.airflow.operators import (
     DeltaMirrorMaintenanceOperator,
     DeltaMirrorPublishOperator,
     DeltaMirrorReconcileOperator,
+    DeltaMirrorSyncOperator,
     DeltaMirrorValidateOperator,
 )
 from delta_mirror.airflow.triggers import StoreCommitTrigger
@@ -120,6 +123,23 @@ def _max_active_tasks(cfg: TableConfig) -> dict[str, Any]:
     return {"max_active_tasks": cfg.max_active_tasks} if cfg.max_active_tasks else {}
 
 
+def _doc(cfg: TableConfig) -> str:
+    if cfg.task_layout == "single":
+        what = (
+            "one `sync` task publishes every pending version, checkpoints when due, validates the new "
+            f"versions ({cfg.reader}, every {cfg.validate_every if cfg.validate else 'never'}) and records the lag"
+        )
+    else:
+        what = (
+            "publish → checkpoint (when due) "
+            f"→ validate the versions just published ({cfg.reader}) → lag metrics"
+        )
+    return (
+        f"Publishes the Delta log of **{cfg.name}** from the SQL store: {what}. "
+        f"Schedule: `{cfg.schedule}`; lag SLO {cfg.lag_slo}; deadline {cfg.deadline}."
+    )
+
+
 def table_dag(cfg: TableConfig) -> DAG:
     deadline = None
     if cfg.deadline is not None:
@@ -140,39 +160,57 @@ def table_dag(cfg: TableConfig) -> DAG:
         default_args=default_args(cfg),
         tags=[*BASE_TAGS, "table", *cfg.tags],
         deadline=deadline,
-        doc_md=f"Publishes the Delta log of **{cfg.name}** from the SQL store: publish → checkpoint (when due) "
-        f"→ validate the versions just published ({cfg.reader}) → lag metrics. "
-        f"Schedule: `{cfg.schedule}`; lag SLO {cfg.lag_slo}; deadline {cfg.deadline}.",
+        doc_md=_doc(cfg),
     ) as dag:
-        engine = cfg.checkpoint.engine
-        # with another engine the publish step leaves the cadence's checkpoints to the next step
-        publish = DeltaMirrorPublishOperator(
-            task_id="publish", table=cfg.name, cadence_checkpoints=engine == "local", **conn_args(cfg)
-        )
-        checkpoint = _checkpoint_task(cfg)
-        tasks: list[Any] = [publish, checkpoint]
-        if cfg.validate:
-            tasks.append(
-                DeltaMirrorValidateOperator(
-                    task_id="validate",
-                    table=cfg.name,
-                    reader=cfg.reader,
-                    **conn_args(cfg),
-                    from_version=JUST_PUBLISHED_FROM,
-                    to_version=JUST_PUBLISHED_TO,
-                )
-            )
-        tasks.append(
-            DeltaMirrorLagOperator(
-                task_id="metrics",
-                tables=[cfg.name],
-                store_conn_id=cfg.store_conn_id,
-                lag_history_retention=cfg.lag_history_retention.total_seconds(),
-            )
-        )
+        tasks = _single_tasks(cfg) if cfg.task_layout == "single" else _step_tasks(cfg)
         for upstream, downstream in itertools.pairwise(tasks):
             upstream >> downstream
     return dag
+
+
+def _single_tasks(cfg: TableConfig) -> list[Any]:
+    """One ``sync`` task; with the Spark engine its spark-submit checkpoint task follows."""
+    engine = cfg.checkpoint.engine
+    sync = DeltaMirrorSyncOperator(
+        task_id="sync",
+        table=cfg.name,
+        checkpoint_engine=engine,
+        validate_every=cfg.validate_every.total_seconds() if cfg.validate else None,
+        reader=cfg.reader,
+        lag_history_retention=cfg.lag_history_retention.total_seconds(),
+        **conn_args(cfg),
+    )
+    return [sync, _checkpoint_task(cfg)] if engine == "spark" else [sync]
+
+
+def _step_tasks(cfg: TableConfig) -> list[Any]:
+    """publish → checkpoint → validate (the versions just published) → metrics."""
+    engine = cfg.checkpoint.engine
+    # with another engine the publish step leaves the cadence's checkpoints to the next step
+    publish = DeltaMirrorPublishOperator(
+        task_id="publish", table=cfg.name, cadence_checkpoints=engine == "local", **conn_args(cfg)
+    )
+    tasks: list[Any] = [publish, _checkpoint_task(cfg)]
+    if cfg.validate:
+        tasks.append(
+            DeltaMirrorValidateOperator(
+                task_id="validate",
+                table=cfg.name,
+                reader=cfg.reader,
+                **conn_args(cfg),
+                from_version=JUST_PUBLISHED_FROM,
+                to_version=JUST_PUBLISHED_TO,
+            )
+        )
+    tasks.append(
+        DeltaMirrorLagOperator(
+            task_id="metrics",
+            tables=[cfg.name],
+            store_conn_id=cfg.store_conn_id,
+            lag_history_retention=cfg.lag_history_retention.total_seconds(),
+        )
+    )
+    return tasks
 
 
 def reconcile_dag(config: MirrorConfig) -> DAG:

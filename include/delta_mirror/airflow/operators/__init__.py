@@ -3,7 +3,7 @@
 All take ``store_conn_id`` (a Postgres connection; default: ``DELTA_MIRROR_STORE`` or the embedded
 SQLite store) and ``aws_conn_id`` (S3 credentials and endpoint; default: the AWS environment),
 through ``DeltaMirrorHookMixin``. By topic: ``table_steps`` (publish, checkpoint, validate,
-maintenance), ``fleet`` (reconcile, lag), ``spark`` (ingest, Delta-Spark job).
+maintenance), ``sync`` (the four steps of a run in one task), ``fleet`` (reconcile, lag), ``spark`` (ingest, Delta-Spark job).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from delta_mirror.airflow.operators.spark import (
     DeltaMirrorSparkIngestOperator,
     DeltaMirrorSparkPipelineOperator,
 )
+from delta_mirror.airflow.operators.sync import DeltaMirrorSyncOperator
 from delta_mirror.airflow.operators.table_steps import (
     DeltaMirrorCheckpointOperator,
     DeltaMirrorMaintenanceOperator,
@@ -30,6 +31,7 @@ __all__ = [
     "DeltaMirrorReconcileOperator",
     "DeltaMirrorSparkIngestOperator",
     "DeltaMirrorSparkPipelineOperator",
+    "DeltaMirrorSyncOperator",
     "DeltaMirrorTableOperator",
     "DeltaMirrorValidateOperator",
 ]

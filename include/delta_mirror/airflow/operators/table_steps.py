@@ -9,6 +9,39 @@ from delta_mirror.airflow.errors import translated
 from delta_mirror.airflow.operators.base import DeltaMirrorTableOperator, optional_int
 
 
+def judge_report(log: Any, table: str, report: Any, *, strict: bool = False) -> None:
+    """Log a validation report's problems and limitations; raise ``DataError`` (the task fails) on a
+    problem, and with ``strict`` on a limitation. Shared by the validate and sync steps."""
+    from delta_mirror.errors import DataError
+
+    for p in report.problems:
+        log.error("[%s] version %s: %s — %s", p.kind, p.version, p.message, p.hint)
+    for lim in report.limitations:
+        log.warning(
+            "reader limitation [%s] version %s: %s — read it with: %s",
+            lim.reader,
+            lim.version,
+            lim.message,
+            lim.use_instead,
+        )
+    if not report.ok:
+        raise DataError(
+            f"validation found {len(report.problems)} problem(s): "
+            + "; ".join(f"[{p.kind}] v{p.version}: {p.message}" for p in report.problems[:5]),
+            table=table,
+            hint="see the task log for every problem and what to do",
+        )
+    if not report.passed(strict=strict):
+        raise DataError(
+            f"validation (strict) found {len(report.limitations)} reader limitation(s) and no "
+            "mirror problem: "
+            + "; ".join(f"[{lim.reader}] v{lim.version}" for lim in report.limitations[:5]),
+            table=table,
+            hint="read those versions with the reader named in the task log, or set strict=False",
+        )
+    log.info("validated %s versions %s..%s: OK", table, report.from_version, report.to_version)
+
+
 class DeltaMirrorPublishOperator(DeltaMirrorTableOperator):
     """Publish the table's pending versions (up to ``to_version``) as ``_delta_log`` commits."""
 
@@ -109,7 +142,6 @@ class DeltaMirrorValidateOperator(DeltaMirrorTableOperator):
 
     @translated
     def run(self, context: Any) -> dict[str, Any]:
-        from delta_mirror.errors import DataError
         from delta_mirror.jobs.validate import validate_table
 
         report = validate_table(
@@ -123,32 +155,9 @@ class DeltaMirrorValidateOperator(DeltaMirrorTableOperator):
         from delta_mirror.health.monitoring import record_validation
 
         record_validation(self.hook.store, self.table, {**report.to_json(), "reader": self.reader})
-        for p in report.problems:
-            self.log.error("[%s] version %s: %s — %s", p.kind, p.version, p.message, p.hint)
-        for lim in report.limitations:
-            self.log.warning(
-                "reader limitation [%s] version %s: %s — read it with: %s",
-                lim.reader,
-                lim.version,
-                lim.message,
-                lim.use_instead,
-            )
-        if not report.ok:
-            raise DataError(
-                f"validation found {len(report.problems)} problem(s): "
-                + "; ".join(f"[{p.kind}] v{p.version}: {p.message}" for p in report.problems[:5]),
-                table=self.table,
-                hint="see the task log for every problem and what to do",
-            )
-        if not report.passed(strict=str(self.strict).strip().lower() in ("true", "1", "yes")):
-            raise DataError(
-                f"validation (strict) found {len(report.limitations)} reader limitation(s) and no "
-                "mirror problem: "
-                + "; ".join(f"[{lim.reader}] v{lim.version}" for lim in report.limitations[:5]),
-                table=self.table,
-                hint="read those versions with the reader named in the task log, or set strict=False",
-            )
-        self.log.info("validated %s versions %s..%s: OK", self.table, report.from_version, report.to_version)
+        judge_report(
+            self.log, self.table, report, strict=str(self.strict).strip().lower() in ("true", "1", "yes")
+        )
         return report.to_json()
 
 
@@ -194,4 +203,5 @@ __all__ = [
     "DeltaMirrorMaintenanceOperator",
     "DeltaMirrorPublishOperator",
     "DeltaMirrorValidateOperator",
+    "judge_report",
 ]

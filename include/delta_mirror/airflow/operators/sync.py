@@ -1,0 +1,86 @@
+"""The one task of a ``tasks: single`` table's run: publish, checkpoint when due, validate on the
+table's cadence and record the lag, in one process (``jobs.sync``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from delta_mirror.airflow.errors import translated
+from delta_mirror.airflow.operators.base import DeltaMirrorTableOperator
+from delta_mirror.airflow.operators.table_steps import judge_report
+
+
+class DeltaMirrorSyncOperator(DeltaMirrorTableOperator):
+    """Publish every pending version of ``table`` and do the run's follow-up work in the same task.
+
+    ``checkpoint_engine``: ``local`` / ``auto`` checkpoint here when due; ``spark`` leaves it to
+    the spark-submit task after this one. ``validate_every``: seconds between validations of the
+    newly published versions (``None``: never; 0: every run); a problem fails the task, as the
+    validate step does. ``lag_history_retention``: seconds of lag samples kept.
+    """
+
+    metric_step = "sync"
+    template_fields: Sequence[str] = (*DeltaMirrorTableOperator.template_fields, "reader", "validate_every")
+
+    def __init__(
+        self,
+        *,
+        checkpoint_engine: str = "local",
+        validate_every: float | str | None = 600.0,
+        reader: str = "deltalake",
+        lag_history_retention: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.checkpoint_engine = checkpoint_engine
+        self.validate_every = validate_every
+        self.reader = reader
+        self.lag_history_retention = lag_history_retention
+
+    def _settings(self) -> Any:
+        """The table's checkpoint settings (``auto`` needs the Spark threshold and conf)."""
+        if self.checkpoint_engine != "auto":
+            return None
+        from delta_mirror.table_config import load_config
+
+        config = load_config()
+        return config.tables.get(self.table, config.defaults).checkpoint
+
+    @translated
+    def run(self, context: Any) -> dict[str, Any]:
+        from datetime import timedelta
+
+        from delta_mirror.airflow.metrics import emit_table_metrics
+        from delta_mirror.health.monitoring import DEFAULT_LAG_RETENTION
+        from delta_mirror.jobs.sync import sync_table
+
+        every = None if self.validate_every in (None, "", "None") else float(self.validate_every)
+        retention = self.lag_history_retention
+        result = sync_table(
+            self.hook.store,
+            self.table,
+            storage_options=self.hook.storage_options,
+            checkpoint_engine=self.checkpoint_engine,
+            checkpoint_settings=self._settings(),
+            validate_every=None if every is None else timedelta(seconds=every),
+            reader=self.reader,
+            lag_retention=DEFAULT_LAG_RETENTION if retention is None else timedelta(seconds=retention),
+        )
+        emit_table_metrics(result.status)
+        summary = result.to_json()
+        self.log.info(
+            "%s: published %d version(s) through %s; checkpoint %s; validation %s; lag %.1f s",
+            self.table,
+            summary["published"],
+            summary["last_published"],
+            summary["checkpoints"] or "not due",
+            summary["validation"]["state"],
+            result.status.lag_seconds,
+        )
+        if result.report is not None:
+            judge_report(self.log, self.table, result.report)
+        return summary
+
+
+__all__ = ["DeltaMirrorSyncOperator"]
