@@ -6,11 +6,19 @@ Only preparation runs ahead. ``put_if_absent`` makes ``v.json`` visible at once,
 v only after v-1 was put *and read back*: a write the storage acknowledged but lost must stop the
 run before v becomes visible, or readers would see a gap (invariant 1). So one table has exactly
 one commit file in flight; what overlaps it is the work for the versions after it.
+
+The storage calls release the GIL, but the writer needs it back for a few microseconds between
+them (put, read-back, bookkeeping). With the interpreter's default 5 ms switch interval it waited
+behind the preparing thread for most of each put (profile: put 876 µs on the writer against about
+250 µs in the bare loop), so a running writer shortens the interval (``_FastSwitching``), and the
+preparing thread fills the queue in bursts (it waits for the queue to drain to half, not for one
+free slot) so the two threads hand the GIL and the lock over far less often.
 """
 
 from __future__ import annotations
 
 import hashlib
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -25,6 +33,35 @@ from delta_mirror.storage import ObjectExistsError, ObjectStore
 DEFAULT_DEPTH = 1024
 #: ... and at most this many bytes of them (a few huge commits do not pile up in memory).
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+#: The thread switch interval while a writer runs (seconds; the interpreter's default is 0.005).
+WRITER_SWITCH_INTERVAL = 0.0002
+
+
+class _FastSwitching:
+    """Shortens ``sys.setswitchinterval`` while at least one writer runs, and puts the previous
+    value back when the last one stops (unless someone else changed it meanwhile)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._saved = 0.0
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._users == 0:
+                self._saved = sys.getswitchinterval()
+                if self._saved > WRITER_SWITCH_INTERVAL:
+                    sys.setswitchinterval(WRITER_SWITCH_INTERVAL)
+            self._users += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0 and sys.getswitchinterval() == WRITER_SWITCH_INTERVAL:
+                sys.setswitchinterval(self._saved)
+
+
+_fast_switching = _FastSwitching()
 
 
 @dataclass(frozen=True)
@@ -56,6 +93,7 @@ class CommitWriter:
     ) -> None:
         self._put = put
         self._depth = max(1, depth)
+        self._low = self._depth // 2  # a full queue takes commits again once drained to this
         self._max_bytes = max_bytes
         self._pending: deque[PreparedCommit] = deque()
         self._pending_bytes = 0
@@ -66,22 +104,30 @@ class CommitWriter:
         #: the first failure of a put (raised to the caller by ``submit`` / ``drain``)
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="delta-mirror-commit-writer", daemon=True)
+        _fast_switching.__enter__()
+        self._switching = True
         self._thread.start()
 
     def submit(self, commit: PreparedCommit) -> None:
-        """Queue ``commit`` behind the others; waits while the queue is full. Raises the writer's
-        failure instead once there is one (the caller stops preparing)."""
+        """Queue ``commit`` behind the others; once the queue is full, waits until it drained to
+        half. Raises the writer's failure instead once there is one (the caller stops preparing)."""
+        size = len(commit.data)
         with self._cond:
-            while self.error is None and self._pending and self._full(len(commit.data)):
-                self._cond.wait()
+            if self._pending and self._full(size):
+                while self.error is None and self._pending and not self._room(size):
+                    self._cond.wait()
             if self.error is not None:
                 raise self.error
             self._pending.append(commit)
-            self._pending_bytes += len(commit.data)
-            self._cond.notify_all()
+            self._pending_bytes += size
+            if len(self._pending) == 1:  # the writer may be waiting for work
+                self._cond.notify_all()
 
     def _full(self, size: int) -> bool:
         return len(self._pending) >= self._depth or self._pending_bytes + size > self._max_bytes
+
+    def _room(self, size: int) -> bool:
+        return len(self._pending) <= self._low and self._pending_bytes + size <= self._max_bytes
 
     def drain(self) -> None:
         """Wait until every queued commit is written or the writer stopped at a failure; then raise
@@ -114,6 +160,9 @@ class CommitWriter:
             self._pending_bytes = 0
             self._cond.notify_all()
         self._thread.join()
+        if self._switching:
+            self._switching = False
+            _fast_switching.__exit__()
 
     def _run(self) -> None:
         while True:
@@ -125,7 +174,8 @@ class CommitWriter:
                 commit = self._pending.popleft()
                 self._pending_bytes -= len(commit.data)
                 self._busy = True
-                self._cond.notify_all()
+                if len(self._pending) <= self._low:  # a submitter waiting for room may go on
+                    self._cond.notify_all()
             try:
                 present = self._put(commit)
             except BaseException as exc:
@@ -139,7 +189,8 @@ class CommitWriter:
             with self._cond:
                 self._written.append(Written(commit, present))
                 self._busy = False
-                self._cond.notify_all()
+                if not self._pending:  # drain() waits for an empty queue and an idle writer
+                    self._cond.notify_all()
 
 
 def put_commit(table: str, objects: ObjectStore, version: int, data: bytes, digest: str) -> bool:

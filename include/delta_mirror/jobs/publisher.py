@@ -22,13 +22,9 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from delta_mirror.delta.actions import check_stored_commit, render_commit
-from delta_mirror.delta.checkpoint.layouts import build_checkpoint
-from delta_mirror.delta.checkpoint.model import CheckpointInput, CheckpointResult
-from delta_mirror.delta.last_checkpoint import LAST_CHECKPOINT_PATH, LastCheckpoint, judge_last_checkpoint
-from delta_mirror.delta.log_listing import list_log, sidecar_refs
 from delta_mirror.delta.protocol import (
     DEFAULT_TOMBSTONE_RETENTION_MS,
     DELETED_FILE_RETENTION,
@@ -46,16 +42,23 @@ from delta_mirror.errors import (
 )
 from delta_mirror.failpoints import failpoint
 from delta_mirror.health.breaker import BreakerPolicy, CircuitBreakers, endpoint_key, table_key
+from delta_mirror.jobs.publish_cadence import (
+    ReplayBytes,
+    checkpoint_due,
+)
 from delta_mirror.jobs.publish_pipeline import CommitWriter, PreparedCommit, put_commit
 from delta_mirror.storage import ObjectExistsError, ObjectStore, open_store
 from delta_mirror.store.sql_store import CommitRow, Snapshot, SqlStore, TableInfo
 from delta_mirror.store.states import Artifact, CommitSource, PublishState, TableState
 
+# The checkpoint and log-listing modules load pyarrow (0.2-0.3 s of a process start): they are
+# imported where a checkpoint is written; publishing commits alone never needs them.
+if TYPE_CHECKING:
+    from delta_mirror.delta.checkpoint.model import CheckpointInput, CheckpointResult
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-DEFAULT_CHECKPOINT_INTERVAL = 10
-DEFAULT_CHECKPOINT_MAX_BYTES = 32 * 1024 * 1024
 DEFAULT_LEASE_TTL = 120.0
 LEASE_TTL_ENV = "DELTA_MIRROR_LEASE_TTL"
 
@@ -80,6 +83,8 @@ class CheckpointPlan:
 
     def header_input(self) -> CheckpointInput:
         """The non-file state as a ``CheckpointInput`` (its ``adds``/``removes`` left empty)."""
+        from delta_mirror.delta.checkpoint.model import CheckpointInput
+
         snap = self.snapshot
         return CheckpointInput(
             self.version, snap.protocol, snap.metadata, snap.txns, snap.domain_metadata, [], []
@@ -88,11 +93,14 @@ class CheckpointPlan:
 
 #: Builds a checkpoint's files for a plan (the local engine when the publisher has none); the
 #: publisher then writes them with put-if-absent and moves ``_last_checkpoint``.
-CheckpointBuilder = Callable[[SqlStore, CheckpointPlan], CheckpointResult]
+CheckpointBuilder = Callable[[SqlStore, CheckpointPlan], "CheckpointResult"]
 
 
 def local_checkpoint_builder(store: SqlStore, plan: CheckpointPlan) -> CheckpointResult:
     """The in-process engine: the active file set streamed from the store (O(active files))."""
+    from delta_mirror.delta.checkpoint.layouts import build_checkpoint
+    from delta_mirror.delta.checkpoint.model import CheckpointInput
+
     snap, table_id, version = plan.snapshot, plan.table.id, plan.version
     return build_checkpoint(
         CheckpointInput(
@@ -142,6 +150,7 @@ class _Run:
     writer: CommitWriter
     last_written: int  # the highest version written and recorded in this run (start - 1 before any)
     checkpointing: bool = False  # a cadence checkpoint is being written (its failure is not a commit's)
+    replay: ReplayBytes = field(default_factory=ReplayBytes)  # JSON bytes since the last checkpoint
 
 
 @dataclass
@@ -367,14 +376,14 @@ class Publisher:
         """The cadence is applied at batch boundaries: a long backlog still gets checkpoints along
         the way (readers replay less), without one per `interval` versions. The writer is waited
         for only when one is due (a checkpoint follows its commit)."""
-        if not self.cadence_checkpoints or not self._checkpoint_due(run.table, end):
+        if not self.cadence_checkpoints or not self._checkpoint_due(run.table, end, run.replay):
             return
         self._settle(run)
         v, result = run.result.last_published, run.result
         if (
             v is not None
             and (result.published or result.already_present)
-            and self._checkpoint_due(run.table, v)
+            and self._checkpoint_due(run.table, v, run.replay)
         ):
             run.checkpointing = True
             self._checkpoint(run.table, run.objects, v, result)
@@ -458,27 +467,8 @@ class Publisher:
             self.store.halt_table(table.id, exc.message, failed)
 
     # -- checkpoints ------------------------------------------------------------------------------
-    def _checkpoint_due(self, table: TableInfo, version: int) -> bool:
-        """Replay cost since the last checkpoint: versions and JSON bytes, whichever fills first."""
-        last_cp = self.store.last_checkpoint_version(table.id)
-        if last_cp is not None and last_cp >= version:
-            return False
-        interval = table.checkpoint_interval
-        if interval is None:
-            config = (
-                json.loads(self.store.snapshot(table.id, version).metadata)["metaData"].get("configuration")
-                or {}
-            )
-            try:
-                interval = int(config.get("delta.checkpointInterval", DEFAULT_CHECKPOINT_INTERVAL))
-            except ValueError:
-                interval = DEFAULT_CHECKPOINT_INTERVAL
-        interval = max(1, interval)
-        since = last_cp if last_cp is not None else 0
-        if version - since >= interval:
-            return True
-        max_bytes = table.checkpoint_max_bytes or DEFAULT_CHECKPOINT_MAX_BYTES
-        return self.store.json_bytes_between(table.id, since, version) >= max_bytes
+    def _checkpoint_due(self, table: TableInfo, version: int, replay: ReplayBytes | None = None) -> bool:
+        return checkpoint_due(self.store, table, version, replay)
 
     def checkpoint_if_due(self, name: str) -> int | None:
         """Write a checkpoint at the last published version when the cadence policy says so."""
@@ -585,6 +575,9 @@ class Publisher:
         for this listed the log earlier, and a publisher may since have moved the pointer forward to
         a newer complete checkpoint (replacing it then would move it backwards).
         """
+        from delta_mirror.delta.last_checkpoint import LAST_CHECKPOINT_PATH, judge_last_checkpoint
+        from delta_mirror.delta.log_listing import list_log, sidecar_refs
+
         table = self.store.get_table(name)
         self._take_lease(table)
         try:
@@ -604,6 +597,8 @@ class Publisher:
 def _move_last_checkpoint_forward(objects: ObjectStore, version: int, data: bytes) -> None:
     """Replace ``_last_checkpoint`` with ``data`` (the pointer at ``version``) unless the current
     one names a newer checkpoint: it never moves backwards; an unreadable one is replaced."""
+    from delta_mirror.delta.last_checkpoint import LAST_CHECKPOINT_PATH, LastCheckpoint
+
     current = LastCheckpoint.read(objects.get(LAST_CHECKPOINT_PATH))
     if current is None or current.version <= version:
         objects.put(LAST_CHECKPOINT_PATH, data)
