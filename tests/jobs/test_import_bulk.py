@@ -24,6 +24,7 @@ from support import builders
 from delta_mirror.delta.actions import line_action
 from delta_mirror.delta.source_log import read_source_log
 from delta_mirror.delta.source_state import CheckpointState
+from delta_mirror.errors import DataError
 from delta_mirror.jobs import importer
 from delta_mirror.jobs.importer import import_table
 from delta_mirror.storage import normalize_location, open_store
@@ -311,3 +312,39 @@ def test_file_index_counts_a_remove_that_closes_two_rows_as_two() -> None:
     assert [row[:8] for row in index.rows] == [["x", "", 0, 0, 0, 1, 0, 0], ["x", "", 0, 0, 1, 1, 0, 0]]
     index.apply(2, 0, [(0, "remove", "z", "", None, None, 7)])
     assert index.rows[-1][:8] == ["z", "", None, None, None, 2, 0, 0]
+
+
+@pytest.mark.parametrize(
+    ("action", "field", "with_checkpoint"),
+    [
+        (builders.add("a.parquet", size=True), "size", False),
+        (builders.add("a.parquet", size=True), "size", True),
+        (builders.remove("a.parquet", deletionTimestamp=False), "deletionTimestamp", False),
+    ],
+    ids=["add-size-true-streamed", "add-size-true-read-first", "remove-timestamp-false"],
+)
+def test_a_boolean_where_an_integer_belongs_is_refused_with_one_clear_message(
+    tmp_path: Path, store_url: str, action: dict[str, Any], field: str, with_checkpoint: bool
+) -> None:
+    """JSON ``true`` is an int to Python: it was stored as 1 on SQLite and failed inside
+    PostgreSQL's COPY. Both import paths (streamed, and read first when a later checkpoint is
+    compared) refuse it naming the table, the version and the line; nothing is stored."""
+    src = tmp_path / "src"
+    builders.write_commit(src, 0, [builders.PROTOCOL, builders.METADATA, builders.add("a.parquet")])
+    builders.write_commit(src, 1, [builders.add("b.parquet")])
+    if with_checkpoint:  # written while the log is valid (deltalake would refuse the bad line)
+        builders.write_commit(src, 2, [builders.add("c.parquet")])
+        DeltaTable(str(src)).create_checkpoint()
+    builders.write_commit(src, 1, [builders.add("b.parquet"), action])
+    store = _fresh(lambda: store_url)
+    with pytest.raises(DataError) as info:
+        import_table(store, str(src), name="bad", location=str(tmp_path / "dst"))
+    err = info.value
+    assert (err.table, err.version) == ("bad", 1)
+    kind = next(iter(action))
+    assert (
+        err.what
+        == f"line 2: the {kind} action's '{field}' is {str(action[kind][field]).lower()}, not an integer"
+    )
+    assert err.hint and "repair" in err.hint
+    assert store.list_tables() == [] and not (tmp_path / "dst").exists()

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from delta_mirror.delta.actions import KNOWN_ACTIONS, canonical_json, line_action
-from delta_mirror.delta.line_facts import LineFacts, facts_of_objects, file_action
+from delta_mirror.delta.line_facts import FileFieldError, LineFacts, facts_of_objects, file_action, refusal
 from delta_mirror.errors import DataError, InvalidActionError
 
 # Action types whose payload must be a JSON object; unknown types are kept as they are.
@@ -69,7 +69,7 @@ def read_commit(data: bytes, *, table: str, version: int) -> tuple[list[str], Li
     and ``facts_of_objects`` in one pass (same results, same refusals)."""
     if _C_ENCODE is None:
         objects = parse_commit_bytes(data, table=table, version=version)
-        return [canonical_json(o) for o in objects], facts_of_objects(objects)
+        return [canonical_json(o) for o in objects], facts_of_objects(objects, table=table, version=version)
     encode, join, scan = _C_ENCODE, "".join, _SCAN_ONCE
     lines: list[str] = []
     facts = LineFacts()
@@ -92,7 +92,10 @@ def read_commit(data: bytes, *, table: str, version: int) -> tuple[list[str], Li
         seq = len(kinds)
         kinds.append(kind)
         if kind == "add" or kind == "remove":
-            files.append(file_action(seq, kind, body))
+            try:
+                files.append(file_action(seq, kind, body))
+            except FileFieldError as exc:
+                raise refusal(exc, table=table, version=version, line=lineno) from None
         elif seq == 0 and kind == "commitInfo":
             facts.in_commit_timestamp = body.get("inCommitTimestamp")
         try:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from delta_mirror.delta.actions import dv_id, line_action
+from delta_mirror.errors import InvalidActionError
 
 # An ``add`` or ``remove`` line: (seq, kind, path, deletion vector id, size, partition values as
 # compact JSON, deletion timestamp). ``path`` is the action's own value ('' when absent); ``size``
@@ -52,7 +53,7 @@ def file_action(seq: int, kind: str, body: Any) -> FileAction:
             kind,
             body.get("path", ""),
             dv_id(dv) if dv else "",
-            _int_or_none(body.get("size")),
+            _int_or_none(body.get("size"), kind, "size"),
             None if pv is None else partition_values_text(pv),
             None,
         )
@@ -63,12 +64,34 @@ def file_action(seq: int, kind: str, body: Any) -> FileAction:
         dv_id(dv) if dv else "",
         None,
         None,
-        _int_or_none(body.get("deletionTimestamp")),
+        _int_or_none(body.get("deletionTimestamp"), kind, "deletionTimestamp"),
     )
 
 
-def _int_or_none(value: Any) -> int | None:
+class FileFieldError(ValueError):
+    """A field the store indexes holds a value no Delta reader accepts (a boolean where an integer
+    belongs: JSON ``true`` would otherwise be stored as 1 on SQLite and fail inside PostgreSQL)."""
+
+
+def _int_or_none(value: Any, kind: str, name: str) -> int | None:
+    if type(value) is int or value is None:
+        return value
+    if isinstance(value, bool):
+        raise FileFieldError(f"the {kind} action's '{name}' is {str(value).lower()}, not an integer")
     return value if isinstance(value, int) else None
+
+
+REPAIR_HINT = (
+    "the source log is corrupt; repair the action with a Delta writer (or from a backup), then import again"
+)
+
+
+def refusal(
+    exc: FileFieldError, *, table: str | None, version: int | None, line: int | None = None
+) -> InvalidActionError:
+    """The import's one-line refusal of a ``FileFieldError`` (which line of which version)."""
+    where = f"line {line}: " if line is not None else ""
+    return InvalidActionError(f"{where}{exc}", table=table, version=version, hint=REPAIR_HINT)
 
 
 _PV_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
@@ -93,24 +116,31 @@ def partition_values_text(pv: Any) -> str:
     return text
 
 
-def facts_of_objects(objects: Iterable[Mapping[str, Any]]) -> LineFacts:
+def facts_of_objects(
+    objects: Iterable[Mapping[str, Any]], *, table: str | None = None, version: int | None = None
+) -> LineFacts:
     """The facts of already parsed line objects (``LineFacts.add`` for each, inlined: this runs
-    once per line of the log)."""
+    once per line of the log). A ``FileFieldError`` is refused naming ``table``, ``version``, line."""
     facts = LineFacts()
     kinds, files = facts.kinds, facts.files
     for seq, obj in enumerate(objects):
         kind, body = line_action(obj) if len(obj) != 1 else next(iter(obj.items()))
         kinds.append(kind)
         if kind == "add" or kind == "remove":
-            files.append(file_action(seq, kind, body))
+            try:
+                files.append(file_action(seq, kind, body))
+            except FileFieldError as exc:
+                raise refusal(exc, table=table, version=version, line=seq + 1) from None
         elif seq == 0 and kind == "commitInfo":
             facts.in_commit_timestamp = body.get("inCommitTimestamp")
     return facts
 
 
-def facts_of_lines(lines: Iterable[str]) -> LineFacts:
+def facts_of_lines(
+    lines: Iterable[str], *, table: str | None = None, version: int | None = None
+) -> LineFacts:
     """The facts of canonical lines (snapshot lines that were not read as objects)."""
-    return facts_of_objects(json.loads(line) for line in lines)
+    return facts_of_objects((json.loads(line) for line in lines), table=table, version=version)
 
 
 __all__ = [
@@ -122,9 +152,11 @@ __all__ = [
     "SEQ",
     "SIZE",
     "FileAction",
+    "FileFieldError",
     "LineFacts",
     "facts_of_lines",
     "facts_of_objects",
     "file_action",
     "partition_values_text",
+    "refusal",
 ]

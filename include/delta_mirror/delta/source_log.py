@@ -354,6 +354,39 @@ def _other_files(listing: LogListing) -> list[str]:
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass
+class SourceHead:
+    """What is known of a source log before its commits are read: its listing, latest version
+    and the base checkpoint the imported segment starts from."""
+
+    listing: LogListing
+    latest: int
+    base: SourceCheckpoint | None
+
+    @property
+    def start(self) -> int:
+        return self.base.version if self.base is not None else 0
+
+    @property
+    def commit_count(self) -> int:
+        return sum(1 for v in self.listing.commits if self.start <= v <= self.latest)
+
+    @property
+    def later_checkpoints(self) -> bool:
+        """Checkpoints besides the base (their state is compared with a replay of the commits)."""
+        base = self.base.version if self.base is not None else None
+        return any(v != base for v in self.listing.checkpoints)
+
+
+def open_source(store: ObjectStore, *, table: str) -> SourceHead:
+    """List the log and choose the base checkpoint (``read_source_log``'s first step)."""
+    listing = list_log(store)
+    if not listing.commits and not listing.checkpoints:
+        raise _not_a_table(store.uri, listing, table=table)
+    latest = max([*listing.commits, *listing.checkpoints])
+    return SourceHead(listing, latest, _choose_base(store, listing, latest, table=table))
+
+
 def read_source_log(
     store: ObjectStore,
     *,
@@ -371,31 +404,51 @@ def read_source_log(
     ``delta.source_state``: protocol and metaData present and well-formed at every version, every
     complete checkpoint readable and holding both) and tables whose protocol cannot be carried.
     """
-    listing = list_log(store)
-    if not listing.commits and not listing.checkpoints:
-        raise _not_a_table(store.uri, listing, table=table)
-    latest = max([*listing.commits, *listing.checkpoints])
-    base = _choose_base(store, listing, latest, table=table)
-    start = base.version if base is not None else 0
+    head = open_source(store, table=table)
     facts: dict[int, LineFacts] = {}
     files: dict[int, tuple[str, int]] = {}
     commits = _read_commits(
         store,
-        listing,
-        start,
-        latest,
+        head.listing,
+        head.start,
+        head.latest,
         table=table,
         facts=facts,
         progress=progress,
         files=files,
         keep_bytes=keep_bytes,
     )
-    replay = check_segment(base.actions if base is not None else None, commits, start, table=table)
+    base = head.base
+    replay = check_segment(base.actions if base is not None else None, commits, head.start, table=table)
+    src, complete = _summary(store, head, replay, table=table)
+    src.commits = commits
+    src.commit_facts = facts
+    src.commit_files = files
+    later = {v: c for v, c in complete.items() if v >= head.start and (base is None or v != base.version)}
+    src.checkpoint_states = _checkpoint_states(store, base, commits, later, table=table)
+    return src
+
+
+def _v2_table(replay: ReplayState) -> bool:
+    assert replay.protocol is not None
+    reader_features = replay.protocol.get("readerFeatures")
+    return isinstance(reader_features, list) and "v2Checkpoint" in reader_features
+
+
+def source_summary(store: ObjectStore, head: SourceHead, replay: ReplayState, *, table: str) -> SourceLog:
+    """The log's description once its segment is checked (``replay``: ``check_segment``'s result):
+    refuses a protocol we cannot carry; commits and checkpoint states are left empty."""
+    return _summary(store, head, replay, table=table)[0]
+
+
+def _summary(
+    store: ObjectStore, head: SourceHead, replay: ReplayState, *, table: str
+) -> tuple[SourceLog, dict[int, CheckpointFiles]]:
     assert replay.protocol is not None
     check_supported(replay.protocol, replay.metadata, table=table)
-    reader_features = replay.protocol.get("readerFeatures")
-    v2_table = isinstance(reader_features, list) and "v2Checkpoint" in reader_features
-    complete = _complete_checkpoints(store, listing, base, v2_table=v2_table)
+    v2_table = _v2_table(replay)
+    base = head.base
+    complete = _complete_checkpoints(store, head.listing, base, v2_table=v2_table)
     multiparts = [c for c in complete.values() if c.kind is CheckpointKind.MULTIPART]
     if v2_table:
         kind = "v2"
@@ -404,25 +457,21 @@ def read_source_log(
     else:
         kind = "classic"
     last_cp = None  # only a hint: a bad one is ignored, as readers do
-    if listing.last_checkpoint is not None and (
-        pointer := LastCheckpoint.read(store.get(listing.last_checkpoint))
+    if head.listing.last_checkpoint is not None and (
+        pointer := LastCheckpoint.read(store.get(head.listing.last_checkpoint))
     ):
         last_cp = pointer.fields
-    later = {v: c for v, c in complete.items() if v >= start and (base is None or v != base.version)}
-    return SourceLog(
+    src = SourceLog(
         location=store.uri,
-        start_version=start,
-        end_version=latest,
+        start_version=head.start,
+        end_version=head.latest,
         base_checkpoint=base,
-        commits=commits,
         checkpoint_versions=sorted(complete),
         checkpoint_kind=kind,
         multipart_parts=len(max(multiparts, key=lambda c: c.version).paths) if multiparts else None,
         last_checkpoint=last_cp,
-        checkpoint_states=_checkpoint_states(store, base, commits, later, table=table),
-        commit_facts=facts,
-        commit_files=files,
     )
+    return src, complete
 
 
 def _not_a_table(location: str, listing: LogListing, *, table: str) -> NotADeltaTableError:
@@ -478,10 +527,37 @@ def _read_commits(
 ) -> list[tuple[int, list[str], bytes]]:
     commits: list[tuple[int, list[str], bytes]] = []
     total = sum(1 for v in listing.commits if start <= v <= latest)
+    for commit in iter_commits(store, listing, start, latest, table=table, keep_bytes=keep_bytes):
+        if facts is not None:
+            facts[commit.version] = commit.facts
+        if files is not None:
+            files[commit.version] = commit.file
+        commits.append((commit.version, commit.lines, commit.data))
+        if progress is not None:
+            progress(len(commits), total)
+    return commits
+
+
+@dataclass
+class SourceCommit:
+    """One JSON commit as read: canonical lines, their facts, the file's (SHA-256, size)."""
+
+    version: int
+    lines: list[str]
+    facts: LineFacts
+    file: tuple[str, int]
+    data: bytes  # b"" unless the bytes were asked for
+
+
+def iter_commits(
+    store: ObjectStore, listing: LogListing, start: int, latest: int, *, table: str, keep_bytes: bool = False
+) -> Iterator[SourceCommit]:
+    """The segment's JSON commits in version order, one at a time (only the base checkpoint's own
+    version may lack its JSON)."""
     for version in range(start, latest + 1):
         path = listing.commits.get(version)
         if path is None:
-            continue  # only the base checkpoint's own version may lack its JSON
+            continue
         data = store.get(path)
         if data is None:
             raise TransientError(
@@ -491,14 +567,8 @@ def _read_commits(
                 hint="another process is cleaning up the log; retry the import",
             )
         lines, line_facts = read_commit(data, table=table, version=version)
-        if facts is not None:
-            facts[version] = line_facts
-        if files is not None:
-            files[version] = (hashlib.sha256(data).hexdigest(), len(data))
-        commits.append((version, lines, data if keep_bytes else b""))
-        if progress is not None:
-            progress(len(commits), total)
-    return commits
+        file = (hashlib.sha256(data).hexdigest(), len(data))
+        yield SourceCommit(version, lines, line_facts, file, data if keep_bytes else b"")
 
 
 def _complete_checkpoints(
@@ -558,9 +628,14 @@ def _checkpoint_states(
 
 __all__ = [
     "SourceCheckpoint",
+    "SourceCommit",
+    "SourceHead",
     "SourceLog",
     "check_supported",
     "checkpoint_actions",
+    "iter_commits",
+    "open_source",
     "parse_commit_bytes",
     "read_source_log",
+    "source_summary",
 ]

@@ -104,11 +104,25 @@ def check_segment(
 ) -> ReplayState:
     """Apply the rule to the base checkpoint (its lines, at ``start``) and every commit; returns
     the latest protocol and metaData (files are not replayed)."""
-    state = ReplayState()
-    if base_lines is not None:
-        check_checkpoint(base_lines, start, table=table)
-        state.protocol, state.metadata = _protocol_and_metadata(base_lines)
+    check = SegmentCheck(base_lines, start, table=table)
     for version, lines, _data in commits:
+        check.commit(version, lines)
+    return check.finish()
+
+
+class SegmentCheck:
+    """``check_segment`` one commit at a time (a streaming import checks each commit as it reads it)."""
+
+    def __init__(self, base_lines: list[str] | None, start: int, *, table: str) -> None:
+        self.start, self.table, self.commits = start, table, 0
+        self.state = ReplayState()
+        if base_lines is not None:
+            check_checkpoint(base_lines, start, table=table)
+            self.state.protocol, self.state.metadata = _protocol_and_metadata(base_lines)
+
+    def commit(self, version: int, lines: Iterable[str]) -> None:
+        state, table = self.state, self.table
+        self.commits += 1
         for line in lines:
             if line.startswith(('{"commitInfo":', '{"add":', '{"remove":')):
                 continue  # one known action per line: not a protocol or metaData one
@@ -118,15 +132,22 @@ def check_segment(
                 state.protocol = body
             elif kind == "metaData":
                 state.metadata = body
-        if version == start:
+        if version == self.start:
             require_state(
                 state.protocol, state.metadata, table=table, version=version, where="the table at version"
             )
-    if not commits:  # a checkpoint alone
-        require_state(
-            state.protocol, state.metadata, table=table, version=start, where="the table at version"
-        )
-    return state
+
+    def finish(self) -> ReplayState:
+        """The latest protocol and metaData (a checkpoint alone must hold both)."""
+        if not self.commits:
+            require_state(
+                self.state.protocol,
+                self.state.metadata,
+                table=self.table,
+                version=self.start,
+                where="the table at version",
+            )
+        return self.state
 
 
 def check_checkpoint(lines: list[str], version: int, *, table: str) -> None:
@@ -363,6 +384,7 @@ __all__ = [
     "CheckpointState",
     "Disagreement",
     "ReplayState",
+    "SegmentCheck",
     "check_action",
     "check_checkpoint",
     "check_segment",

@@ -12,21 +12,32 @@ JSON commits, its state is recorded at its version and the disagreement reported
 from __future__ import annotations
 
 import math
+import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import update
 
 from delta_mirror.delta.line_facts import LineFacts, facts_of_lines
 from delta_mirror.delta.log_listing import list_log
 from delta_mirror.delta.protocol import now_ms
-from delta_mirror.delta.source_log import SourceLog, read_source_log
-from delta_mirror.delta.source_state import Disagreement
+from delta_mirror.delta.source_log import (
+    SourceHead,
+    SourceLog,
+    iter_commits,
+    open_source,
+    read_source_log,
+    source_summary,
+)
+from delta_mirror.delta.source_state import Disagreement, SegmentCheck
 from delta_mirror.errors import PermanentError
 from delta_mirror.storage import normalize_location, open_store
 from delta_mirror.store import db
 from delta_mirror.store.bulk_load import BulkImport
-from delta_mirror.store.schema import PART_SNAPSHOT
+from delta_mirror.store.schema import PART_SNAPSHOT, dl_tables
 from delta_mirror.store.source_import import CHECKPOINT_STATE_SETTING, record_checkpoint_state
 from delta_mirror.store.sql_store import SqlStore, TableInfo, check_table_name
 from delta_mirror.store.states import Artifact
@@ -90,18 +101,14 @@ def import_table(
     target = normalize_location(location) if location else source_uri
     in_place = target == source_uri
     report = _Throttled(progress)
-    # Progress counts each commit twice: once read, once stored.
-    src = read_source_log(
-        open_store(source_uri), table=name, progress=lambda done, n: report(done, 2 * n), keep_bytes=False
-    )
-    if not in_place:
-        existing = list_log(open_store(target)).entries
-        if existing:
-            raise PermanentError(
-                f"the location {target} already holds a Delta log ({existing[0][0].path})",
-                table=name,
-                hint="choose an empty location, or omit --location to import in place",
-            )
+    objects = open_store(source_uri)
+    head = open_source(objects, table=name)
+    if not head.later_checkpoints:
+        src = _stream(store, objects, head, name=name, target=target, in_place=in_place, progress=report)
+        return _result(name, source_uri, target, in_place, src, head.commit_count, [])
+    # Checkpoints after the base are compared with a replay of every commit before them: the
+    # whole log is read and checked first, then stored.
+    src = read_source_log(objects, table=name, progress=lambda done, n: report(done, 2 * n), keep_bytes=False)
     base = src.base_checkpoint
     disagreements = [d for state in src.checkpoint_states for d in state.disagreements]
     settings: dict[str, object] = {"imported_from": source_uri, "imported_at": now_ms()}
@@ -120,11 +127,40 @@ def import_table(
         )
         _store_versions(store, conn, table_info, src, in_place=in_place, progress=report)
     if in_place:
-        # The source's checkpoints are already there: record them so cadence and validation know.
-        for version in src.checkpoint_versions:
-            if version >= src.start_version:
-                store.ensure_status(table_info.id, version, Artifact.CHECKPOINT)
-                store.mark_succeeded(table_info.id, Artifact.CHECKPOINT, [(version, "", 0)])
+        _record_source_checkpoints(store, table_info, src)
+    return _result(name, source_uri, target, in_place, src, len(src.commits), disagreements)
+
+
+def _check_target(target: str, name: str) -> None:
+    """A different location must not hold a log yet (checked once the source is: opening a local
+    location creates its folder, which a refused import must not leave behind)."""
+    existing = list_log(open_store(target)).entries
+    if existing:
+        raise PermanentError(
+            f"the location {target} already holds a Delta log ({existing[0][0].path})",
+            table=name,
+            hint="choose an empty location, or omit --location to import in place",
+        )
+
+
+def _record_source_checkpoints(store: SqlStore, table_info: TableInfo, src: SourceLog) -> None:
+    """In place, the source's checkpoints are already there: recorded so cadence and validation know."""
+    for version in src.checkpoint_versions:
+        if version >= src.start_version:
+            store.ensure_status(table_info.id, version, Artifact.CHECKPOINT)
+            store.mark_succeeded(table_info.id, Artifact.CHECKPOINT, [(version, "", 0)])
+
+
+def _result(
+    name: str,
+    source_uri: str,
+    target: str,
+    in_place: bool,
+    src: SourceLog,
+    commits: int,
+    disagreements: list[Disagreement],
+) -> ImportResult:
+    base = src.base_checkpoint
     return ImportResult(
         name,
         source_uri,
@@ -132,11 +168,124 @@ def import_table(
         in_place,
         src.start_version,
         src.end_version,
-        len(src.commits),
+        commits,
         base.version if base else None,
         src.checkpoint_kind,
         disagreements,
     )
+
+
+def _stream(
+    store: SqlStore,
+    objects: Any,
+    head: SourceHead,
+    *,
+    name: str,
+    target: str,
+    in_place: bool,
+    progress: _Throttled,
+) -> SourceLog:
+    """A log without checkpoints after its base, imported as it is read: each commit is parsed,
+    checked (the rule for invalid logs) and handed to a writer thread, so the database stores one
+    commit while the next is parsed and memory holds a few commits, not the log. A refusal found
+    late rolls the one transaction back: nothing is left behind, as when the log is checked first.
+    The table's checkpoint kind depends on the latest protocol, so it is set once all is read."""
+    base = head.base
+    settings: dict[str, object] = {"imported_from": objects.uri, "imported_at": now_ms()}
+    total = head.commit_count
+    with db.translated(store.url, f"importing table '{name}'"), store.begin() as conn:
+        table_info = store.create_table(
+            name,
+            target,
+            first_version=head.start,
+            base_checkpoint_version=base.version if base else None,
+            conn=conn,
+            settings=settings,
+        )
+        check = SegmentCheck(base.actions if base is not None else None, head.start, table=name)
+        writer = _Writer(BulkImport(conn, table_info.id))
+        try:
+            if base is not None:
+                facts = facts_of_lines(base.actions, table=name, version=base.version)
+                writer.put(base.version, base.actions, facts, part=PART_SNAPSHOT)
+                if head.start not in head.listing.commits:
+                    writer.put(base.version, [], LineFacts(), has_json=False, index_files=False)
+            commits = iter_commits(objects, head.listing, head.start, head.latest, table=name)
+            for done, commit in enumerate(commits, start=1):
+                check.commit(commit.version, commit.lines)
+                writer.put(
+                    commit.version,
+                    commit.lines,
+                    commit.facts,
+                    published=commit.file if in_place else None,
+                    index_files=not (base is not None and commit.version == base.version),
+                )
+                progress(done, total)
+            src = source_summary(objects, head, check.finish(), table=name)
+            if not in_place:
+                _check_target(target, name)
+        except BaseException:
+            writer.close(finish=False)
+            raise
+        writer.close()
+        conn.execute(
+            update(dl_tables)
+            .where(dl_tables.c.id == table_info.id)
+            .values(checkpoint_kind=src.checkpoint_kind, checkpoint_part_size=_part_size(src))
+        )
+    progress(total, total, final=True)
+    if in_place:
+        _record_source_checkpoints(store, table_info, src)
+    return src
+
+
+class _Writer:
+    """``BulkImport.version`` calls run in a thread, in order; ``close`` writes the rest
+    (``BulkImport.finish``) and re-raises the thread's error, if any. The queue holds a few
+    commits: the reader waits when the database falls behind."""
+
+    def __init__(self, bulk: BulkImport, depth: int = 2) -> None:
+        self.bulk = bulk
+        self.error: BaseException | None = None
+        self._queue: queue.Queue[tuple[tuple[Any, ...], dict[str, Any]] | None] = queue.Queue(depth)
+        self._thread = threading.Thread(target=self._run, name="import-writer", daemon=True)
+        self._thread.start()
+        self._closed = False
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self.error is None:
+                try:
+                    self.bulk.version(*item[0], **item[1])
+                except BaseException as exc:  # handed to the reader thread
+                    self.error = exc
+        if self.error is None:
+            try:
+                self.bulk.finish()
+            except BaseException as exc:
+                self.error = exc
+
+    def put(self, *args: Any, **kwargs: Any) -> None:
+        if self.error is not None:
+            self.close()
+        self._queue.put((args, kwargs))
+
+    def close(self, *, finish: bool = True) -> None:
+        """Wait for the thread and raise its error. ``finish=False`` (the reader failed): skip the
+        final writes (the transaction rolls back anyway) and raise nothing: the reader's error is
+        the one to report."""
+        if not self._closed:
+            self._closed = True
+            if not finish and self.error is None:
+                self.error = _Abandoned()
+            self._queue.put(None)
+            self._thread.join()
+        if finish and self.error is not None:
+            raise self.error
+
+
+class _Abandoned(Exception):
+    """The reader failed: the writer thread stops without its final writes."""
 
 
 def _store_versions(

@@ -33,7 +33,7 @@ def record_checkpoint_state(bulk: BulkImport, state: CheckpointState, *, enqueue
     """
     lines = list(state.lines)
     if lines:
-        bulk.version(state.version, lines, facts_of_lines(lines), part=PART_SNAPSHOT)
+        bulk.version(state.version, lines, facts_of_lines(lines, version=state.version), part=PART_SNAPSHOT)
     if state.dropped_files:
         bulk.drop_files(state.version, state.dropped_files)
     if enqueue_checkpoint:
