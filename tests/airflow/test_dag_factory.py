@@ -128,6 +128,60 @@ def test_the_table_dag_is_publish_checkpoint_validate_metrics(dm_config: Callabl
     assert sorted(bag.dags["delta_mirror__t2"].task_ids) == ["checkpoint", "metrics", "publish"]
 
 
+def test_an_event_table_runs_one_sync_task_unless_its_config_asks_for_the_steps(
+    dm_config: Callable[..., Path],
+) -> None:
+    """``tasks`` unset: event-driven → one ``sync`` task (the Spark engine keeps its spark-submit
+    checkpoint task after it); ``tasks: steps`` → the four; a scheduled table → the four."""
+    from delta_mirror.airflow.operators import DeltaMirrorSyncOperator
+
+    dm_config(
+        {
+            "ev": {"schedule": "event", "validate_every": "30m", "lag_history_retention": "2d", "pool": "dm"},
+            "ev_steps": {"schedule": "event", "tasks": "steps"},
+            "cron_single": {"tasks": "single", "validate": False, "checkpoint": {"engine": "auto"}},
+        }
+    )
+    bag = parse()
+    ev = bag.dags["delta_mirror__ev"]
+    assert ev.task_ids == ["sync"] and "one `sync` task" in str(ev.doc_md)
+    sync = ev.get_task("sync")
+    assert isinstance(sync, DeltaMirrorSyncOperator)
+    assert (sync.validate_every, sync.lag_history_retention, sync.checkpoint_engine) == (
+        1800.0,
+        172800.0,
+        "local",
+    )
+    assert (sync.pool, sync.retries, bool(sync.on_failure_callback)) == ("dm", 1, True)
+    assert sorted(bag.dags["delta_mirror__ev_steps"].task_ids) == [
+        "checkpoint",
+        "metrics",
+        "publish",
+        "validate",
+    ]
+    single = bag.dags["delta_mirror__cron_single"].get_task("sync")
+    assert (single.validate_every, single.checkpoint_engine) == (None, "auto")  # validate: false
+
+
+def test_an_event_table_on_the_spark_engine_keeps_its_spark_submit_checkpoint_after_sync(
+    dm_config: Callable[..., Path],
+) -> None:
+    pytest.importorskip("airflow.providers.apache.spark", reason="the apache-spark provider is not installed")
+    dm_config({"big": {"schedule": "event", "checkpoint": {"engine": "spark"}}})
+    dag = parse().dags["delta_mirror__big"]
+    assert dag.get_task("sync").downstream_task_ids == {"checkpoint"}
+    assert dag.get_task("sync").checkpoint_engine == "spark"  # publishes without the cadence's checkpoints
+    assert type(dag.get_task("checkpoint")).__name__ == "DeltaMirrorSparkCheckpointOperator"
+
+
+def test_a_bad_task_layout_is_an_import_error_naming_the_table_and_the_choices(
+    dm_config: Callable[..., Path],
+) -> None:
+    dm_config({"t1": {"schedule": "event", "tasks": "fast"}})
+    message = import_error(parse())
+    assert "tables.t1.tasks: expected single or steps, got 'fast'" in message
+
+
 def test_a_task_process_builds_only_its_own_table_dag(
     dm_config: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

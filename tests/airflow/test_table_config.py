@@ -176,6 +176,9 @@ def test_a_table_schedule_is_cron_a_preset_a_duration_event_or_manual(
         ("defaults: {max_active_tasks: many}", "defaults.max_active_tasks: expected a positive integer"),
         ("tables: {t: {pool: 3}}", "tables.t.pool: expected a string"),
         ("tables: {t: {priority_weight: -1}}", "tables.t.priority_weight: expected a non-negative integer"),
+        ("tables: {t: {tasks: one}}", "tables.t.tasks: expected single or steps, got 'one'"),
+        ("defaults: {tasks: true}", "defaults.tasks: expected single or steps, got True"),
+        ("tables: {t: {validate_every: often}}", "tables.t.validate_every: expected a duration"),
     ],
 )
 def test_an_invalid_config_is_refused_naming_the_table_and_key(text: str, named: str) -> None:
@@ -184,6 +187,26 @@ def test_an_invalid_config_is_refused_naming_the_table_and_key(text: str, named:
     assert named in str(exc.value)
     assert str(exc.value).startswith("cfg.yaml")
     assert isinstance(exc.value, PermanentError)
+
+
+def test_the_task_layout_follows_the_schedule_unless_set_and_both_keys_are_inherited() -> None:
+    """Unset: one ``sync`` task for an event-driven table, the four steps for a scheduled one."""
+    plain = parse_config(
+        "tables: {ev: {schedule: event}, cron: {}, ev_steps: {schedule: event, tasks: steps}}"
+    ).tables
+    assert (plain["ev"].task_layout, plain["cron"].task_layout, plain["ev_steps"].task_layout) == (
+        "single",
+        "steps",
+        "steps",
+    )
+    assert plain["ev"].validate_every == timedelta(minutes=10)
+    inherited = parse_config(
+        "defaults: {tasks: single, validate_every: 1h}\ntables: {cron: {}, fast: {validate_every: 0}}"
+    ).tables
+    assert inherited["cron"].task_layout == "single" and inherited["cron"].validate_every == timedelta(
+        hours=1
+    )
+    assert inherited["fast"].validate_every == timedelta(0)
 
 
 def test_asking_for_an_unconfigured_table_lists_the_configured_ones() -> None:

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from dm_airflow_kit import S3Writer, make_table, read_rows, run_dag
 from support.services import S3Server
@@ -124,3 +125,51 @@ def test_the_table_dag_runs_on_postgres_and_s3_through_airflow_connections(
     assert read_rows(location, options) == (4, expected)
     assert validate_table(store, "sales", storage_options=options).ok
     store.close()
+
+
+def test_an_event_table_runs_one_sync_task_that_publishes_validates_and_records_the_lag(
+    dm_config: Callable[..., Path], sqlite_store: str, local_location: Path
+) -> None:
+    """``schedule: event`` with ``tasks`` unset: the run is one ``sync`` task (one task start-up per
+    commit batch). It publishes the new commit; validation waits for its cadence (10 min)."""
+    from delta_mirror.dev.datafiles import write_data_file
+    from delta_mirror.jobs.sync import sync_table
+
+    store = SqlStore(sqlite_store)
+    make_table(store, "ev", local_location.as_uri(), versions=2, checkpoint_interval=3)
+    dm_config({"ev": {"schedule": "event", "poll_interval": "1s"}})
+    sync_table(store, "ev")  # an earlier run: versions 0..1 published and validated, one lag sample
+
+    store.commit("ev", [("add", write_data_file(local_location, pa.table({"id": [9], "city": ["Oslo"]})))])
+    run = run_dag("delta_mirror__ev")
+    assert run.states() == {"sync": "success"}
+    summary = run.xcom("sync")
+    assert (summary["published"], summary["first"], summary["checkpoints"]) == (1, 2, [])
+    assert summary["validation"]["state"] == "not due" and summary["lag"]["versions_behind"] == 0
+    info = store.get_table("ev")
+    assert (info.settings["last_validation"]["to_version"], info.settings["last_validation"]["ok"]) == (
+        1,
+        True,
+    )
+    assert len(store.lag_samples(info.id)) == 2
+    assert read_rows(local_location.as_uri())[0] == 2
+
+
+def test_a_validation_problem_fails_the_sync_task_without_retry(
+    sqlite_store: str, local_location: Path
+) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from delta_mirror.airflow.operators import DeltaMirrorSyncOperator
+
+    store = SqlStore(sqlite_store)
+    make_table(store, "ev", local_location.as_uri(), versions=2)
+    op = DeltaMirrorSyncOperator(task_id="sync", table="ev", validate_every=3600)
+    assert op.execute({})["validation"]["ok"] is True
+    (local_location / "_delta_log" / "00000000000000000001.json").write_text("{}\n")  # replaced by someone
+    info = store.get_table("ev")
+    store.update_table(info.id, settings={**info.settings, "last_validation": {"to_version": 0, "ok": True}})
+    with pytest.raises(
+        AirflowFailException, match=r"validation found \d+ problem\(s\): \[hash_mismatch\] v1"
+    ):
+        op.execute({})
