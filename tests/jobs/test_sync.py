@@ -5,6 +5,7 @@ is recorded. Real SQLite and PostgreSQL stores, real local folders and Parquet f
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 
@@ -121,3 +122,42 @@ def test_a_validation_problem_is_reported_and_due_again_until_it_passes(
     again = sync_table(store, "t", validate_every=HOUR)
     assert again.validation.state == "due" and again.report is not None and not again.report.ok
     assert (again.report.from_version, again.report.to_version) == (2, 3)
+
+
+def test_the_cli_syncs_with_the_table_config_and_exits_1_on_a_problem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from delta_mirror.cli import cli
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    store = SqlStore(url)
+    store.init()
+    root = tmp_path / "t"
+    root.mkdir()
+    store.create_table("t", root.as_uri())
+    for n in range(2):
+        _commit(store, root, n)
+    config = tmp_path / "delta_mirror.yaml"
+    config.write_text("tables: {t: {validate_every: 0s}}\n")
+    monkeypatch.setenv("DELTA_MIRROR_CONFIG", str(config))
+    runner = CliRunner()
+
+    done = runner.invoke(cli, ["--store", url, "sync", "t", "--json"])
+    assert done.exit_code == 0, done.output
+    summary = json.loads(done.output)
+    assert (summary["published"], summary["validation"]["ok"], summary["lag"]["versions_behind"]) == (
+        2,
+        True,
+        0,
+    )
+
+    (root / LOG_DIR / commit_name(1)).write_text("{}\n")  # replaced behind the mirror's back
+    _commit(store, root, 2)
+    info = store.get_table("t")  # as if version 1 had not been validated yet: the run covers 1..2
+    store.update_table(info.id, settings={**info.settings, "last_validation": {"to_version": 0, "ok": True}})
+    failed = runner.invoke(cli, ["--store", url, "sync", "t"])
+    assert failed.exit_code == 1, failed.output
+    assert "validation versions 1..2: 3 problem(s)" in failed.output  # the hash, and what a reader sees
+    assert "PROBLEM [hash_mismatch] version 1" in failed.output

@@ -4,7 +4,7 @@ Errors print one line (what, which table/version, what to do) and exit non-zero;
 shows the traceback. Exit codes: 0 ok, 1 failure or validation problems, 2 usage, 3 conflict,
 4 invalid data, 5 transient (safe to retry).
 
-The commands live by topic: ``tables`` (init, import, commit), ``publishing`` (mirror,
+The commands live by topic: ``tables`` (init, import, commit), ``publishing`` (mirror, sync,
 checkpoint, validate, reconcile, resume), ``monitoring`` (status, health), ``service`` (serve).
 """
 
@@ -44,6 +44,7 @@ for _command in (
     tables.import_,
     tables.commit,
     publishing.mirror,
+    publishing.sync,
     publishing.checkpoint,
     publishing.validate,
     publishing.reconcile,

@@ -1,5 +1,5 @@
-"""Commands that publish and repair: ``mirror``, ``checkpoint``, ``validate``, ``reconcile`` and
-``resume``."""
+"""Commands that publish and repair: ``mirror``, ``sync``, ``checkpoint``, ``validate``,
+``reconcile`` and ``resume``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from delta_mirror.errors import DataError
 from delta_mirror.store.states import TableState
 
 if TYPE_CHECKING:
-    from delta_mirror.table_config import CheckpointSettings
+    from delta_mirror.table_config import CheckpointSettings, TableConfig
 
 
 def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -35,8 +35,8 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
-def _checkpoint_settings(config_path: str | None, name: str) -> CheckpointSettings | None:
-    """The table's ``checkpoint`` settings from the table config, when there is one."""
+def _table_config(config_path: str | None, name: str) -> TableConfig | None:
+    """The table's settings from the table config (its defaults if unlisted), when there is one."""
     from pathlib import Path
 
     from delta_mirror.table_config import default_config_path, load_config
@@ -45,7 +45,13 @@ def _checkpoint_settings(config_path: str | None, name: str) -> CheckpointSettin
     if not (config_path or path.is_file()):
         return None
     config = load_config(path)
-    return config.tables.get(name, config.defaults).checkpoint
+    return config.tables.get(name, config.defaults)
+
+
+def _checkpoint_settings(config_path: str | None, name: str) -> CheckpointSettings | None:
+    """The table's ``checkpoint`` settings from the table config, when there is one."""
+    cfg = _table_config(config_path, name)
+    return cfg.checkpoint if cfg else None
 
 
 @click.command()
@@ -87,6 +93,54 @@ def mirror(
             )
 
         emit(result.to_json(), as_json, text)
+
+
+@click.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@engine_options
+@store_option
+@click.pass_obj
+def sync(ctx: Ctx, name: str, as_json: bool, engine: str | None, config_path: str | None) -> None:
+    """What one `sync` task of the table's DAG does: publish every pending version, checkpoint when
+    due, validate the new versions when `validate_every` has passed, record the lag sample.
+
+    The cadence, reader and engine come from the table config (its defaults without one).
+    Exit 1 on a validation problem.
+    """
+    from delta_mirror.jobs.sync import sync_table
+    from delta_mirror.table_config import TableConfig
+
+    with errors(ctx, name):
+        cfg = _table_config(config_path, name) or TableConfig(name=name)
+        result = sync_table(
+            ctx.store(),
+            name,
+            checkpoint_engine=engine or cfg.checkpoint.engine,
+            checkpoint_settings=cfg.checkpoint,
+            validate_every=cfg.validate_every if cfg.validate else None,
+            reader=cfg.reader,
+            lag_retention=cfg.lag_history_retention,
+        )
+        summary = result.to_json()
+
+        def text() -> None:
+            v = summary["validation"]
+            checked = v["state"]
+            if "ok" in v:
+                verdict = "OK" if v["ok"] else f"{v['problems']} problem(s)"
+                checked = f"versions {v['from_version']}..{v['to_version']}: {verdict}"
+            click.echo(
+                f"'{name}': published {summary['published']} version(s) through {summary['last_published']}; "
+                f"checkpoint {', '.join(map(str, summary['checkpoints'])) or 'not due'}; "
+                f"validation {checked}; lag {result.status.lag_seconds:.1f} s"
+            )
+            for p in result.report.problems if result.report else []:
+                click.echo(f"PROBLEM [{p.kind}] version {p.version}: {p.message}\n  what to do: {p.hint}")
+
+        emit(summary, as_json, text)
+        if result.report is not None and not result.report.ok:
+            sys.exit(1)
 
 
 @click.command()
@@ -240,4 +294,4 @@ def resume(ctx: Ctx, name: str) -> None:
             click.echo(f"'{name}' was not halted and has no failed versions: nothing to resume")
 
 
-__all__ = ["checkpoint", "engine_options", "mirror", "reconcile", "resume", "validate"]
+__all__ = ["checkpoint", "engine_options", "mirror", "reconcile", "resume", "sync", "validate"]

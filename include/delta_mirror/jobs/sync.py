@@ -7,11 +7,11 @@ kept the run (and with ``max_active_runs=1`` the table's next commit) waiting fo
 the same pieces run back to back in the caller's process (the ``sync`` task, ``delta-mirror
 sync``):
 
-1. ``Publisher.publish`` publishes every pending version, with the cadence's checkpoints when the
-   engine runs in this process (``local``, or ``auto`` through ``ConfiguredBuilder``, which starts
-   Spark only when a checkpoint is due); ``Publisher.checkpoint_if_due`` then applies the same
-   policy at the last published version. With the ``spark`` engine the checkpoint is a separate
-   spark-submit task and nothing is checkpointed here.
+1. ``Publisher.publish`` publishes every pending version with the cadence's checkpoints (``local``
+   in-process; ``auto`` / ``spark`` through ``ConfiguredBuilder``, which starts Spark only when a
+   checkpoint is due); ``Publisher.checkpoint_if_due`` then applies the same policy at the last
+   published version. In a DAG on the ``spark`` engine the checkpoint is a separate spark-submit
+   task (``checkpoint_here=False``) and nothing is checkpointed here.
 2. Validation is batched on its own cadence (``validate_every``): when the last recorded
    validation (``health.monitoring.record_validation``) is older than the cadence, the versions
    published since it are validated together; a failed validation is due again at once (over its
@@ -141,21 +141,21 @@ def _publisher(
     store: SqlStore,
     name: str,
     engine: str,
-    checkpoint_settings: Any,
+    settings: Any,
+    here: bool,
     storage_options: Mapping[str, str] | None,
     open_location: Callable[[str], ObjectStore] | None,
 ) -> Publisher:
-    """``local``: in-process checkpoints; ``auto``: Spark only when one is due and the table is
-    large (as ``delta-mirror mirror`` does); ``spark``: none here (a separate spark-submit step)."""
-    kwargs: dict[str, Any] = {"storage_options": storage_options, "cadence_checkpoints": engine != "spark"}
+    """``local``: in-process checkpoints; ``auto`` / ``spark``: through ``ConfiguredBuilder``, which
+    starts Spark only when one is due (as ``delta-mirror mirror`` does); ``here=False``: none (a
+    separate spark-submit step writes them)."""
+    kwargs: dict[str, Any] = {"storage_options": storage_options, "cadence_checkpoints": here}
     if open_location is not None:
         kwargs["open_location"] = open_location
-    if engine == "auto":
+    if here and engine != "local":
         from delta_mirror.spark.checkpoint_engine import ConfiguredBuilder
 
-        kwargs.update(
-            checkpoint_builder=ConfiguredBuilder(name, engine, checkpoint_settings), lease_ttl=3600.0
-        )
+        kwargs.update(checkpoint_builder=ConfiguredBuilder(name, engine, settings), lease_ttl=3600.0)
     return Publisher(store, **kwargs)
 
 
@@ -166,18 +166,20 @@ def sync_table(
     storage_options: Mapping[str, str] | None = None,
     checkpoint_engine: str = "local",
     checkpoint_settings: Any = None,
+    checkpoint_here: bool = True,
     validate_every: timedelta | None = DEFAULT_VALIDATE_EVERY,
     reader: str = "deltalake",
     lag_retention: timedelta | None = DEFAULT_LAG_RETENTION,
     open_location: Callable[[str], ObjectStore] | None = None,
 ) -> SyncResult:
     """Publish every pending version of ``name``, checkpoint when due, validate when the cadence
-    says so, record the lag sample. ``checkpoint_settings``: the table's ``CheckpointSettings``."""
+    says so, record the lag sample. ``checkpoint_settings``: the table's ``CheckpointSettings``;
+    ``checkpoint_here=False``: checkpoints are another step's (the DAG's spark-submit task)."""
     publisher = _publisher(
-        store, name, checkpoint_engine, checkpoint_settings, storage_options, open_location
+        store, name, checkpoint_engine, checkpoint_settings, checkpoint_here, storage_options, open_location
     )
     published = publisher.publish(name)
-    written = publisher.checkpoint_if_due(name) if checkpoint_engine != "spark" else None
+    written = publisher.checkpoint_if_due(name) if checkpoint_here else None
     table = store.get_table(name)  # the settings as they are now (the last validation)
     plan = plan_validation(table, published, validate_every)
     report = None

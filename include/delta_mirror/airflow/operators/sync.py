@@ -63,6 +63,7 @@ class DeltaMirrorSyncOperator(DeltaMirrorTableOperator):
             storage_options=self.hook.storage_options,
             checkpoint_engine=self.checkpoint_engine,
             checkpoint_settings=self._settings(),
+            checkpoint_here=self.checkpoint_engine != "spark",  # else the spark-submit task after this
             validate_every=None if every is None else timedelta(seconds=every),
             reader=self.reader,
             lag_retention=DEFAULT_LAG_RETENTION if retention is None else timedelta(seconds=retention),
