@@ -1,0 +1,46 @@
+"""The commit writer on its own: order, the bounded queue, the thread switch interval."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+from delta_mirror.jobs.publish_pipeline import WRITER_SWITCH_INTERVAL, CommitWriter, PreparedCommit
+
+
+def _commit(v: int) -> PreparedCommit:
+    return PreparedCommit(v, b"x" * 10, "")
+
+
+def test_commits_are_written_in_order_through_a_small_queue() -> None:
+    written: list[int] = []
+    gate = threading.Event()
+
+    def put(c: PreparedCommit) -> bool:
+        gate.wait(5)
+        written.append(c.version)
+        return False
+
+    writer = CommitWriter(put, depth=4)
+    try:
+        threading.Timer(0.05, gate.set).start()  # the queue fills; submit waits for room
+        for v in range(50):
+            writer.submit(_commit(v))
+        writer.drain()
+        assert written == list(range(50))
+        assert [w.commit.version for w in writer.take_written()] == list(range(50))
+    finally:
+        writer.close()
+
+
+def test_the_switch_interval_is_short_while_writers_run_and_restored_after() -> None:
+    before = sys.getswitchinterval()
+    first, second = CommitWriter(lambda c: False), CommitWriter(lambda c: False)
+    try:
+        assert sys.getswitchinterval() == min(before, WRITER_SWITCH_INTERVAL)
+        first.close()
+        assert sys.getswitchinterval() == min(before, WRITER_SWITCH_INTERVAL)  # one still runs
+    finally:
+        first.close()
+        second.close()
+    assert sys.getswitchinterval() == before
