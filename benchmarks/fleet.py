@@ -44,6 +44,76 @@ REPO = Path(__file__).resolve().parent.parent
 _STATEMENT = re.compile(r"LOG:\s+(statement|execute [^:]*):")
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+# -- CPU of process trees (fleet_airflow.py: the Airflow components) ---------------------------------------------------------------
+
+
+def _procs() -> dict[int, tuple[int, float, float, str]]:
+    """pid → (ppid, own CPU s, reaped children's CPU s, command line) of every live process."""
+    out: dict[int, tuple[int, float, float, str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError):
+            continue
+        ppid = int(fields[1])
+        own = (int(fields[11]) + int(fields[12])) / TICK
+        reaped = (int(fields[13]) + int(fields[14])) / TICK
+        out[int(entry)] = (ppid, own, reaped, cmd)
+    return out
+
+
+def _descendants(procs: dict[int, tuple[int, float, float, str]], root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, *_rest) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+COMPONENTS = ("scheduler", "triggerer", "dag-processor", "api-server")
+
+
+def cpu_snapshot(standalone: int, postmaster: int | None) -> dict[str, float]:
+    """CPU-seconds so far per component tree: the scheduler's own process apart from its
+    children ("workers": LocalExecutor workers and the task processes they fork and reap)."""
+    procs = _procs()
+    cpu = dict.fromkeys((*COMPONENTS, "workers", "standalone", "postgres"), 0.0)
+    if standalone in procs:
+        cpu["standalone"] = procs[standalone][1]
+    for pid in (p for p, v in procs.items() if v[0] == standalone):
+        cmd = procs[pid][3]
+        name = next((c for c in COMPONENTS if c in cmd or c.replace("-", "_") in cmd), "standalone")
+        tree = sum(procs[d][1] + procs[d][2] for d in _descendants(procs, pid))
+        if name == "scheduler":
+            cpu["scheduler"] += procs[pid][1]
+            cpu["workers"] += tree + procs[pid][2]
+        else:
+            cpu[name] += procs[pid][1] + procs[pid][2] + tree
+    if postmaster in procs:
+        cpu["postgres"] = (
+            procs[postmaster][1]
+            + procs[postmaster][2]
+            + sum(procs[d][1] + procs[d][2] for d in _descendants(procs, postmaster))
+        )
+    return cpu
+
+
+def cpu_delta(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {k: round(b[k] - a.get(k, 0.0), 2) for k in b}
+
+
 def _tables(store: Any, root: Path, n: int) -> list[str]:
     from support.builders import add_body, metadata_body, protocol_body
 

@@ -34,6 +34,8 @@ import json
 import os
 import platform
 import random
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -50,12 +52,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "airflow_e2e"))
 
 from airflow_e2e_stack import VENV_BIN, AirflowStack
-from fleet import _count_statements, dag_parse_seconds
+from fleet import _count_statements, cpu_delta, cpu_snapshot, dag_parse_seconds
 from support.services import PgServer
 from support.waiting import load_scaled
 
 REPO = Path(__file__).resolve().parent.parent
-TICK = os.sysconf("SC_CLK_TCK")
 
 # The task layout of each table's DAG, as table-config lines under `defaults:` (helper `sync`'s key
 # `tasks`): "steps" = publish → checkpoint → validate → metrics, four task processes per run (the
@@ -90,73 +91,6 @@ def _db_stats(port: int, db: str) -> dict[str, int]:
     sessions, xacts, _ = _rows(port, "postgres", sql, (db,))[0]
     backends = _one(port, "postgres", "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (db,))
     return {"sessions": sessions, "xacts": xacts, "backends": backends}
-
-
-# -- CPU of the stack's process trees ---------------------------------------------------------------
-
-
-def _procs() -> dict[int, tuple[int, float, float, str]]:
-    """pid → (ppid, own CPU s, reaped children's CPU s, command line) of every live process."""
-    out: dict[int, tuple[int, float, float, str]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, IndexError):
-            continue
-        ppid = int(fields[1])
-        own = (int(fields[11]) + int(fields[12])) / TICK
-        reaped = (int(fields[13]) + int(fields[14])) / TICK
-        out[int(entry)] = (ppid, own, reaped, cmd)
-    return out
-
-
-def _descendants(procs: dict[int, tuple[int, float, float, str]], root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, *_rest) in procs.items():
-        children.setdefault(ppid, []).append(pid)
-    found, todo = [], list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo += children.get(pid, [])
-    return found
-
-
-COMPONENTS = ("scheduler", "triggerer", "dag-processor", "api-server")
-
-
-def cpu_snapshot(standalone: int, postmaster: int | None) -> dict[str, float]:
-    """CPU-seconds so far per component tree: the scheduler's own process apart from its
-    children ("workers": LocalExecutor workers and the task processes they fork and reap)."""
-    procs = _procs()
-    cpu = dict.fromkeys((*COMPONENTS, "workers", "standalone", "postgres"), 0.0)
-    if standalone in procs:
-        cpu["standalone"] = procs[standalone][1]
-    for pid in (p for p, v in procs.items() if v[0] == standalone):
-        cmd = procs[pid][3]
-        name = next((c for c in COMPONENTS if c in cmd or c.replace("-", "_") in cmd), "standalone")
-        tree = sum(procs[d][1] + procs[d][2] for d in _descendants(procs, pid))
-        if name == "scheduler":
-            cpu["scheduler"] += procs[pid][1]
-            cpu["workers"] += tree + procs[pid][2]
-        else:
-            cpu[name] += procs[pid][1] + procs[pid][2] + tree
-    if postmaster in procs:
-        cpu["postgres"] = (
-            procs[postmaster][1]
-            + procs[postmaster][2]
-            + sum(procs[d][1] + procs[d][2] for d in _descendants(procs, postmaster))
-        )
-    return cpu
-
-
-def _delta(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
-    return {k: round(b[k] - a.get(k, 0.0), 2) for k in b}
 
 
 # -- the fleet ------------------------------------------------------------------------------------
@@ -324,6 +258,31 @@ def _triggers(port: int, metadata_db: str) -> int:
     return int(_one(port, metadata_db, "SELECT count(*) FROM trigger WHERE triggerer_id IS NOT NULL"))
 
 
+_PROCESSOR = re.compile(
+    r"delta_mirror_dags\.py\s+(?:\d+\s+)?(?:[\d.]+s\s+)?(\d+)\s+(\d+)\s+([\d.]+)s\s+(\S+)"
+)
+_TASK_PARSE = re.compile(r"Worker startup parse complete.*?dag_file_parse_ms=(\d+)")
+_WORKLOAD = re.compile(r"Workload finished.*?duration=([\d.]+)")
+
+
+def log_figures(path: Path) -> dict[str, Any]:
+    """From ``airflow standalone``'s output: the dag-processor's "Last Duration" of the DAG file
+    (every table's DAG), a task's own start-up parse (its table's DAG only), task process lifetimes."""
+    text = path.read_text(errors="replace")
+    full = [float(d) for d, _at in {(m[2], m[3]) for m in _PROCESSOR.findall(text)}]  # one per parse
+    task = sorted(int(m) / 1000 for m in _TASK_PARSE.findall(text))
+    work = sorted(float(m) for m in _WORKLOAD.findall(text))
+
+    def stats(xs: list[float]) -> dict[str, Any]:
+        return {"n": len(xs), "median_s": _r(statistics.median(xs)) if xs else None, "p95_s": _pct(xs, 0.95)}
+
+    return {
+        "dag_processor_parse": stats(sorted(full)),
+        "task_startup_parse": stats(task),
+        "task_process": stats(work),
+    }
+
+
 def _timed(fn: Callable[[], Any], times: int = 3) -> dict[str, Any]:
     took, status = [], None
     for _ in range(times):
@@ -357,6 +316,9 @@ def airflow(
             "DELTA_MIRROR_STORE": store_url,
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
             "AIRFLOW__CORE__PARALLELISM": str(opts.parallelism),
+            # a task's calls to the Execution API (api-server): 5 s by default, which a loaded 2-core
+            # machine exceeds, and the retried `PATCH .../run` then fails the task (400: already running)
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": str(opts.api_timeout),
         },
         metadata_url=meta_url.replace("postgresql+psycopg://", "postgresql+psycopg2://"),
     )
@@ -405,7 +367,7 @@ class Fleet:
         statements = _count_statements(self.pg.logfile, a["log"], self.store_db) if b["log"] > a["log"] else 0
         return {
             "window_s": round(el, 1),
-            "cores": {k: round(v / el, 3) for k, v in _delta(a["cpu"], b["cpu"]).items()},
+            "cores": {k: round(v / el, 3) for k, v in cpu_delta(a["cpu"], b["cpu"]).items()},
             "store_statements_per_s": round(statements / el, 1),
             "store_xacts_per_s": round((b["db"]["xacts"] - a["db"]["xacts"]) / el, 1),
             "store_new_connections_per_s": round((b["db"]["sessions"] - a["db"]["sessions"]) / el, 2),
@@ -454,6 +416,8 @@ def run_one(pg: PgServer, n: int, layout: str, opts: Any, tmp: Path, log: Log) -
             )
             result["status_json_cli"] = _timed(lambda: _status_cli(env))
             log(f"  UI overview {result['ui_overview']}, status --json {result['status_json_cli']}")
+            result["airflow_log"] = log_figures(stack.log_path)
+            log(f"  from Airflow's log: {result['airflow_log']}")
         result["dag_file"] = dag_parse_seconds(n, work / "parse", config=config)
         log(f"  DAG file: {result['dag_file']}")
     finally:
@@ -509,7 +473,7 @@ def load_phase(fleet: Fleet, names: list[str], rate: float, opts: Any, log: Log)
     drained = round(time.monotonic() - drain_t0, 1)
     c = fleet.snapshot()
     sent = list(writers.sent)
-    cpu = _delta(a["cpu"], c["cpu"])
+    cpu = cpu_delta(a["cpu"], c["cpu"])
     stack_cpu = sum(v for k, v in cpu.items() if k != "postgres")
     phase = {
         "rate_per_s": rate,
@@ -565,8 +529,11 @@ def figure(opts: Any, log: Log) -> dict[str, Any]:
                     results.append(
                         {"tables": n, "layout": layout, "error": f"{type(exc).__name__}: {exc}"[:2000]}
                     )
+                if opts.out:  # what was measured so far survives a later failure or an interrupt
+                    Path(opts.out).write_text(json.dumps(_report(opts, pg_version, results), indent=2))
     finally:
         pg.stop_and_remove()
+        shutil.rmtree(tmp, ignore_errors=True)
     return _report(opts, pg_version, results)
 
 
@@ -595,6 +562,7 @@ def _report(opts: Any, pg_version: str, results: list[dict[str, Any]]) -> dict[s
             "poll_interval_s": 1,
             "executor": "LocalExecutor",
             "parallelism": opts.parallelism,
+            "execution_api_timeout_s": opts.api_timeout,
             "seconds": opts.seconds,
             "drain_limit_s": opts.drain,
             "idle_window_s": opts.idle,
@@ -646,6 +614,7 @@ def options(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--idle", type=float, default=20.0, help="the idle window before the writers (s)")
     parser.add_argument("--writers", type=int, default=2, help="writer threads sharing the rate")
     parser.add_argument("--out", default=None, help="also write the JSON here after each size / layout")
+    parser.add_argument("--api-timeout", type=float, default=60.0, help="[workers] execution_api_timeout (s)")
     parser.add_argument("--parallelism", type=int, default=8, help="Airflow [core] parallelism")
     quick = {"sizes": "10", "seconds": 60.0, "drain": 120.0, "idle": 10.0}
     if "--quick" in (sys.argv[1:] if argv is None else argv):  # --quick's defaults; explicit options win
