@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from support.builders import append_rows, create_data_table
 
 from delta_mirror.health.monitoring import table_detail
@@ -33,3 +34,56 @@ def test_a_rewritten_checkpoint_is_a_second_write_not_a_retried_version(
     problems = page[page.index("Failed and retried versions") : page.index("<h2>Checkpoints")]
     assert "none" in problems and "id='problems'" not in problems
     assert " retried'" not in page  # no version cell outlined as retried
+
+
+def test_the_overview_sends_as_many_statements_for_30_tables_as_for_3(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One row per table from a constant number of queries (statuses, sparklines, breakers)."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+    from support.builders import add_body, metadata_body, protocol_body
+
+    from delta_mirror.airflow import ui_plugin
+    from delta_mirror.store.states import Artifact
+
+    monkeypatch.setenv("DELTA_MIRROR_STORE", store_url)
+    monkeypatch.setenv("DELTA_MIRROR_CONFIG", str(tmp_path / "none.yaml"))
+    monkeypatch.setattr(ui_plugin, "_STORES", {})
+    store = SqlStore(store_url)
+    store.init()
+
+    def add_tables(start: int, count: int) -> None:
+        for i in range(start, start + count):
+            name = f"t{i:03d}"
+            store.create_table(name, (tmp_path / name).as_uri())
+            store.commit(
+                name, [("protocol", protocol_body()), ("metaData", metadata_body()), ("add", add_body("a"))]
+            )
+            store.commit(name, [("add", add_body("b"))])
+            tid = store.get_table(name).id
+            store.mark_succeeded(tid, Artifact.JSON, [(0, "0" * 64, 1)])
+            store.add_lag_sample(tid, float(i), 1)
+
+    def statements() -> int:
+        seen: list[str] = []
+
+        def on_execute(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+            seen.append(statement)
+
+        event.listen(Engine, "before_cursor_execute", on_execute)
+        try:
+            data = ui_plugin.overview_data()
+            ui_plugin.overview_html(data)
+        finally:
+            event.remove(Engine, "before_cursor_execute", on_execute)
+        assert all(len(r["lag_24h"]) == 1 and r["versions_behind"] == 1 for r in data["tables"])
+        return len(seen)
+
+    add_tables(0, 3)
+    statements()  # the plugin's store is opened once, then kept
+    few = statements()
+    add_tables(3, 27)
+    assert statements() == few
+    assert len(ui_plugin.overview_data()["tables"]) == 30
+    store.close()

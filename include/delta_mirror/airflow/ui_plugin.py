@@ -89,18 +89,19 @@ def _find(name: str, config: Any) -> tuple[SqlStore, Any]:
 
 def overview_data() -> dict[str, Any]:
     """Every table's row and its 24 h sparkline: a constant number of queries per store, whatever
-    the number of tables (``overview_rows``, ``lag_samples_many``)."""
+    the number of tables (``overview_rows``, ``lag_peaks``)."""
     config = _config()
     rows: dict[str, dict[str, Any]] = {}
-    since = int(datetime.now(UTC).timestamp() * 1000) - _WINDOW_MS["24h"]
+    now = int(datetime.now(UTC).timestamp() * 1000)
+    since = now - _WINDOW_MS["24h"]
     for store in _stores(config):
         tables = [t for t in store.list_tables() if t.name not in rows]
         if not tables:
             continue
         ids = None if len(tables) > 50 else [t.id for t in tables]
-        samples = store.lag_samples_many(ids, since, _SPARK_POINTS)
+        peaks = store.lag_peaks(ids, since, now, _SPARK_POINTS)
         for table, row in zip(tables, overview_rows(store, tables, config), strict=True):
-            row["lag_24h"] = [[at, lag] for at, lag, _behind in samples.get(table.id, [])]
+            row["lag_24h"] = [[at, lag] for at, lag in peaks.get(table.id, [])]
             rows[table.name] = row
     tables_out = [rows[n] for n in sorted(rows)]
     return {
@@ -110,7 +111,7 @@ def overview_data() -> dict[str, Any]:
     }
 
 
-_SPARK_POINTS = 200  # the newest samples of the last 24 h per sparkline
+_SPARK_POINTS = 48  # the sparkline: the highest lag of each half hour of the last 24 h
 
 
 def table_data(name: str, window: str = "24h", versions: int = 200) -> dict[str, Any]:

@@ -13,16 +13,23 @@ from delta_mirror.cli.common import Ctx, emit, errors, store_option, version_tex
 @click.command()
 @click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Show only the first N tables by name (the text output says how many there are).",
+)
 @store_option
 @click.pass_obj
-def status(ctx: Ctx, name: str | None, as_json: bool) -> None:
+def status(ctx: Ctx, name: str | None, as_json: bool, limit: int | None) -> None:
     """Mirror status and lag per table."""
     from delta_mirror.health.status import fleet_status
 
     with errors(ctx, name or None):
         store = ctx.store(read_only=True)
         tables = [store.get_table(name)] if name else store.list_tables()
-        rows = fleet_status(store, tables)  # a constant number of queries for any number of tables
+        total = len(tables)
+        rows = fleet_status(store, tables[:limit])  # a constant number of queries for any number of tables
 
         def text() -> None:
             if not rows:
@@ -46,6 +53,8 @@ def status(ctx: Ctx, name: str | None, as_json: bool) -> None:
                     click.echo(f"  halted: {r.halted_reason}")
                 elif r.last_error:
                     click.echo(f"  last error [{r.last_error_class}]: {r.last_error}")
+            if len(rows) < total:
+                click.echo(f"({len(rows)} of {total} tables shown: --limit {limit})")
 
         emit([r.to_json() for r in rows] if not name else rows[0].to_json(), as_json, text)
 

@@ -11,6 +11,8 @@ from delta_mirror.store import db
 from delta_mirror.store.base import StoreBase
 from delta_mirror.store.schema import dl_lag_samples
 
+_IDS_PER_STATEMENT = 10_000  # SQLite allows 32,766 bound parameters per statement
+
 
 class LagHistory(StoreBase):
     """Record, read and prune a table's lag samples."""
@@ -65,38 +67,46 @@ class LagHistory(StoreBase):
         return at
 
     def prune_lag_samples_many(self, cutoffs: Sequence[tuple[int, int]]) -> int:
-        """Delete each table's samples taken before its cut-off: (table_id, older_than ms) pairs,
-        one statement (executed per pair by the driver: each an index range on (table_id, sampled_at))."""
-        if not cutoffs:
-            return 0
-        stmt = delete(dl_lag_samples).where(
-            dl_lag_samples.c.table_id == bindparam("t"), dl_lag_samples.c.sampled_at < bindparam("cut")
-        )
+        """Delete each table's samples taken before its cut-off, from (table_id, older_than ms) pairs:
+        one statement per distinct cut-off (tables sharing a retention share one), each an index
+        range per table on (table_id, sampled_at)."""
+        by_cut: dict[int, list[int]] = {}
+        for table_id, cut in cutoffs:
+            by_cut.setdefault(int(cut), []).append(int(table_id))
+        pruned = 0
         with db.translated(self.url, "pruning lag samples"), self.engine.begin() as conn:
-            result = conn.execute(stmt, [{"t": t, "cut": cut} for t, cut in cutoffs])
-            return max(0, int(result.rowcount or 0))
+            for cut, ids in by_cut.items():
+                for i in range(0, len(ids), _IDS_PER_STATEMENT):
+                    result = conn.execute(
+                        delete(dl_lag_samples).where(
+                            dl_lag_samples.c.table_id.in_(ids[i : i + _IDS_PER_STATEMENT]),
+                            dl_lag_samples.c.sampled_at < cut,
+                        )
+                    )
+                    pruned += max(0, int(result.rowcount or 0))
+        return pruned
 
-    def lag_samples_many(
-        self, table_ids: Sequence[int] | None, since: int, limit: int
-    ) -> dict[int, list[tuple[int, float, int]]]:
-        """Each table's samples since ``since`` (oldest first, at most the newest ``limit``) in one
-        statement: the UI overview's sparklines (``table_ids`` None: every table)."""
+    def lag_peaks(
+        self, table_ids: Sequence[int] | None, since: int, until: int, points: int
+    ) -> dict[int, list[tuple[int, float]]]:
+        """Each table's lag from ``since`` to ``until`` as at most ``points`` (time, highest lag)
+        pairs, one per equal slice of the window, oldest first, in one statement: the UI
+        overview's sparklines (``table_ids`` None: every table). The highest, so a spike shows."""
+        bucket = max(1, (int(until) - int(since)) // max(1, points) + 1)
         where = "" if table_ids is None else "AND s.table_id IN :ids"
         stmt = text(
-            "SELECT table_id, sampled_at, lag_seconds, versions_behind FROM ("
-            " SELECT s.table_id, s.sampled_at, s.lag_seconds, s.versions_behind, row_number() OVER ("
-            "  PARTITION BY s.table_id ORDER BY s.sampled_at DESC, s.id DESC) AS rn"
+            "SELECT s.table_id, (s.sampled_at - :since) / :bucket AS b, max(s.sampled_at), max(s.lag_seconds)"
             f" FROM dl_lag_samples s WHERE s.sampled_at >= :since {where}"
-            ") x WHERE rn <= :limit ORDER BY table_id, sampled_at, rn DESC"
+            " GROUP BY s.table_id, b ORDER BY s.table_id, b"
         )
-        params: dict[str, object] = {"since": int(since), "limit": int(limit)}
+        params: dict[str, object] = {"since": int(since), "bucket": bucket}
         if table_ids is not None:
             stmt = stmt.bindparams(bindparam("ids", expanding=True))
             params["ids"] = sorted(set(table_ids))
-        out: dict[int, list[tuple[int, float, int]]] = {}
+        out: dict[int, list[tuple[int, float]]] = {}
         with db.translated(self.url, "reading lag samples"), self.reader.connect() as conn:
-            for t, at, lag, behind in conn.execute(stmt, params):
-                out.setdefault(int(t), []).append((int(at), float(lag), int(behind)))
+            for t, _b, at, lag in conn.execute(stmt, params):
+                out.setdefault(int(t), []).append((int(at), float(lag)))
         return out
 
     def prune_lag_samples(self, table_id: int, older_than: int) -> int:
