@@ -7,6 +7,7 @@ Used by the generated DAGs (``dag_factory``) and the example DAGs (``examples``)
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 from delta_mirror.airflow.notifications import task_failure_callback
@@ -43,6 +44,22 @@ def default_args(cfg: TableConfig) -> dict[str, Any]:
     return args
 
 
+@cache
+def airflow_dag_settings() -> dict[str, Any]:
+    """Airflow's per-DAG defaults (``[core] max_active_tasks_per_dag``, ...), read once.
+
+    A ``DAG`` reads each setting it is not given from Airflow's config, three lookups per DAG: a
+    quarter of building a thousand table DAGs. ``build_dags`` clears the cache at each parse.
+    """
+    from airflow.sdk.configuration import conf
+
+    return {
+        "max_active_tasks": conf.getint("core", "max_active_tasks_per_dag"),
+        "max_consecutive_failed_dag_runs": conf.getint("core", "max_consecutive_failed_dag_runs_per_dag"),
+        "disable_bundle_versioning": conf.getboolean("dag_processor", "disable_bundle_versioning"),
+    }
+
+
 def conn_args(cfg: TableConfig) -> dict[str, Any]:
     """The connection arguments every delta-mirror operator takes."""
     return {"store_conn_id": cfg.store_conn_id, "aws_conn_id": cfg.aws_conn_id}
@@ -54,6 +71,7 @@ __all__ = [
     "JUST_PUBLISHED_TO",
     "START",
     "STEPS",
+    "airflow_dag_settings",
     "conn_args",
     "default_args",
 ]
