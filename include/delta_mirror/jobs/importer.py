@@ -239,24 +239,34 @@ def _stream(
     return src
 
 
+_Call = tuple[tuple[Any, ...], dict[str, Any]]
+
+
 class _Writer:
     """``BulkImport.version`` calls run in a thread, in order; ``close`` writes the rest
-    (``BulkImport.finish``) and re-raises the thread's error, if any. The queue holds a few
-    commits: the reader waits when the database falls behind."""
+    (``BulkImport.finish``) and re-raises the thread's error, if any. Calls are handed over in
+    groups of at least ``group_lines`` lines (a long history of small commits is a few hand-overs,
+    not one per commit); the queue holds ``depth`` groups: the reader waits when the database
+    falls behind, so memory holds a few groups of commits, not the log."""
 
-    def __init__(self, bulk: BulkImport, depth: int = 2) -> None:
+    def __init__(self, bulk: BulkImport, depth: int = 2, group_lines: int = 20_000) -> None:
         self.bulk = bulk
         self.error: BaseException | None = None
-        self._queue: queue.Queue[tuple[tuple[Any, ...], dict[str, Any]] | None] = queue.Queue(depth)
+        self._queue: queue.Queue[list[_Call] | None] = queue.Queue(depth)
+        self._group: list[_Call] = []
+        self._group_lines = 0
+        self._max_lines = group_lines
         self._thread = threading.Thread(target=self._run, name="import-writer", daemon=True)
         self._thread.start()
         self._closed = False
 
     def _run(self) -> None:
-        while (item := self._queue.get()) is not None:
-            if self.error is None:
+        while (group := self._queue.get()) is not None:
+            for args, kwargs in group:
+                if self.error is not None:
+                    break
                 try:
-                    self.bulk.version(*item[0], **item[1])
+                    self.bulk.version(*args, **kwargs)
                 except BaseException as exc:  # handed to the reader thread
                     self.error = exc
         if self.error is None:
@@ -265,10 +275,19 @@ class _Writer:
             except BaseException as exc:
                 self.error = exc
 
-    def put(self, *args: Any, **kwargs: Any) -> None:
+    def put(self, version: int, lines: list[str], facts: LineFacts, **kwargs: Any) -> None:
+        """``BulkImport.version(version, lines, facts, **kwargs)``, in the thread."""
         if self.error is not None:
             self.close()
-        self._queue.put((args, kwargs))
+        self._group.append(((version, lines, facts), kwargs))
+        self._group_lines += len(lines) + 1
+        if self._group_lines >= self._max_lines:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        if self._group:
+            self._queue.put(self._group)
+            self._group, self._group_lines = [], 0
 
     def close(self, *, finish: bool = True) -> None:
         """Wait for the thread and raise its error. ``finish=False`` (the reader failed): skip the
@@ -276,7 +295,9 @@ class _Writer:
         the one to report."""
         if not self._closed:
             self._closed = True
-            if not finish and self.error is None:
+            if finish:
+                self._hand_over()
+            elif self.error is None:
                 self.error = _Abandoned()
             self._queue.put(None)
             self._thread.join()
