@@ -48,8 +48,9 @@ from typing import Any
 
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "airflow_e2e"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # fleet.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support/
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "airflow_e2e"))  # the e2e stack
 
 from airflow_e2e_stack import VENV_BIN, AirflowStack
 from fleet import _count_statements, cpu_delta, cpu_snapshot, dag_parse_seconds
