@@ -344,6 +344,13 @@ def _wait(check: Callable[[], bool], seconds: float, what: str, stack: AirflowSt
     return round(time.monotonic() - t0, 1)
 
 
+def _machine_busy() -> float:
+    """CPU-seconds the whole machine has been busy (``/proc/stat``: all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return (sum(ticks[:8]) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
 class Fleet:
     """One running fleet: the stack, its two databases, the tables; snapshots of its counters."""
 
@@ -360,6 +367,7 @@ class Fleet:
             "db": _db_stats(self.port, self.store_db),
             "log": self.pg.logfile.stat().st_size,
             "cpu": cpu_snapshot(self.standalone, self.postmaster),
+            "machine": _machine_busy(),
         }
 
     def window(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -369,6 +377,8 @@ class Fleet:
         return {
             "window_s": round(el, 1),
             "cores": {k: round(v / el, 3) for k, v in cpu_delta(a["cpu"], b["cpu"]).items()},
+            # every process on the machine (the other jobs sharing it included), of os.cpu_count()
+            "machine_busy_cores": round((b["machine"] - a["machine"]) / el, 2),
             "store_statements_per_s": round(statements / el, 1),
             "store_xacts_per_s": round((b["db"]["xacts"] - a["db"]["xacts"]) / el, 1),
             "store_new_connections_per_s": round((b["db"]["sessions"] - a["db"]["sessions"]) / el, 2),
