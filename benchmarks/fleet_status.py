@@ -19,7 +19,8 @@ Measured, median of ``--repeat`` runs, the load average beside each figure:
   statements each sends (``statements``).
 
 ``--before DIR``: also measure another checkout's ``include/`` (e.g. ``git archive <commit>
-include | tar -x -C DIR``) on the same stores, reported under ``before``.
+include | tar -x -C DIR``, then ``--before DIR/include``) on the same stores, reported under
+``before`` (``--before-repeat`` runs, default 1: the per-table code takes minutes at this size).
 
 Alone: ``PYTHONPATH=tests .venv/bin/python benchmarks/fleet_status.py [--quick]`` prints one JSON.
 From ``benchmarks/run.py``: ``fleet_status.figure(opts, log)``.
@@ -317,7 +318,7 @@ def figure(opts: Any, log: Callable[[str], None]) -> dict[str, Any]:
                 f"fleet_status: {backend} after {json.dumps({k: v for k, v in result['after'].items() if k != 'runs'})}"
             )
             if before:
-                result["before"] = measure(url, before, opts.repeat, tmp)
+                result["before"] = measure(url, before, opts.before_repeat, tmp)
                 log(
                     f"fleet_status: {backend} before {json.dumps({k: v for k, v in result['before'].items() if k != 'runs'})}"
                 )
@@ -343,6 +344,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--backends", default="postgresql,sqlite")
     parser.add_argument("--before", default=None, help="a directory holding another checkout's delta_mirror/")
+    parser.add_argument("--before-repeat", type=int, default=1, help="runs of --before (it is slow)")
     parser.add_argument("--child", default=None, metavar="URL", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child:

@@ -86,4 +86,14 @@ def test_the_overview_sends_as_many_statements_for_30_tables_as_for_3(
     add_tables(3, 27)
     assert statements() == few
     assert len(ui_plugin.overview_data()["tables"]) == 30
+
+    # Pages by name: the rows of one page, the verdict and the count of every table.
+    store.mark_failed(store.get_table("t001").id, 1, Artifact.JSON, "FAILED", "TRANSIENT", "503")
+    data = ui_plugin.overview_data(page=2, per_page=7)
+    assert [r["table"] for r in data["tables"]] == [f"t{i:03d}" for i in range(7, 14)]
+    assert (data["total"], data["pages"], data["unhealthy"], data["healthy"]) == (30, 5, 1, False)
+    page = ui_plugin.overview_html(data)
+    assert "30 table(s), <span class='bad'>1 unhealthy</span>" in page
+    assert "tables 8-14 of 30 (page 2 of 5)" in page and "?page=3&amp;per_page=7'>next" in page
+    assert ui_plugin.overview_data(page=99, per_page=7)["page"] == 5  # past the end: the last page
     store.close()

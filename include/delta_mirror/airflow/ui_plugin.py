@@ -28,9 +28,10 @@ from delta_mirror.health.monitoring import (
     DEFAULT_LAG_SLO,
     health_report,
     lag_slo_for,
-    overview_rows,
+    overview_row_of,
     table_detail,
 )
+from delta_mirror.health.status import fleet_status
 from delta_mirror.store import SqlStore
 
 URL_PREFIX = "/delta-mirror"
@@ -87,31 +88,52 @@ def _find(name: str, config: Any) -> tuple[SqlStore, Any]:
     raise TableNotFoundError(f"no table named '{name}' in the store", table=name)
 
 
-def overview_data() -> dict[str, Any]:
-    """Every table's row and its 24 h sparkline: a constant number of queries per store, whatever
-    the number of tables (``overview_rows``, ``lag_peaks``)."""
+OVERVIEW_PAGE = 100  # tables per overview page (``?per_page=`` up to ``OVERVIEW_MAX_PAGE``)
+OVERVIEW_MAX_PAGE = 1000
+_SPARK_POINTS = 48  # the sparkline: the highest lag of each half hour of the last 24 h
+
+
+def overview_data(page: int = 1, per_page: int = OVERVIEW_PAGE) -> dict[str, Any]:
+    """One page of tables by name, each row with its 24 h sparkline; the verdict and the unhealthy
+    count cover every table. A constant number of queries per store whatever the number of tables
+    (``fleet_status``, ``lag_peaks`` of the page's tables only)."""
     config = _config()
-    rows: dict[str, dict[str, Any]] = {}
+    per_page = max(1, min(int(per_page), OVERVIEW_MAX_PAGE))
+    found: dict[str, tuple[int, Any]] = {}
+    stores = _stores(config)
+    listed = [store.list_tables() for store in stores]
+    for i, tables in enumerate(listed):
+        for t in tables:
+            found.setdefault(t.name, (i, t))
+    names = sorted(found)
+    pages = max(1, math.ceil(len(names) / per_page))
+    page = max(1, min(int(page), pages))
+    shown = set(names[(page - 1) * per_page : page * per_page])
     now = int(datetime.now(UTC).timestamp() * 1000)
-    since = now - _WINDOW_MS["24h"]
-    for store in _stores(config):
-        tables = [t for t in store.list_tables() if t.name not in rows]
+    rows: dict[str, dict[str, Any]] = {}
+    unhealthy = 0
+    for i, store in enumerate(stores):
+        tables = [t for t in listed[i] if found[t.name][0] == i]
         if not tables:
             continue
-        ids = None if len(tables) > 50 else [t.id for t in tables]
-        peaks = store.lag_peaks(ids, since, now, _SPARK_POINTS)
-        for table, row in zip(tables, overview_rows(store, tables, config), strict=True):
-            row["lag_24h"] = [[at, lag] for at, lag in peaks.get(table.id, [])]
-            rows[table.name] = row
-    tables_out = [rows[n] for n in sorted(rows)]
+        page_tables = [t for t in tables if t.name in shown]
+        peaks = store.lag_peaks([t.id for t in page_tables], now - _WINDOW_MS["24h"], now, _SPARK_POINTS)
+        for table, st in zip(tables, fleet_status(store, tables), strict=True):
+            row = overview_row_of(st, lag_slo_for(config, table.name))
+            unhealthy += not row["healthy"]
+            if table.name in shown:
+                row["lag_24h"] = peaks.get(table.id, [])
+                rows[table.name] = row
     return {
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "healthy": all(r["healthy"] for r in tables_out),
-        "tables": tables_out,
+        "healthy": unhealthy == 0,
+        "total": len(names),
+        "unhealthy": unhealthy,
+        "page": page,
+        "pages": pages,
+        "per_page": per_page,
+        "tables": [rows[n] for n in sorted(rows)],
     }
-
-
-_SPARK_POINTS = 48  # the sparkline: the highest lag of each half hour of the last 24 h
 
 
 def table_data(name: str, window: str = "24h", versions: int = 200) -> dict[str, Any]:
@@ -270,12 +292,33 @@ def overview_html(data: dict[str, Any]) -> str:
     overall = (
         "<span class='ok'>all healthy</span>" if data["healthy"] else "<span class='bad'>unhealthy</span>"
     )
+    total = data.get("total", len(data["tables"]))
+    unhealthy = data.get("unhealthy", 0)
+    if not data["healthy"] and unhealthy:
+        overall = f"<span class='bad'>{unhealthy} unhealthy</span>"
     return _page(
         "Delta Mirror",
-        f"<h1>Delta Mirror</h1><p>{len(data['tables'])} table(s), {overall}. "
+        f"<h1>Delta Mirror</h1><p>{total} table(s), {overall}. "
         f"<span class='muted'>as of {_e(str(data['generated_at'])[11:19])} UTC, refreshed every minute · "
-        f"<a href='{URL_PREFIX}/api/overview'>JSON</a></span></p>{table}",
+        f"<a href='{URL_PREFIX}/api/overview'>JSON</a></span></p>{_pager(data)}{table}{_pager(data)}",
         refresh_s=60,
+    )
+
+
+def _pager(data: dict[str, Any]) -> str:
+    """ "tables 101-200 of 1000" with the previous / next pages; nothing when one page holds them all."""
+    page, pages, per_page = data.get("page", 1), data.get("pages", 1), data.get("per_page", OVERVIEW_PAGE)
+    if pages <= 1:
+        return ""
+    first = (page - 1) * per_page + 1
+    links = [
+        f"<a href='{URL_PREFIX}/?page={p}&amp;per_page={per_page}'>{label}</a>"
+        for p, label in ((page - 1, "&larr; previous"), (page + 1, "next &rarr;"))
+        if 1 <= p <= pages
+    ]
+    return (
+        f"<p class='pager'>tables {first}-{first + len(data['tables']) - 1} of {data['total']} "
+        f"(page {page} of {pages}) · {' · '.join(links)}</p>"
     )
 
 
@@ -475,16 +518,16 @@ def create_app() -> Any:
             raise HTTPException(status_code=503, detail=exc.message) from None
 
     @app.get("/", response_class=HTMLResponse)
-    def overview_page() -> str:
-        return overview_html(call(overview_data))
+    def overview_page(page: int = 1, per_page: int = OVERVIEW_PAGE) -> str:
+        return overview_html(call(overview_data, page, per_page))
 
     @app.get("/tables/{name}", response_class=HTMLResponse)
     def table_page(name: str, window: str = "24h", versions: int = 200) -> str:
         return table_html(call(table_data, name, window, versions))
 
     @app.get("/api/overview")
-    def overview_api() -> dict[str, Any]:
-        return call(overview_data)  # type: ignore[no-any-return]
+    def overview_api(page: int = 1, per_page: int = OVERVIEW_PAGE) -> dict[str, Any]:
+        return call(overview_data, page, per_page)  # type: ignore[no-any-return]
 
     @app.get("/api/tables/{name}")
     def table_api(name: str, window: str = "24h", versions: int = 200) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from delta_mirror.delta.protocol import now_ms
 from delta_mirror.store.mirror_status import FleetRow
@@ -30,7 +30,7 @@ class TableStatus:
     breaker: str = CircuitState.CLOSED.value  # the worse of the table's and its storage endpoint's breaker
 
     def to_json(self) -> dict[str, object]:
-        return asdict(self)
+        return dict(vars(self))  # every field is a scalar: no deep copy (asdict) per table
 
 
 def table_status(store: SqlStore, table: TableInfo) -> TableStatus:

@@ -88,10 +88,12 @@ class LagHistory(StoreBase):
 
     def lag_peaks(
         self, table_ids: Sequence[int] | None, since: int, until: int, points: int
-    ) -> dict[int, list[tuple[int, float]]]:
-        """Each table's lag from ``since`` to ``until`` as at most ``points`` (time, highest lag)
+    ) -> dict[int, list[list[float]]]:
+        """Each table's lag from ``since`` to ``until`` as at most ``points`` [time, highest lag]
         pairs, one per equal slice of the window, oldest first, in one statement: the UI
         overview's sparklines (``table_ids`` None: every table). The highest, so a spike shows."""
+        if table_ids is not None and not table_ids:
+            return {}
         bucket = max(1, (int(until) - int(since)) // max(1, points) + 1)
         where = "" if table_ids is None else "AND s.table_id IN :ids"
         stmt = text(
@@ -103,10 +105,11 @@ class LagHistory(StoreBase):
         if table_ids is not None:
             stmt = stmt.bindparams(bindparam("ids", expanding=True))
             params["ids"] = sorted(set(table_ids))
-        out: dict[int, list[tuple[int, float]]] = {}
+        out: dict[int, list[list[float]]] = {}
         with db.translated(self.url, "reading lag samples"), self.reader.connect() as conn:
-            for t, _b, at, lag in conn.execute(stmt, params):
-                out.setdefault(int(t), []).append((int(at), float(lag)))
+            rows = conn.execute(stmt, params).all()  # fetchall: tens of thousands of small rows
+        for t, _b, at, lag in rows:
+            out.setdefault(t, []).append([at, lag])
         return out
 
     def prune_lag_samples(self, table_id: int, older_than: int) -> int:
