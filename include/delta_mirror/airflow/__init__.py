@@ -24,6 +24,7 @@ _MODULES = {
     "DeltaMirrorSparkCheckpointOperator": "spark_operators",
     "DeltaMirrorSparkIngestOperator": "operators",
     "DeltaMirrorSparkPipelineOperator": "operators",
+    "DeltaMirrorSyncOperator": "operators",
     "DeltaMirrorTableOperator": "operators",
     "DeltaMirrorValidateOperator": "operators",
     "StoreCommitTrigger": "triggers",
