@@ -144,8 +144,9 @@ class BulkImport:
         self._commits: list[tuple[Any, ...]] = []
         self._statuses: list[tuple[Any, ...]] = []
         self._ts = now_ms()
-        # PostgreSQL: file rows go out as they are made (the server indexes them while the log is
-        # still being read); the ones sent open and closed later are updated at the end.
+        # PostgreSQL: file rows go out as they are made, the newest ACTION_BATCH kept back (the
+        # server indexes them while the log is still being read); the ones sent open and closed
+        # later are updated at the end.
         self._files_sent = 0
         self._sent_open: list[list[Any]] = []
 
@@ -195,8 +196,10 @@ class BulkImport:
                 self._flush_actions()
         if index_files:
             self.index.apply(version, part, facts.files)
-            if self.postgres and len(self.index.rows) - self._files_sent >= ACTION_BATCH:
-                self._send_files()
+            # The newest ACTION_BATCH rows stay here: a file removed soon after its add is then
+            # sent closed, not sent open and updated at the end (a long history's churn).
+            if self.postgres and len(self.index.rows) - self._files_sent >= 2 * ACTION_BATCH:
+                self._send_files(len(self.index.rows) - ACTION_BATCH)
 
     def drop_files(self, version: int, keys: Iterable[FileKey]) -> None:
         self.index.drop(version, keys)
@@ -225,8 +228,9 @@ class BulkImport:
             self._close_sent(closed)
         self.conn.exec_driver_sql("ANALYZE dl_actions")
 
-    def _send_files(self) -> None:
-        rows = self.index.rows[self._files_sent :]
+    def _send_files(self, upto: int | None = None) -> None:
+        """The file rows not sent yet (up to row ``upto``), by COPY."""
+        rows = self.index.rows[self._files_sent : upto]
         if rows:
             self._copy("dl_files", ("table_id", *_FILE_COLUMNS), _file_text(self.table_id, rows))
             self._sent_open += [row for row in rows if row[_RV] is None]
