@@ -12,7 +12,8 @@ measured commands reads actions.
 Measured, median of ``--repeat`` runs, the load average beside each figure:
 
 - ``status_json_s`` / ``health_json_s``: the whole process ``delta-mirror status --json`` /
-  ``health --json`` (interpreter start, imports, connect, queries, JSON);
+  ``health --json`` (interpreter start, imports, connect, queries, JSON); ``cli_startup_s``: the
+  interpreter importing the CLI, the store and health alone, the part no query change removes;
 - in one process (``--child``): ``fleet_status_s`` (every table's status), ``lag_step_s`` (the
   monitor DAG's lag step: statuses and one lag sample per table), ``overview_s`` (the UI overview
   page's data and HTML), ``table_page_s`` (a table page with failures), and the number of SQL
@@ -262,10 +263,19 @@ def _cli_seconds(url: str, command: str, src: Path | None, cwd: Path) -> float:
     return seconds
 
 
+def _startup_seconds(src: Path | None, cwd: Path) -> float:
+    """The floor under every CLI figure: the interpreter starting and importing the CLI and the store."""
+    code = "import delta_mirror.cli, delta_mirror.store, delta_mirror.health.monitoring"
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], cwd=cwd, env=_env(src), check=True, timeout=600)
+    return time.perf_counter() - started
+
+
 def measure(url: str, src: Path | None, repeat: int, cwd: Path) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     for _ in range(repeat):
         run: dict[str, Any] = {"loadavg_1m": round(os.getloadavg()[0], 2)}
+        run["cli_startup_s"] = round(_startup_seconds(src, cwd), 3)
         run["status_json_s"] = round(_cli_seconds(url, "status", src, cwd), 3)
         run["health_json_s"] = round(_cli_seconds(url, "health", src, cwd), 3)
         proc = subprocess.run(

@@ -57,14 +57,18 @@ class FleetRow:
 # The fleet queries: a constant number of statements for any number of tables, each an index lookup
 # per table (dl_commits' and dl_mirror_status' primary keys) or a read of the unfinished rows only
 # (the partial index ix_dl_mirror_status_open, migration 0004: `state <> 'SUCCESS'` is written as a
-# literal so SQLite can use it too). No statement reads a table's whole history.
+# literal so SQLite can use it too). No statement reads a table's whole history: the newest version
+# is ORDER BY version DESC LIMIT 1, a backward index walk that stops at the first match (SQLite's
+# max() shortcut does not apply when the artifact, a later key column, is filtered too).
 _FLEET_TOPS = """
 SELECT t.id,
-  (SELECT max(c.version) FROM dl_commits c WHERE c.table_id = t.id) AS latest,
-  (SELECT max(m.version) FROM dl_mirror_status m
-    WHERE m.table_id = t.id AND m.artifact = 'json') AS last_json,
-  (SELECT max(m.version) FROM dl_mirror_status m
-    WHERE m.table_id = t.id AND m.artifact = 'checkpoint' AND m.state = 'SUCCESS') AS last_checkpoint
+  (SELECT c.version FROM dl_commits c WHERE c.table_id = t.id
+    ORDER BY c.version DESC LIMIT 1) AS latest,
+  (SELECT m.version FROM dl_mirror_status m WHERE m.table_id = t.id AND m.artifact = 'json'
+    ORDER BY m.version DESC LIMIT 1) AS last_json,
+  (SELECT m.version FROM dl_mirror_status m
+    WHERE m.table_id = t.id AND m.artifact = 'checkpoint' AND m.state = 'SUCCESS'
+    ORDER BY m.version DESC LIMIT 1) AS last_checkpoint
 FROM dl_tables t {where}
 """
 _FLEET_OPEN = """
