@@ -300,8 +300,20 @@ def measure(url: str, src: Path | None, repeat: int, cwd: Path) -> dict[str, Any
 
 
 def figure(opts: Any, log: Callable[[str], None]) -> dict[str, Any]:
+    """The figures as one dict; ``opts`` needs only what it sets (``quick``, ``tables``, ``versions``,
+    ``repeat``, ``backends``, ``before``, ``before_repeat``): the rest take main()'s defaults."""
+    defaults = {
+        "quick": False,
+        "tables": 1000,
+        "versions": 1000,
+        "repeat": 3,
+        "before": None,
+        "before_repeat": 1,
+    }
     from support.services import PgServer
 
+    opts = argparse.Namespace(**{**defaults, "backends": ["postgresql", "sqlite"], **vars(opts)})
+    opts.repeat = int(opts.repeat) if opts.repeat else 3  # run.py's --repeat 0 means "the default"
     tables, versions = (200, 500) if opts.quick else (opts.tables, opts.versions)
     tmp = Path(tempfile.mkdtemp(prefix="dm-bench-status-"))
     os.environ.setdefault("AIRFLOW_HOME", str(tmp / "airflow"))
