@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -349,6 +350,7 @@ def figure(opts: Any, log: Callable[[str], None]) -> dict[str, Any]:
                 server.drop_database(url)
     finally:
         server.stop_and_remove()
+        shutil.rmtree(tmp, ignore_errors=True)  # the SQLite store is ~300 MB
     out["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     out["targets_met"] = all(
         out[b]["after"][k] <= limit for b in opts.backends for k, limit in out["targets"].items()
