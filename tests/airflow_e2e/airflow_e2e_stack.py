@@ -98,6 +98,9 @@ class AirflowStack:
                 "AIRFLOW__API__PORT": str(self.port),
                 "AIRFLOW__API__BASE_URL": self.base_url,
                 "AIRFLOW__API__WORKERS": "1",
+                # a task's calls to the execution API time out after 5 s by default: on a busy machine the
+                # api-server answers later and the task dies before it starts (a failed run, no retry)
+                "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
                 # the log servers of the scheduler and the triggerer default to fixed ports 8793 / 8794
                 "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
                 "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),

@@ -5,7 +5,9 @@ api-server, LocalExecutor) running the project's DAG file against a SQLite store
    AsyncCallback in the triggerer → SmtpNotifier) to a real SMTP server;
 2. an event-driven table (AssetWatcher + StoreCommitTrigger) publishes a new commit on its own, in
    one ``sync`` task that also records the lag sample and the validation on its cadence;
-3. the backfill DAG runs from the REST API and from ``airflow dags trigger``; bad input is refused.
+3. the backfill DAG runs from the REST API and from ``airflow dags trigger``; bad input is refused;
+4. a fleet of 50 event-driven tables, all published, shares one watcher: a commit to one of them
+   starts exactly one run of that table's DAG and none of the 49 others.
 
 One Airflow instance serves the whole module; it is stopped (process group and stragglers) at the end.
 """
@@ -29,12 +31,14 @@ from support.waiting import load_scaled, wait_until
 from delta_mirror.delta.actions import Action
 from delta_mirror.delta.log_path import LOG_DIR, checkpoint_name, commit_name
 from delta_mirror.dev.datafiles import delta_schema_string, write_data_file
+from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.jobs.validate import validate_table
 from delta_mirror.store.sql_store import SqlStore
 
 pytestmark = [pytest.mark.airflow_e2e, pytest.mark.timeout(420)]
 
 LATE, EVENTS, BACKFILL = "late", "events", "bf"
+FLEET = [f"fleet{i:02d}" for i in range(50)]
 BACKFILL_DAG = "delta_mirror_backfill"
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 CONFIG = f"""\
@@ -59,8 +63,8 @@ tables:
     schedule: event
     poll_interval: 1s
   {BACKFILL}: {{}}
-"""
-DAG_IDS = {f"delta_mirror__{t}" for t in (LATE, EVENTS, BACKFILL)} | {
+""" + "".join(f"  {t}: {{schedule: event, poll_interval: 1s}}\n" for t in FLEET)
+DAG_IDS = {f"delta_mirror__{t}" for t in (LATE, EVENTS, BACKFILL, *FLEET)} | {
     BACKFILL_DAG,
     "delta_mirror_reconcile",
     "delta_mirror_monitor",
@@ -147,6 +151,13 @@ def airflow(request: pytest.FixtureRequest, smtp: SmtpServer, e2e_dir: Path) -> 
     env.commit(BACKFILL, create=True)
     env.commit(BACKFILL)
     env.commit(BACKFILL)
+    store = env.store()
+    try:  # the fleet starts with nothing pending: its watchers must fire nothing until a commit
+        for name in FLEET:
+            env.commit(name, create=True)
+            Publisher(store).publish(name)
+    finally:
+        store.close()
     started = time.monotonic()
     stack.start()
     try:
@@ -267,6 +278,22 @@ def test_event_driven_publish(airflow: Env) -> None:
     airflow.validate(EVENTS)
     log = sorted(p.name for p in (airflow.tables / EVENTS / LOG_DIR).iterdir())
     assert log[:2] == [commit_name(0), commit_name(1)], log
+
+
+def test_a_commit_to_one_of_50_event_tables_starts_one_run_of_that_table_only(airflow: Env) -> None:
+    stack = airflow.stack
+    quiet = 3.0  # three poll intervals of the fleet's watcher
+    target = FLEET[17]
+    assert all(not stack.dag_runs(f"delta_mirror__{t}") for t in FLEET)  # all published: no event
+    t0 = time.monotonic()
+    assert airflow.commit(target) == 1
+    _wait(lambda: airflow.log_file(target, 1).exists(), 60, f"version 1 of {target}", 0.05)
+    airflow.figures["fleet_publish_latency_s"] = time.monotonic() - t0
+    _wait(lambda: _idle(stack, f"delta_mirror__{target}"), 60, f"the run of {target}", 0.2)
+    time.sleep(quiet)
+    runs = {t: [(r["run_type"], r["state"]) for r in stack.dag_runs(f"delta_mirror__{t}")] for t in FLEET}
+    assert runs.pop(target) == [("asset_triggered", "success")]
+    assert {t: r for t, r in runs.items() if r} == {}  # none of the 49 others ran
 
 
 # --------------------------------------------------------------------------------------------------
