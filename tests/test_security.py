@@ -254,6 +254,10 @@ def test_sql_text_is_built_from_runtime_values_only_in_these_reviewed_places() -
         ("bulk_load.py", "_copy"),
         ("bulk_load.py", "_insert"),
         ("watch.py", "_listen_loop"),  # LISTEN takes no parameter: the module constant CHANNEL
+        # fleet status: constant WHERE fragments (an expanding IN :ids or nothing), values bound
+        ("mirror_status.py", "fleet_rows"),
+        ("mirror_status.py", "q"),
+        ("lag.py", "lag_peaks"),
     }
 
 
