@@ -283,6 +283,10 @@ class Reads(StoreBase):
         params = {"table_id": table_id, "v": version}
         with db.translated(self.url, "reading active files"), self.reader.connect() as conn:
             if self.engine.dialect.name == "postgresql":
+                # the join of a large table's file rows to their actions is a hash join that spills to
+                # disk in 16 batches at the default 4 MB (300k files: 1.43 s -> 0.69 s of server time);
+                # SET LOCAL: this read's transaction only, the pool's connection is left as it was
+                conn.exec_driver_sql("SET LOCAL work_mem = '128MB'")
                 yield from _copy_lines(conn, q, params, batch)
                 return
             result = conn.execution_options(stream_results=True, yield_per=batch).execute(q, params)
