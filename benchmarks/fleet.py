@@ -27,6 +27,7 @@ import os
 import platform
 import random
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -344,6 +345,7 @@ def figure(opts: Any, log: Callable[[str], None]) -> dict[str, Any]:
         log(f"fleet: DAG file, {parse}")
     finally:
         server.stop_and_remove()
+        shutil.rmtree(tmp, ignore_errors=True)  # the tables' folders and the DAG-file config
     return {
         "machine": {
             "cpus": os.cpu_count(),
