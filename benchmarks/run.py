@@ -46,6 +46,15 @@ Figures:
    one-row Delta-Spark appends with Delta's stock LogStore vs through the delta-mirror LogStore and
    ``delta-mirror serve`` on PostgreSQL (target: <= 1.15 x stock, or <= +30 ms median).
 
+8. ``fleet`` (issue 15, three scripts run as children, their JSON kept whole under ``fleet``):
+   ``watchers`` (``benchmarks/fleet.py``: the shared watcher against the old per-table poll at 50 /
+   500 tables, and the DAG-file build for 1,000 tables), ``airflow`` (``benchmarks/fleet_airflow.py``:
+   a real ``airflow standalone`` with N event-driven tables, writers at a fixed rate, commit →
+   published latency, CPU per commit, store load, UI and ``status --json`` times; both task layouts
+   at 100 and 500 tables, about 35 minutes) and ``status`` (``benchmarks/fleet_status.py``: status,
+   health, the lag step and the UI overview at 1,000 tables x 1,000,000 versions). ``--quick`` runs
+   each one's quick mode.
+
 The PostgreSQL server is the tests' throwaway server (``tests/support/services.py``: fsync off, so the
 numbers measure CPU and round trips, not a disk). The corpus is read in place and never written.
 """
@@ -84,6 +93,7 @@ FIGURES = (
     "spark_checkpoint",
     "commit_service",
     "spark_writers",
+    "fleet",
 )
 #: The figures whose ``targets`` make ``all_targets_met`` (keys of the output).
 TARGET_FIGURES = ("publish", "checkpoint_300k", "long_history", "commit_service", "spark_writers")
@@ -203,6 +213,7 @@ def _run_figures(bench: Bench, out: dict[str, Any], only: set[str]) -> dict[str,
         "import_log": lambda: out.update(import_log=_import_log(bench)),
         "commit_service": lambda: out.update(commit_service=commit_service.figure(bench, log)),
         "spark_writers": lambda: out.update(spark_writers=spark_writers.figure(bench, log)),
+        "fleet": lambda: out.update(fleet=_fleet(bench)),
     }
     errors: dict[str, str] = {}
     for key in (k for k in FIGURES if k in only):
@@ -216,21 +227,39 @@ def _run_figures(bench: Bench, out: dict[str, Any], only: set[str]) -> dict[str,
     return errors
 
 
-def _import_log(bench: Bench) -> dict[str, Any]:
-    """``benchmarks/import_log.py`` (import vs deltalake opening the same log, SQLite and
-    PostgreSQL) run as it is, its JSON kept whole; ``--quick`` runs a 200-commit history only."""
-    cmd = [sys.executable, str(REPO / "benchmarks" / "import_log.py"), "--repeat", str(bench.repeat)]
-    if bench.opts.quick:
-        cmd += ["--only", "history", "--history-commits", "200"]
-    log("import_log: " + " ".join(cmd[1:]))
+def _script(bench: Bench, script: str, args: list[str]) -> dict[str, Any]:
+    """``benchmarks/<script>`` run as it is in a child (it prints one JSON object), its JSON kept whole."""
+    cmd = [sys.executable, str(REPO / "benchmarks" / script), *args]
+    log(f"{script}: " + " ".join(cmd[2:]))
     env = {**os.environ, "DELTA_MIRROR_CORPUS": str(bench.corpus)}
     proc = subprocess.run(
         cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True, timeout=pieces.CHILD_TIMEOUT
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"benchmarks/import_log.py failed (exit {proc.returncode}); see stderr above")
+        raise RuntimeError(f"benchmarks/{script} failed (exit {proc.returncode}); see stderr above")
     result: dict[str, Any] = json.loads(proc.stdout)
     return result
+
+
+def _import_log(bench: Bench) -> dict[str, Any]:
+    """Import vs deltalake opening the same log (SQLite and PostgreSQL); ``--quick``: a
+    200-commit history only."""
+    args = ["--repeat", str(bench.repeat)]
+    if bench.opts.quick:
+        args += ["--only", "history", "--history-commits", "200"]
+    return _script(bench, "import_log.py", args)
+
+
+def _fleet(bench: Bench) -> dict[str, Any]:
+    """Issue 15's fleet figures, each its own script: the shared watcher against the old per-table
+    poll (``fleet.py``), the whole Airflow stack at N tables (``fleet_airflow.py``), and status /
+    health / UI overview at 1,000 tables and 1,000,000 versions (``fleet_status.py``)."""
+    quick = ["--quick"] if bench.opts.quick else []
+    out: dict[str, Any] = {"watchers": _script(bench, "fleet.py", quick)}
+    airflow = quick or ["--sizes", "100,500", "--layouts", "steps,single"]
+    out["airflow"] = _script(bench, "fleet_airflow.py", airflow)
+    out["status"] = _script(bench, "fleet_status.py", quick)
+    return out
 
 
 def _merge_previous(
