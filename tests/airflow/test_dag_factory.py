@@ -19,6 +19,7 @@ from delta_mirror.airflow.operators import (
     DeltaMirrorLagOperator,
     DeltaMirrorMaintenanceOperator,
     DeltaMirrorReconcileOperator,
+    DeltaMirrorSyncOperator,
 )
 
 if TYPE_CHECKING:
@@ -133,7 +134,6 @@ def test_an_event_table_runs_one_sync_task_unless_its_config_asks_for_the_steps(
 ) -> None:
     """``tasks`` unset: event-driven → one ``sync`` task (the Spark engine keeps its spark-submit
     checkpoint task after it); ``tasks: steps`` → the four; a scheduled table → the four."""
-    from delta_mirror.airflow.operators import DeltaMirrorSyncOperator
 
     dm_config(
         {
@@ -160,6 +160,7 @@ def test_an_event_table_runs_one_sync_task_unless_its_config_asks_for_the_steps(
         "validate",
     ]
     single = bag.dags["delta_mirror__cron_single"].get_task("sync")
+    assert isinstance(single, DeltaMirrorSyncOperator)
     assert (single.validate_every, single.checkpoint_engine) == (None, "auto")  # validate: false
 
 
@@ -169,8 +170,10 @@ def test_an_event_table_on_the_spark_engine_keeps_its_spark_submit_checkpoint_af
     pytest.importorskip("airflow.providers.apache.spark", reason="the apache-spark provider is not installed")
     dm_config({"big": {"schedule": "event", "checkpoint": {"engine": "spark"}}})
     dag = parse().dags["delta_mirror__big"]
-    assert dag.get_task("sync").downstream_task_ids == {"checkpoint"}
-    assert dag.get_task("sync").checkpoint_engine == "spark"  # publishes without the cadence's checkpoints
+    sync = dag.get_task("sync")
+    assert isinstance(sync, DeltaMirrorSyncOperator)
+    assert sync.downstream_task_ids == {"checkpoint"}
+    assert sync.checkpoint_engine == "spark"  # publishes without the cadence's checkpoints
     assert type(dag.get_task("checkpoint")).__name__ == "DeltaMirrorSparkCheckpointOperator"
 
 
