@@ -113,11 +113,16 @@ def sync(ctx: Ctx, name: str, as_json: bool, engine: str | None, config_path: st
 
     with errors(ctx, name):
         cfg = _table_config(config_path, name) or TableConfig(name=name)
+        chosen = engine or cfg.checkpoint.engine
+        builder = None
+        if chosen != "local":  # Spark only when a checkpoint is due, as `mirror` does
+            from delta_mirror.spark.checkpoint_engine import ConfiguredBuilder
+
+            builder = ConfiguredBuilder(name, chosen, cfg.checkpoint)
         result = sync_table(
             ctx.store(),
             name,
-            checkpoint_engine=engine or cfg.checkpoint.engine,
-            checkpoint_settings=cfg.checkpoint,
+            checkpoint_builder=builder,
             validate_every=cfg.validate_every if cfg.validate else None,
             reader=cfg.reader,
             lag_retention=cfg.lag_history_retention,

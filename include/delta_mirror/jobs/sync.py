@@ -8,8 +8,8 @@ the same pieces run back to back in the caller's process (the ``sync`` task, ``d
 sync``):
 
 1. ``Publisher.publish`` publishes every pending version with the cadence's checkpoints (``local``
-   in-process; ``auto`` / ``spark`` through ``ConfiguredBuilder``, which starts Spark only when a
-   checkpoint is due); ``Publisher.checkpoint_if_due`` then applies the same policy at the last
+   in-process; ``auto`` / ``spark`` through the ``ConfiguredBuilder`` the caller passes, which
+   starts Spark only when a checkpoint is due); ``Publisher.checkpoint_if_due`` then applies the same policy at the last
    published version. In a DAG on the ``spark`` engine the checkpoint is a separate spark-submit
    task (``checkpoint_here=False``) and nothing is checkpointed here.
 2. Validation is batched on its own cadence (``validate_every``): when the last recorded
@@ -37,7 +37,7 @@ from delta_mirror.health.monitoring import (
     record_validation,
 )
 from delta_mirror.health.status import TableStatus, table_status
-from delta_mirror.jobs.publisher import Publisher, PublishResult
+from delta_mirror.jobs.publisher import CheckpointBuilder, Publisher, PublishResult
 from delta_mirror.jobs.validate.report import ValidationReport
 from delta_mirror.storage import ObjectStore
 from delta_mirror.store.sql_store import SqlStore, TableInfo
@@ -139,23 +139,19 @@ def plan_validation(
 
 def _publisher(
     store: SqlStore,
-    name: str,
-    engine: str,
-    settings: Any,
+    builder: CheckpointBuilder | None,
     here: bool,
     storage_options: Mapping[str, str] | None,
     open_location: Callable[[str], ObjectStore] | None,
 ) -> Publisher:
-    """``local``: in-process checkpoints; ``auto`` / ``spark``: through ``ConfiguredBuilder``, which
-    starts Spark only when one is due (as ``delta-mirror mirror`` does); ``here=False``: none (a
-    separate spark-submit step writes them)."""
+    """``builder`` None: in-process checkpoints; else the caller's (``ConfiguredBuilder`` for
+    ``auto`` / ``spark``, which starts Spark only when one is due, as ``delta-mirror mirror``
+    does); ``here=False``: none (a separate spark-submit step writes them)."""
     kwargs: dict[str, Any] = {"storage_options": storage_options, "cadence_checkpoints": here}
     if open_location is not None:
         kwargs["open_location"] = open_location
-    if here and engine != "local":
-        from delta_mirror.spark.checkpoint_engine import ConfiguredBuilder
-
-        kwargs.update(checkpoint_builder=ConfiguredBuilder(name, engine, settings), lease_ttl=3600.0)
+    if here and builder is not None:
+        kwargs.update(checkpoint_builder=builder, lease_ttl=3600.0)
     return Publisher(store, **kwargs)
 
 
@@ -164,8 +160,7 @@ def sync_table(
     name: str,
     *,
     storage_options: Mapping[str, str] | None = None,
-    checkpoint_engine: str = "local",
-    checkpoint_settings: Any = None,
+    checkpoint_builder: CheckpointBuilder | None = None,
     checkpoint_here: bool = True,
     validate_every: timedelta | None = DEFAULT_VALIDATE_EVERY,
     reader: str = "deltalake",
@@ -173,11 +168,11 @@ def sync_table(
     open_location: Callable[[str], ObjectStore] | None = None,
 ) -> SyncResult:
     """Publish every pending version of ``name``, checkpoint when due, validate when the cadence
-    says so, record the lag sample. ``checkpoint_settings``: the table's ``CheckpointSettings``;
-    ``checkpoint_here=False``: checkpoints are another step's (the DAG's spark-submit task)."""
-    publisher = _publisher(
-        store, name, checkpoint_engine, checkpoint_settings, checkpoint_here, storage_options, open_location
-    )
+    says so, record the lag sample. ``checkpoint_builder``: who builds the checkpoints (None: the
+    local engine, in process; the callers pass ``spark.checkpoint_engine.ConfiguredBuilder`` for
+    ``auto`` / ``spark``: jobs sit below the Spark tier); ``checkpoint_here=False``: checkpoints are
+    another step's (the DAG's spark-submit task)."""
+    publisher = _publisher(store, checkpoint_builder, checkpoint_here, storage_options, open_location)
     published = publisher.publish(name)
     written = publisher.checkpoint_if_due(name) if checkpoint_here else None
     table = store.get_table(name)  # the settings as they are now (the last validation)

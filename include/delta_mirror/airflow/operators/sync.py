@@ -38,14 +38,18 @@ class DeltaMirrorSyncOperator(DeltaMirrorTableOperator):
         self.reader = reader
         self.lag_history_retention = lag_history_retention
 
-    def _settings(self) -> Any:
-        """The table's checkpoint settings (``auto`` needs the Spark threshold and conf)."""
+    def _builder(self) -> Any:
+        """``auto``: Spark in this worker when a due checkpoint's table is above the threshold (the
+        table's settings from the config); ``local`` (and ``spark``, checkpointed by the next
+        task): None, the in-process engine."""
         if self.checkpoint_engine != "auto":
             return None
+        from delta_mirror.spark.checkpoint_engine import ConfiguredBuilder
         from delta_mirror.table_config import load_config
 
         config = load_config()
-        return config.tables.get(self.table, config.defaults).checkpoint
+        settings = config.tables.get(self.table, config.defaults).checkpoint
+        return ConfiguredBuilder(self.table, self.checkpoint_engine, settings)
 
     @translated
     def run(self, context: Any) -> dict[str, Any]:
@@ -61,8 +65,7 @@ class DeltaMirrorSyncOperator(DeltaMirrorTableOperator):
             self.hook.store,
             self.table,
             storage_options=self.hook.storage_options,
-            checkpoint_engine=self.checkpoint_engine,
-            checkpoint_settings=self._settings(),
+            checkpoint_builder=self._builder(),
             checkpoint_here=self.checkpoint_engine != "spark",  # else the spark-submit task after this
             validate_every=None if every is None else timedelta(seconds=every),
             reader=self.reader,
