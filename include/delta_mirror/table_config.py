@@ -35,6 +35,9 @@ defaults:
                                    # metrics (null: single for `schedule: event`, steps otherwise)
   validate_every: 10m              # `sync` validates the versions published since the last
                                    # validation at most this often (0: every run; a failure: next run)
+  publish_in: task                 # `schedule: event` only. task: the DAG run publishes each commit;
+                                   # triggerer: the watcher publishes it (no run unless a checkpoint
+                                   # is due or publishing failed; validation: the monitor DAG)
 tables:
   sales:
     schedule: event
@@ -143,6 +146,8 @@ class TableConfig:
     # the per-run work: one `sync` task or the four steps (None: by schedule, see ``task_layout``)
     tasks: str | None = None
     validate_every: timedelta = timedelta(minutes=10)
+    # who publishes an event-driven table's commits: its DAG run (task) or its watcher (triggerer)
+    publish_in: str = "task"
 
     @property
     def event_driven(self) -> bool:
@@ -346,6 +351,19 @@ def _tasks(val: Any, at: str) -> str | None:
     return val  # type: ignore[no-any-return]
 
 
+PUBLISH_IN = ("task", "triggerer")
+
+
+def _publish_in(val: Any, at: str) -> str:
+    if val not in PUBLISH_IN:
+        raise ConfigError(
+            f"{at}: expected task or triggerer, got {val!r}",
+            hint="task: the DAG run publishes each commit; triggerer: the event watcher publishes it "
+            "(schedule: event tables only)",
+        )
+    return str(val)
+
+
 def _tags(val: Any, at: str) -> tuple[str, ...]:
     if not isinstance(val, list) or not all(isinstance(t, str) for t in val):
         raise ConfigError(f"{at}: expected a list of strings")
@@ -382,6 +400,7 @@ _TABLE_VALUES: dict[str, Callable[[Any, str], Any]] = {
     "priority_weight": lambda val, at: _positive_int(val, at, minimum=0),
     "tasks": _tasks,
     "validate_every": parse_duration,
+    "publish_in": _publish_in,
 }
 
 
@@ -425,7 +444,13 @@ def _tables(raw_tables: dict[Any, Any], defaults: TableConfig, source: str) -> d
             raise ConfigError(
                 f"{source}: invalid table name {name!r}", hint="use letters, digits, '_', '.' or '-'"
             )
-        tables[name] = _apply(replace(defaults, name=name), settings, f"{source}: tables.{name}")
+        where = f"{source}: tables.{name}"
+        tables[name] = cfg = _apply(replace(defaults, name=name), settings, where)
+        if cfg.publish_in == "triggerer" and not cfg.event_driven:
+            raise ConfigError(
+                f"{where}.publish_in: 'triggerer' needs 'schedule: event' (the schedule is {cfg.schedule!r})",
+                hint="set schedule: event on this table, or publish_in: task (its scheduled runs publish)",
+            )
     return tables
 
 

@@ -7,7 +7,8 @@
   publish → checkpoint → validate → metrics as separate tasks;
 - ``delta_mirror_reconcile``: re-drives failed/stuck/lagging versions; escalates persistent failures;
 - ``delta_mirror_backfill``: manual, a ``Param`` form (table, version range, steps);
-- ``delta_mirror_monitor``: lag metrics and lag-SLO breach emails;
+- ``delta_mirror_monitor``: lag metrics and lag-SLO breach emails; ``validate``: the tables published
+  in the triggerer (``publish_in: triggerer``), each on its ``validate_every`` cadence;
 - ``delta_mirror_maintenance``: log cleanup by retention (dry-run by default).
 """
 
@@ -43,6 +44,7 @@ from delta_mirror.airflow.examples import example_dags
 from delta_mirror.airflow.notifications import deadline_missed, send
 from delta_mirror.airflow.operators import (
     DeltaMirrorCheckpointOperator,
+    DeltaMirrorFleetValidateOperator,
     DeltaMirrorLagOperator,
     DeltaMirrorMaintenanceOperator,
     DeltaMirrorPublishOperator,
@@ -91,8 +93,13 @@ def _schedule(cfg: TableConfig) -> Any:
     process load every provider's URI handlers (the Amazon provider's S3 hooks among them), about
     1.4 s of each DAG-file parse and of each event-driven task's start-up."""
     if cfg.event_driven:
+        in_triggerer = cfg.publish_in == "triggerer"
         trigger = StoreCommitTrigger(
-            table=cfg.name, store_conn_id=cfg.store_conn_id, poll_interval=cfg.poll_interval.total_seconds()
+            table=cfg.name,
+            store_conn_id=cfg.store_conn_id,
+            poll_interval=cfg.poll_interval.total_seconds(),
+            publish=in_triggerer,
+            aws_conn_id=cfg.aws_conn_id if in_triggerer else None,
         )
         asset = Asset(
             name=f"delta_mirror_{cfg.name}_commits",
@@ -142,6 +149,11 @@ def _doc(cfg: TableConfig) -> str:
         what = (
             "publish → checkpoint (when due) "
             f"→ validate the versions just published ({cfg.reader}) → lag metrics"
+        )
+    if cfg.event_driven and cfg.publish_in == "triggerer":
+        what = (
+            "the event watcher publishes each commit in the triggerer; a run starts only when a checkpoint "
+            f"is due or publishing there failed ({what}); the monitor DAG validates on the table's cadence"
         )
     return (
         f"Publishes the Delta log of **{cfg.name}** from the SQL store: {what}. "
@@ -407,7 +419,28 @@ def monitor_dag(config: MirrorConfig) -> DAG:
             return breached
 
         check_slo([lag.output for lag in lags])  # type: ignore[misc]  # XComArgs, resolved at run time
+        _fleet_validate_tasks(config)
     return dag
+
+
+def _fleet_validate_tasks(config: MirrorConfig) -> list[Any]:
+    """Validation of the tables published in the triggerer (no per-commit run validates them): one
+    task per store and storage connection, each table on its own cadence (``validate_every``)."""
+    groups: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for name, cfg in sorted(config.tables.items()):
+        if cfg.event_driven and cfg.publish_in == "triggerer" and cfg.validate:
+            key = (cfg.store_conn_id or "", cfg.aws_conn_id or "")
+            every = cfg.validate_every.total_seconds()
+            groups.setdefault(key, {})[name] = {"every": every, "reader": cfg.reader}
+    return [
+        DeltaMirrorFleetValidateOperator(
+            task_id="validate" if i == 0 else f"validate_{i + 1}",
+            tables=tables,
+            store_conn_id=store or None,
+            aws_conn_id=bucket or None,
+        )
+        for i, ((store, bucket), tables) in enumerate(groups.items())
+    ]
 
 
 def maintenance_dag(config: MirrorConfig) -> DAG:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -39,6 +41,8 @@ class StoreCommitTrigger(BaseEventTrigger):
         poll_interval: float = 5.0,
         watermark: int | None = None,
         coalesce_seconds: float = 300.0,
+        publish: bool = False,
+        aws_conn_id: str | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # BaseTrigger.__init__ is unannotated
         self.table = table
@@ -46,6 +50,8 @@ class StoreCommitTrigger(BaseEventTrigger):
         self.poll_interval = poll_interval
         self.watermark = watermark
         self.coalesce_seconds = coalesce_seconds
+        self.publish = publish  # publish_in: triggerer (see ``_publish``)
+        self.aws_conn_id = aws_conn_id  # the storage connection, as the sync operator gets it
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -56,6 +62,8 @@ class StoreCommitTrigger(BaseEventTrigger):
                 "poll_interval": self.poll_interval,
                 "watermark": self.watermark,
                 "coalesce_seconds": self.coalesce_seconds,
+                # only when on: a task-publishing table's trigger serializes as it did before
+                **({"publish": True, "aws_conn_id": self.aws_conn_id} if self.publish else {}),
             },
         )
 
@@ -82,18 +90,82 @@ class StoreCommitTrigger(BaseEventTrigger):
                 continue
             async with watcher_for(url).subscribe(self.table, self.poll_interval) as sub:
                 while True:
-                    with contextlib.suppress(TimeoutError):  # a held batch is due: decide again
+                    with contextlib.suppress(TimeoutError):  # a held batch or a retry is due
                         await asyncio.wait_for(sub.wait(), state.hold_left())
                     if sub.error is not None:
                         self.log.warning("watching %s: %s", self.table, sub.error)
                         if await self._moved(url):
                             break
                         continue
-                    fired = state.fire(sub.latest, sub.published)
-                    if fired is not None:
-                        yield TriggerEvent(  # type: ignore[no-untyped-call]  # unannotated in Airflow
-                            {"table": self.table, "from_version": fired[0], "to_version": fired[1]}
-                        )
+                    if self.publish:
+                        payload = await self._publish_pending(url, state, sub.latest, sub.published)
+                    else:
+                        fired = state.fire(sub.latest, sub.published)
+                        payload = None if fired is None else self._payload(fired)
+                    if payload is not None:
+                        yield TriggerEvent(payload)  # type: ignore[no-untyped-call]  # unannotated in Airflow
+
+    def _payload(self, fired: tuple[int, int], reason: str | None = None) -> dict[str, Any]:
+        payload: dict[str, Any] = {"table": self.table, "from_version": fired[0], "to_version": fired[1]}
+        if reason is not None:
+            payload["reason"] = reason
+        return payload
+
+    async def _publish_pending(
+        self, url: str, state: _Watermark, latest: int | None, published: int | None
+    ) -> dict[str, Any] | None:
+        """``publish_in: triggerer``: publish the versions past the watermark here (a thread, at
+        most ``DELTA_MIRROR_TRIGGER_PUBLISHERS`` at once per triggerer); the payload of the event
+        to fire when the DAG must run (a checkpoint is due, or publishing failed), else None."""
+        pending = state.pending(latest, published)
+        if pending is None:
+            return None
+        async with _publish_slots():
+            outcome = await asyncio.to_thread(self._publish_now, url)
+        if outcome.action == "lease held":  # that publisher publishes; look again in an interval
+            state.retry_in(self.poll_interval)
+            return None
+        if outcome.action == "failed":
+            self.log.warning(
+                "publishing %s from the triggerer failed, its DAG run publishes: %s",
+                self.table,
+                outcome.error,
+            )
+            state.mark_fired(pending[1])
+            return self._payload(pending, outcome.action)
+        done = max(pending[1], -1 if outcome.last_published is None else outcome.last_published)
+        if outcome.fires:  # a checkpoint is due at the published version: the run writes it
+            state.mark_fired(done)
+            return self._payload((pending[0], done), outcome.action)
+        state.mark_published(done)
+        return None
+
+    def _publish_now(self, url: str) -> Any:
+        """On a worker thread: publish the table's pending versions (``jobs.watch_publish``)."""
+        from delta_mirror.jobs.watch_publish import WatchPublish, publish_from_watcher
+
+        try:
+            store, options = self._publishing_to(url)
+        except Exception as exc:
+            self._target = None
+            return WatchPublish(self.table, "failed", error=f"resolving the storage connection: {exc}"[:300])
+        outcome = publish_from_watcher(store, self.table, storage_options=options)
+        if outcome.action == "failed":
+            self._target = None  # resolve the connections again next time (rotated credentials)
+        return outcome
+
+    _target: tuple[str, Any, dict[str, str]] | None = None
+
+    def _publishing_to(self, url: str) -> tuple[Any, dict[str, str]]:
+        """The store on the process's shared engine and the storage options of ``aws_conn_id``,
+        resolved once per URL (again after a failure)."""
+        if self._target is None or self._target[0] != url:
+            from delta_mirror.airflow.hooks import DeltaMirrorHook
+            from delta_mirror.store.sql_store import SqlStore
+
+            options = DeltaMirrorHook(aws_conn_id=self.aws_conn_id).storage_options
+            self._target = (url, SqlStore(url, shared_engine=True), dict(options))
+        return self._target[1], self._target[2]
 
     async def _moved(self, url: str) -> bool:
         """Whether the store's URL now resolves to another one (after a pause of one interval)."""
@@ -104,24 +176,54 @@ class StoreCommitTrigger(BaseEventTrigger):
             return False
 
 
+def _publish_slots() -> asyncio.Semaphore:
+    """The running loop's bound on publishes at once (``DELTA_MIRROR_TRIGGER_PUBLISHERS``, default
+    2): 500 tables committing together must not start 500 threads in the triggerer."""
+    loop = asyncio.get_running_loop()
+    slots = _SLOTS.get(loop)
+    if slots is None:
+        try:
+            size = max(1, int(os.environ.get("DELTA_MIRROR_TRIGGER_PUBLISHERS", "2")))
+        except ValueError:
+            size = 2
+        slots = _SLOTS[loop] = asyncio.Semaphore(size)
+    return slots
+
+
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
 class _Watermark:
-    """A trigger's watermark and its coalescing hold (no I/O: the decisions only)."""
+    """A trigger's watermark and its coalescing hold (no I/O: the decisions only).
+
+    Both modes share the rules: versions up to the watermark are handled (fired for, or published
+    by the trigger itself); while a run this trigger started has not published what it fired for,
+    newer versions wait (at most ``coalesce_seconds``) and then go as one batch.
+    """
 
     def __init__(self, watermark: int | None, coalesce_seconds: float) -> None:
         self.watermark = watermark
         self.coalesce_seconds = coalesce_seconds
         self.fired_at: float | None = None  # when the last event fired (monotonic)
+        self.retry_at: float | None = None  # publish mode: when to try again (a lease was held)
 
     def hold_left(self) -> float | None:
-        """Seconds until a held batch fires anyway (None: nothing is held)."""
-        if self.fired_at is None:
-            return None
-        return max(0.0, self.fired_at + self.coalesce_seconds - time.monotonic())
+        """Seconds until a held batch fires anyway or a retry is due (None: nothing waits)."""
+        due = [t for t in (self.retry_at, self._hold_ends()) if t is not None]
+        return max(0.0, min(due) - time.monotonic()) if due else None
 
-    def fire(self, latest: int | None, published: int | None) -> tuple[int, int] | None:
-        """The (from, to) versions to fire for now, moving the watermark; None: nothing (yet)."""
+    def _hold_ends(self) -> float | None:
+        return None if self.fired_at is None else self.fired_at + self.coalesce_seconds
+
+    def retry_in(self, seconds: float) -> None:
+        self.retry_at = time.monotonic() + seconds
+
+    def pending(self, latest: int | None, published: int | None) -> tuple[int, int] | None:
+        """The (from, to) versions to handle now (fire for, or publish); None: nothing (yet).
+        Does not move the watermark past them: ``mark_fired`` / ``mark_published`` do."""
+        self.retry_at = None
         if self.fired_at is not None and time.monotonic() - self.fired_at >= self.coalesce_seconds:
-            self.fired_at = None  # held long enough (the run failed or is slow): fire what is new
+            self.fired_at = None  # held long enough (the run failed or is slow): go with what is new
         if latest is None:
             return None
         if self.watermark is None:
@@ -136,6 +238,17 @@ class _Watermark:
             return None
         if self.fired_at is not None:
             return None  # our run has not published yet: newer commits join the next batch
-        fired = (self.watermark + 1, latest)
-        self.watermark, self.fired_at = latest, time.monotonic()
+        return (self.watermark + 1, latest)
+
+    def mark_fired(self, to_version: int) -> None:
+        self.watermark, self.fired_at = to_version, time.monotonic()
+
+    def mark_published(self, to_version: int) -> None:
+        self.watermark = max(self.watermark if self.watermark is not None else -1, to_version)
+
+    def fire(self, latest: int | None, published: int | None) -> tuple[int, int] | None:
+        """The (from, to) versions to fire for now, moving the watermark; None: nothing (yet)."""
+        fired = self.pending(latest, published)
+        if fired is not None:
+            self.mark_fired(fired[1])
         return fired

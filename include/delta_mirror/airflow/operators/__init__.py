@@ -3,13 +3,17 @@
 All take ``store_conn_id`` (a Postgres connection; default: ``DELTA_MIRROR_STORE`` or the embedded
 SQLite store) and ``aws_conn_id`` (S3 credentials and endpoint; default: the AWS environment),
 through ``DeltaMirrorHookMixin``. By topic: ``table_steps`` (publish, checkpoint, validate,
-maintenance), ``sync`` (the four steps of a run in one task), ``fleet`` (reconcile, lag), ``spark`` (ingest, Delta-Spark job).
+maintenance), ``sync`` (the four steps of a run in one task), ``fleet`` (reconcile, lag, fleet validation), ``spark`` (ingest, Delta-Spark job).
 """
 
 from __future__ import annotations
 
 from delta_mirror.airflow.operators.base import DeltaMirrorBaseOperator, DeltaMirrorTableOperator
-from delta_mirror.airflow.operators.fleet import DeltaMirrorLagOperator, DeltaMirrorReconcileOperator
+from delta_mirror.airflow.operators.fleet import (
+    DeltaMirrorFleetValidateOperator,
+    DeltaMirrorLagOperator,
+    DeltaMirrorReconcileOperator,
+)
 from delta_mirror.airflow.operators.spark import (
     DeltaMirrorSparkIngestOperator,
     DeltaMirrorSparkPipelineOperator,
@@ -25,6 +29,7 @@ from delta_mirror.airflow.operators.table_steps import (
 __all__ = [
     "DeltaMirrorBaseOperator",
     "DeltaMirrorCheckpointOperator",
+    "DeltaMirrorFleetValidateOperator",
     "DeltaMirrorLagOperator",
     "DeltaMirrorMaintenanceOperator",
     "DeltaMirrorPublishOperator",

@@ -1,4 +1,5 @@
-"""Operators over many tables: reconcile (re-drive failed and stuck versions) and lag metrics."""
+"""Operators over many tables: reconcile (re-drive failed and stuck versions), lag metrics and
+validation of the tables published in the triggerer."""
 
 from __future__ import annotations
 
@@ -118,4 +119,43 @@ class DeltaMirrorLagOperator(DeltaMirrorBaseOperator):
         return out
 
 
-__all__ = ["DeltaMirrorLagOperator", "DeltaMirrorReconcileOperator"]
+class DeltaMirrorFleetValidateOperator(DeltaMirrorBaseOperator):
+    """Validate every table whose cadence says due, in one process (``jobs.fleet_validate``).
+
+    ``tables``: name → ``{"every": seconds or None, "reader": ...}``. A failed validation fails the
+    task with one line per table (the DAG's failure notifications alert); the others are recorded.
+    """
+
+    template_fields: Sequence[str] = template_fields_with("tables")
+
+    def __init__(self, *, tables: dict[str, dict[str, Any]], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.tables = tables
+
+    @translated
+    def execute(self, context: Any) -> list[dict[str, Any]]:
+        from datetime import timedelta
+
+        from delta_mirror.errors import DataError
+        from delta_mirror.jobs.fleet_validate import TableValidation, failures, validate_due_tables
+
+        cadences = {
+            name: TableValidation(
+                None if spec.get("every") is None else timedelta(seconds=float(spec["every"])),
+                str(spec.get("reader") or "deltalake"),
+            )
+            for name, spec in self.tables.items()
+        }
+        results = validate_due_tables(self.hook.store, cadences, storage_options=self.hook.storage_options)
+        for result in results:
+            self.log.info("%s", result.line())
+        failed = failures(results)
+        if failed:
+            raise DataError(
+                f"validation failed for {len(failed)} table(s):\n" + "\n".join(failed),
+                hint="see docs/troubleshooting.md; `delta-mirror validate <table>` shows every problem",
+            )
+        return [r.to_json() for r in results]
+
+
+__all__ = ["DeltaMirrorFleetValidateOperator", "DeltaMirrorLagOperator", "DeltaMirrorReconcileOperator"]
