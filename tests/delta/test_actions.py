@@ -85,6 +85,55 @@ def test_native_commits_stay_one_action_per_line_imported_ones_may_carry_unknown
         check_stored_commit(['{"add":[1],"x":1}'], table="t", version=1, location=ROOT, native=False)
 
 
+_PLAIN = {
+    "path": "p=1/a.parquet",
+    "partitionValues": {"p": "1"},
+    "size": 5,
+    "modificationTime": 1,
+    "dataChange": True,
+}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {},
+        {"stats": '{"numRecords":1}', "tags": {"k": "v"}},
+        {"path": "../escape.parquet"},
+        {"path": "_delta_log/00000000000000000001.json"},
+        {"path": "s3://other-bucket/x.parquet"},
+        {"path": "a b/é.parquet"},
+        {"path": 3},
+        {"size": -1},
+        {"size": 1.5},
+        {"size": True},
+        {"modificationTime": "1"},
+        {"dataChange": 1},
+        {"partitionValues": {"p": 1}},
+        {"partitionValues": []},
+        {"stats": 1},
+        {"deletionVector": {"storageType": "u"}},
+        {"deletionVector": {"storageType": "u", "pathOrInlineDv": "x", "sizeInBytes": 1, "cardinality": 1}},
+    ],
+)
+def test_the_stored_check_of_an_add_refuses_what_validate_action_refuses(change: dict[str, Any]) -> None:
+    """Publishing takes a fast path for plain adds: it must agree with the full check either way."""
+    body = {**_PLAIN, **change}
+    try:
+        validate_action("add", body, number=1, table="t", version=3, location=ROOT)
+        refused = None
+    except InvalidActionError as exc:
+        refused = exc.what
+    lines = [canonical_json({"commitInfo": {}}), canonical_json({"add": body})]
+    if refused is None:
+        check_stored_commit(lines, table="t", version=3, location=ROOT, native=True)
+    else:
+        with pytest.raises(InvalidActionError) as caught:
+            check_stored_commit(lines, table="t", version=3, location=ROOT, native=True)
+        assert caught.value.what == f"stored {refused}".replace("action 1", "action 2")
+    check_stored_commit(lines, table="t", version=3, location=ROOT, native=False)  # imported: kept as written
+
+
 def test_canonical_line_is_compact_utf8_with_non_ascii_unescaped() -> None:
     line = canonical_line("add", {"path": "é/ü ß.parquet", "partitionValues": {"k": "日本"}, "n": None})
     assert line == '{"add":{"path":"é/ü ß.parquet","partitionValues":{"k":"日本"},"n":null}}'

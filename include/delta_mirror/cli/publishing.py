@@ -66,12 +66,14 @@ def mirror(
 ) -> None:
     """Publish pending versions (and checkpoints when due) to the table's location."""
     from delta_mirror.jobs.publisher import Publisher
-    from delta_mirror.spark.checkpoint_engine import ConfiguredBuilder
 
     with errors(ctx, name):
         settings = _checkpoint_settings(config_path, name)
         builder = None
         if (engine or (settings.engine if settings else "local")) != "local":
+            # Imported here: the Spark tier loads pyarrow (~0.2 s), which a local-engine run never needs.
+            from delta_mirror.spark.checkpoint_engine import ConfiguredBuilder
+
             builder = ConfiguredBuilder(name, engine, settings)  # Spark starts only if a checkpoint is due
         publisher = Publisher(ctx.store(), checkpoint_builder=builder, lease_ttl=3600.0 if builder else None)
         result = publisher.publish(name, to_version, progress=progress(f"publishing {name}"))
