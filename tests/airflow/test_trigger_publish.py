@@ -1,0 +1,145 @@
+"""``publish_in: triggerer``: the trigger publishes a table's commits itself and fires its DAG only
+when the run has work (a checkpoint due, publishing failed). Its async generator is driven
+directly, on a real SQLite or PostgreSQL store and a real local folder."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dm_airflow_kit import make_table
+
+from delta_mirror.delta.log_path import LOG_DIR, commit_name
+from delta_mirror.store import SqlStore
+
+
+@pytest.fixture
+def store(store_url: str, monkeypatch: pytest.MonkeyPatch, airflow_env: dict[str, str]) -> SqlStore:
+    """A fresh store, also the trigger's (``DELTA_MIRROR_STORE``: no connection id)."""
+    monkeypatch.setenv("DELTA_MIRROR_STORE", store_url)
+    s = SqlStore(store_url)
+    s.init()
+    return s
+
+
+def drive(body: Callable[[list[dict[str, Any]]], Awaitable[None]], **kwargs: Any) -> list[dict[str, Any]]:
+    """Run a publishing trigger for table t1 while ``body`` acts and checks; the events it fired."""
+    from delta_mirror.airflow.triggers import StoreCommitTrigger
+
+    events: list[dict[str, Any]] = []
+    trig = StoreCommitTrigger(table="t1", poll_interval=0.1, publish=True, **kwargs)
+
+    async def collect() -> None:
+        async for event in trig.run():
+            events.append(dict(event.payload))
+
+    async def main() -> None:
+        task = asyncio.create_task(collect())
+        try:
+            await asyncio.wait_for(body(events), 20)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+    return events
+
+
+async def until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await asyncio.to_thread(check):
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+def published(store: SqlStore) -> int | None:
+    return store.last_published_version(store.get_table("t1").id)
+
+
+def test_pending_and_new_commits_are_published_by_the_trigger_and_fire_nothing(
+    store: SqlStore, tmp_path: Path
+) -> None:
+    """Versions pending at start (a restarted triggerer) and a later commit are published by the
+    trigger itself; no checkpoint is due (interval 10), so no DAG run is asked for."""
+    root = tmp_path / "t1"
+    root.mkdir()
+    make_table(store, "t1", root.as_uri(), versions=2, checkpoint_interval=10)
+
+    async def body(events: list[dict[str, Any]]) -> None:
+        await until(lambda: published(store) == 1)
+        await asyncio.to_thread(store.commit, "t1", [("txn", {"appId": "loader", "version": 1})])
+        await until(lambda: published(store) == 2)
+        await asyncio.sleep(0.5)  # no event arrives meanwhile
+        assert events == []
+
+    assert drive(body) == []
+    assert all((root / LOG_DIR / commit_name(v)).is_file() for v in range(3))
+    assert store.last_checkpoint_version(store.get_table("t1").id) is None
+
+
+def test_a_due_checkpoint_publishes_then_fires_one_event_and_writes_no_checkpoint(
+    store: SqlStore, tmp_path: Path
+) -> None:
+    root = tmp_path / "t1"
+    root.mkdir()
+    make_table(store, "t1", root.as_uri(), versions=4, checkpoint_interval=3)  # due at 3
+
+    async def body(events: list[dict[str, Any]]) -> None:
+        await until(lambda: len(events) >= 1)
+        await asyncio.sleep(0.5)
+
+    events = drive(body)
+    assert events == [{"table": "t1", "from_version": 0, "to_version": 3, "reason": "checkpoint due"}]
+    assert published(store) == 3  # published before firing: the run only checkpoints
+    assert store.last_checkpoint_version(store.get_table("t1").id) is None  # the run's, not here
+
+
+def test_a_storage_failure_fires_one_event_and_writes_nothing(store: SqlStore, tmp_path: Path) -> None:
+    root = tmp_path / "t1"
+    root.mkdir()
+    make_table(store, "t1", root.as_uri(), versions=2, checkpoint_interval=10)
+    (root / LOG_DIR).write_text("not a folder")  # every put into the log fails
+    before = sorted(p.name for p in root.iterdir())
+
+    async def body(events: list[dict[str, Any]]) -> None:
+        await until(lambda: len(events) >= 1)
+        await asyncio.sleep(0.6)  # one event: the run publishes (with its retries), no re-fire
+
+    events = drive(body)
+    assert events == [{"table": "t1", "from_version": 0, "to_version": 1, "reason": "failed"}]
+    assert published(store) is None
+    assert sorted(p.name for p in root.iterdir()) == before
+    assert (root / LOG_DIR).read_text() == "not a folder"
+
+
+def test_a_held_lease_fires_nothing_and_the_trigger_publishes_once_it_is_released(
+    store: SqlStore, tmp_path: Path
+) -> None:
+    root = tmp_path / "t1"
+    root.mkdir()
+    make_table(store, "t1", root.as_uri(), versions=2, checkpoint_interval=10)
+    table_id = store.get_table("t1").id
+    assert store.acquire_lease(table_id, "a-sync-task", 60.0)
+
+    async def body(events: list[dict[str, Any]]) -> None:
+        await asyncio.sleep(0.8)  # several polls and retries while the lease is held
+        assert (events, published(store)) == ([], None)
+        store.release_lease(table_id, "a-sync-task")  # that publisher gave up: the trigger goes on
+        await until(lambda: published(store) == 1)
+        await asyncio.sleep(0.3)
+
+    assert drive(body) == []
+    assert (root / LOG_DIR / commit_name(1)).is_file()
+
+
+def test_a_publishing_trigger_serializes_its_storage_connection() -> None:
+    from delta_mirror.airflow.triggers import StoreCommitTrigger
+
+    path, kwargs = StoreCommitTrigger("t1", publish=True, aws_conn_id="s3").serialize()
+    assert kwargs["publish"] is True and kwargs["aws_conn_id"] == "s3"
+    assert StoreCommitTrigger(**kwargs).serialize() == (path, kwargs)
+    assert "publish" not in StoreCommitTrigger("t1").serialize()[1]  # task mode: as before
