@@ -301,6 +301,46 @@ def test_an_event_driven_table_is_scheduled_by_an_asset_watcher_on_the_store(
     )
 
 
+def test_a_triggerer_publishing_table_has_a_publishing_watcher_and_is_validated_by_the_monitor(
+    dm_config: Callable[..., Path],
+) -> None:
+    """``publish_in: triggerer``: the watcher publishes (with the table's storage connection) and
+    the monitor DAG validates those tables, one task per connection pair; task-published tables
+    stay with their ``sync`` task's validation."""
+    dm_config(
+        {
+            "fast": {
+                "schedule": "event",
+                "publish_in": "triggerer",
+                "aws_conn_id": "s3",
+                "validate_every": "1h",
+            },
+            "other": {
+                "schedule": "event",
+                "publish_in": "triggerer",
+                "reader": "spark",
+                "aws_conn_id": "s3b",
+            },
+            "plain": {"schedule": "event"},
+            "unchecked": {"schedule": "event", "publish_in": "triggerer", "validate": False},
+        }
+    )
+    from delta_mirror.airflow.operators import DeltaMirrorFleetValidateOperator
+
+    bag = parse()
+    (asset,) = bag.dags["delta_mirror__fast"].schedule
+    kwargs = asset.watchers[0].trigger.serialize()[1]
+    assert (kwargs["publish"], kwargs["aws_conn_id"]) == (True, "s3")
+    assert "publish" not in bag.dags["delta_mirror__plain"].schedule[0].watchers[0].trigger.serialize()[1]
+    monitor = bag.dags["delta_mirror_monitor"]
+    validates = sorted(t.task_id for t in monitor.tasks if t.task_id.startswith("validate"))
+    assert validates == ["validate", "validate_2"]
+    first = task_of(monitor, "validate", DeltaMirrorFleetValidateOperator)
+    second = task_of(monitor, "validate_2", DeltaMirrorFleetValidateOperator)
+    assert (first.aws_conn_id, first.tables) == ("s3", {"fast": {"every": 3600.0, "reader": "deltalake"}})
+    assert (second.aws_conn_id, second.tables) == ("s3b", {"other": {"every": 600.0, "reader": "spark"}})
+
+
 def test_tables_with_their_own_connections_get_their_own_reconcile_and_lag_tasks(
     dm_config: Callable[..., Path],
 ) -> None:

@@ -179,6 +179,15 @@ def test_a_table_schedule_is_cron_a_preset_a_duration_event_or_manual(
         ("tables: {t: {tasks: one}}", "tables.t.tasks: expected single or steps, got 'one'"),
         ("defaults: {tasks: true}", "defaults.tasks: expected single or steps, got True"),
         ("tables: {t: {validate_every: often}}", "tables.t.validate_every: expected a duration"),
+        (
+            "tables: {t: {schedule: event, publish_in: worker}}",
+            "tables.t.publish_in: expected task or triggerer",
+        ),
+        ("tables: {t: {publish_in: triggerer}}", "tables.t.publish_in: 'triggerer' needs 'schedule: event'"),
+        (
+            "defaults: {publish_in: triggerer}\ntables: {t: {schedule: 10m}}",
+            "tables.t.publish_in: 'triggerer' needs 'schedule: event'",
+        ),
     ],
 )
 def test_an_invalid_config_is_refused_naming_the_table_and_key(text: str, named: str) -> None:
@@ -207,6 +216,15 @@ def test_the_task_layout_follows_the_schedule_unless_set_and_both_keys_are_inher
         hours=1
     )
     assert inherited["fast"].validate_every == timedelta(0)
+
+
+def test_publish_in_defaults_to_the_task_and_is_inherited_by_event_tables() -> None:
+    tables = parse_config(
+        "defaults: {schedule: event, publish_in: triggerer}\n"
+        "tables: {a: {}, b: {publish_in: task}, c: {schedule: 5m, publish_in: task}}"
+    ).tables
+    assert [tables[n].publish_in for n in "abc"] == ["triggerer", "task", "task"]
+    assert parse_config("tables: {t: {schedule: event}}").tables["t"].publish_in == "task"
 
 
 def test_asking_for_an_unconfigured_table_lists_the_configured_ones() -> None:
