@@ -35,6 +35,7 @@ from delta_mirror.jobs.importer import import_table
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.jobs.validate import validate_table
 from delta_mirror.jobs.validate.duckdb_reader import DuckDBView, connect, read_with_duckdb
+from delta_mirror.jobs.validate.spark_reader import input_files
 from delta_mirror.storage import local_path, normalize_location, open_store, storage_options_for
 from delta_mirror.store import SqlStore
 
@@ -270,7 +271,7 @@ def _spark_view(spark: Any, folder: Path, v: int, count: bool) -> tuple[Any, ...
     df = spark.read.format("delta").option("versionAsOf", v).load(str(folder))
     roots = (folder.as_uri().rstrip("/") + "/", f"file:{folder}/")
     files = set()
-    for f in df.inputFiles():
+    for f in input_files(df):
         for root in roots:
             if f.startswith(root):
                 f = f[len(root) :]
