@@ -61,8 +61,14 @@ REPO = Path(__file__).resolve().parent.parent
 
 # The task layout of each table's DAG, as table-config lines under `defaults:` (helper `sync`'s key
 # `tasks`): "steps" = publish → checkpoint → validate → metrics, four task processes per run (the
-# layout before issue 15 item 3); "single" = one `sync` task per run (the default for event tables).
-LAYOUTS: dict[str, list[str]] = {"steps": ["  tasks: steps"], "single": ["  tasks: single"]}
+# layout before issue 15 item 3); "single" = one `sync` task per run (the default for event tables);
+# "triggerer" = `publish_in: triggerer`: the triggerer's watcher publishes, a run starts only when a
+# checkpoint is due or publishing failed (validation is the monitor's fleet-wide task, on its cadence).
+LAYOUTS: dict[str, list[str]] = {
+    "steps": ["  tasks: steps"],
+    "single": ["  tasks: single"],
+    "triggerer": ["  tasks: single", "  publish_in: triggerer"],
+}
 
 Log = Callable[[str], None]
 
@@ -320,6 +326,13 @@ def airflow(
             # a task's calls to the Execution API (api-server): 5 s by default, which a loaded 2-core
             # machine exceeds, and the retried `PATCH .../run` then fails the task (400: already running)
             "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": str(opts.api_timeout),
+            # how often the dag-processor parses the DAG file again (Airflow's default: 30 s); a fleet
+            # whose table list changes rarely sets it higher (docs/scaling.md)
+            **(
+                {"AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": str(int(opts.dag_reparse))}
+                if opts.dag_reparse
+                else {}
+            ),
         },
         metadata_url=meta_url.replace("postgresql+psycopg://", "postgresql+psycopg2://"),
     )
@@ -397,7 +410,12 @@ def run_one(pg: PgServer, n: int, layout: str, opts: Any, tmp: Path, log: Log) -
     config.write_text(config_text(n, layout))
     t0 = time.monotonic()
     names = make_tables(store_url, work / "tables", n)
-    result: dict[str, Any] = {"tables": n, "layout": layout, "setup_s": round(time.monotonic() - t0, 1)}
+    result: dict[str, Any] = {
+        "tables": n,
+        "layout": layout,
+        "dag_reparse_s": opts.dag_reparse or 30,
+        "setup_s": round(time.monotonic() - t0, 1),
+    }
     log(f"fleet_airflow: {layout}, {n} tables created and published in {result['setup_s']} s (load {load()})")
     with _conn(pg.port) as admin:  # statements are counted from the server log, for this database only
         admin.execute(f"ALTER DATABASE {store_url.rsplit('/', 1)[1]} SET log_statement = 'all'")
@@ -627,6 +645,12 @@ def options(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", default=None, help="also write the JSON here after each size / layout")
     parser.add_argument("--api-timeout", type=float, default=60.0, help="[workers] execution_api_timeout (s)")
     parser.add_argument("--parallelism", type=int, default=8, help="Airflow [core] parallelism")
+    parser.add_argument(
+        "--dag-reparse",
+        type=float,
+        default=0,
+        help="[dag_processor] min_file_process_interval (s); 0: Airflow's default (30 s)",
+    )
     quick = {"sizes": "10", "seconds": 60.0, "drain": 120.0, "idle": 10.0}
     if "--quick" in (sys.argv[1:] if argv is None else argv):  # --quick's defaults; explicit options win
         parser.set_defaults(**quick)
