@@ -143,3 +143,33 @@ def test_a_publishing_trigger_serializes_its_storage_connection() -> None:
     assert kwargs["publish"] is True and kwargs["aws_conn_id"] == "s3"
     assert StoreCommitTrigger(**kwargs).serialize() == (path, kwargs)
     assert "publish" not in StoreCommitTrigger("t1").serialize()[1]  # task mode: as before
+
+
+def test_the_fleet_validate_operator_fails_with_one_line_per_failed_table(
+    sqlite_store: str, tmp_path: Path
+) -> None:
+    """The monitor DAG's ``validate`` task: the due tables are validated in its one process; a
+    problem fails the task (the DAG's failure notification alerts) naming each failed table."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from delta_mirror.airflow.operators import DeltaMirrorFleetValidateOperator
+    from delta_mirror.jobs.publisher import Publisher
+
+    store = SqlStore(sqlite_store)
+    roots = {}
+    for name in ("good", "bad"):
+        roots[name] = tmp_path / name
+        roots[name].mkdir()
+        make_table(store, name, roots[name].as_uri(), versions=2)
+        Publisher(store).publish(name)
+    (roots["bad"] / LOG_DIR / commit_name(1)).write_text("{}\n")
+    tables = {name: {"every": 3600.0, "reader": "deltalake"} for name in ("good", "bad")}
+    op = DeltaMirrorFleetValidateOperator(task_id="validate", tables=tables)
+    with pytest.raises(AirflowFailException) as exc:
+        op.execute({})
+    message = str(exc.value)
+    assert "validation failed for 1 table(s)" in message and "bad: versions 1..1:" in message
+    assert "good" not in message.split("table(s)", 1)[1].split(" — ")[0]
+    assert store.get_table("good").settings["last_validation"]["ok"] is True
+    with pytest.raises(AirflowFailException, match=r"bad: versions 1\.\.1"):
+        op.execute({})  # a failed validation is due again at once: no retry turns it into a success
