@@ -7,7 +7,9 @@ api-server, LocalExecutor) running the project's DAG file against a SQLite store
    one ``sync`` task that also records the lag sample and the validation on its cadence;
 3. the backfill DAG runs from the REST API and from ``airflow dags trigger``; bad input is refused;
 4. a fleet of 50 event-driven tables, all published, shares one watcher: a commit to one of them
-   starts exactly one run of that table's DAG and none of the 49 others.
+   starts exactly one run of that table's DAG and none of the 49 others;
+5. a ``publish_in: triggerer`` table is published by its watcher in the triggerer: its commits
+   become readable with no DAG run at all.
 
 One Airflow instance serves the whole module; it is stopped (process group and stragglers) at the end.
 """
@@ -37,7 +39,7 @@ from delta_mirror.store.sql_store import SqlStore
 
 pytestmark = [pytest.mark.airflow_e2e, pytest.mark.timeout(420)]
 
-LATE, EVENTS, BACKFILL = "late", "events", "bf"
+LATE, EVENTS, BACKFILL, IN_TRIGGERER = "late", "events", "bf", "trig"
 FLEET = [f"fleet{i:02d}" for i in range(50)]
 BACKFILL_DAG = "delta_mirror_backfill"
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
@@ -63,8 +65,12 @@ tables:
     schedule: event
     poll_interval: 1s
   {BACKFILL}: {{}}
+  {IN_TRIGGERER}:
+    schedule: event
+    poll_interval: 1s
+    publish_in: triggerer
 """ + "".join(f"  {t}: {{schedule: event, poll_interval: 1s}}\n" for t in FLEET)
-DAG_IDS = {f"delta_mirror__{t}" for t in (LATE, EVENTS, BACKFILL, *FLEET)} | {
+DAG_IDS = {f"delta_mirror__{t}" for t in (LATE, EVENTS, BACKFILL, IN_TRIGGERER, *FLEET)} | {
     BACKFILL_DAG,
     "delta_mirror_reconcile",
     "delta_mirror_monitor",
@@ -151,6 +157,7 @@ def airflow(request: pytest.FixtureRequest, smtp: SmtpServer, e2e_dir: Path) -> 
     env.commit(BACKFILL, create=True)
     env.commit(BACKFILL)
     env.commit(BACKFILL)
+    env.commit(IN_TRIGGERER, create=True)  # pending at start: the triggerer publishes it, no run
     store = env.store()
     try:  # the fleet starts with nothing pending: its watchers must fire nothing until a commit
         for name in FLEET:
@@ -294,6 +301,22 @@ def test_a_commit_to_one_of_50_event_tables_starts_one_run_of_that_table_only(ai
     runs = {t: [(r["run_type"], r["state"]) for r in stack.dag_runs(f"delta_mirror__{t}")] for t in FLEET}
     assert runs.pop(target) == [("asset_triggered", "success")]
     assert {t: r for t, r in runs.items() if r} == {}  # none of the 49 others ran
+
+
+def test_a_triggerer_publishing_table_is_readable_after_a_commit_with_no_dag_run(airflow: Env) -> None:
+    from deltalake import DeltaTable
+
+    stack, dag_id = airflow.stack, f"delta_mirror__{IN_TRIGGERER}"
+    _wait(lambda: airflow.log_file(IN_TRIGGERER, 0).exists(), 90, f"version 0 of {IN_TRIGGERER}")
+    t0 = time.monotonic()
+    assert airflow.commit(IN_TRIGGERER) == 1
+    _wait(lambda: airflow.log_file(IN_TRIGGERER, 1).exists(), 60, f"version 1 of {IN_TRIGGERER}", 0.05)
+    airflow.figures["triggerer_publish_latency_s"] = time.monotonic() - t0
+    table = DeltaTable(str(airflow.tables / IN_TRIGGERER))
+    assert table.version() == 1 and table.to_pyarrow_table().num_rows == 4  # a reader reads both
+    time.sleep(3.0)  # three poll intervals: an event would have started a run by now
+    assert stack.dag_runs(dag_id) == []  # no checkpoint due (interval 10), nothing failed: no run
+    airflow.validate(IN_TRIGGERER)
 
 
 # --------------------------------------------------------------------------------------------------
