@@ -28,6 +28,10 @@ _TOMBSTONES = (
     "AND (f.deletion_timestamp IS NULL OR f.deletion_timestamp >= :min_ts)"
 )
 _SIDES = {"add": _ACTIVE_ADDS, "remove": _TOMBSTONES}
+_COMMIT_ROWS = (
+    "SELECT version, sha256, size_bytes, has_json, committed_at, source FROM dl_commits "
+    "WHERE table_id = {mark} AND version BETWEEN {mark} AND {mark} ORDER BY version"
+)
 _SQLITE_COMMIT_LINES = (
     "SELECT version, payload FROM dl_actions WHERE table_id = ? AND part = ? "
     "AND version BETWEEN ? AND ? ORDER BY version, seq"
@@ -167,26 +171,16 @@ class Reads(StoreBase):
             return latest_version_in(c, table_id)
 
     def commit_rows(self, table_id: int, from_version: int, to_version: int) -> list[CommitRow]:
+        # Plain SQL on the driver (no statement compile, rows unpacked as tuples): a third of the
+        # cost of the ``select()`` form, and the publisher reads one row per version it publishes.
+        mark = "%s" if self.engine.dialect.name == "postgresql" else "?"
+        sql = _COMMIT_ROWS.format(mark=mark)
         with db.translated(self.url, "reading commits"), self.reader.connect() as conn:
-            rows = conn.execute(
-                select(
-                    dl_commits.c.version,
-                    dl_commits.c.sha256,
-                    dl_commits.c.size_bytes,
-                    dl_commits.c.has_json,
-                    dl_commits.c.committed_at,
-                    dl_commits.c.source,
-                )
-                .where(
-                    dl_commits.c.table_id == table_id,
-                    dl_commits.c.version >= from_version,
-                    dl_commits.c.version <= to_version,
-                )
-                .order_by(dl_commits.c.version)
-            )
             return [
-                CommitRow(r.version, r.sha256, r.size_bytes, bool(r.has_json), r.committed_at, r.source)
-                for r in rows
+                CommitRow(version, sha256, size_bytes, bool(has_json), committed_at, source)
+                for version, sha256, size_bytes, has_json, committed_at, source in conn.exec_driver_sql(
+                    sql, (table_id, from_version, to_version)
+                )
             ]
 
     def json_bytes_between(self, table_id: int, after_version: int, to_version: int) -> int:
