@@ -4,6 +4,11 @@ Used through an ``AssetWatcher``: when a table has committed versions beyond wha
 the trigger fires and the table's DAG runs within about one ``poll_interval`` (at once on
 PostgreSQL, which notifies each commit). All the triggers of one triggerer share one watcher per
 store (``delta_mirror.store.watch``): one query per interval for the whole fleet, on one pool.
+
+With ``publish=True`` (``publish_in: triggerer``) the trigger publishes the table's new commits
+itself (``jobs.watch_publish``, in a thread) and fires only when the run has work left: a
+checkpoint is due, or publishing failed (the run publishes with its retries and alerts). A commit
+then costs a publish (tens of milliseconds) instead of a task process (seconds of start-up).
 """
 
 from __future__ import annotations
@@ -32,6 +37,10 @@ class StoreCommitTrigger(BaseEventTrigger):
     version it fired for, newer commits wait (at most ``coalesce_seconds``) and then fire as one
     batch, instead of one queued run each; versions that a run already published (it publishes
     every pending version, not just the fired ones) fire nothing.
+
+    ``publish``: publish here and fire only for a due checkpoint or a failed publish (payload key
+    ``reason``); a held lease fires nothing and is tried again after ``poll_interval``.
+    ``aws_conn_id``: the storage connection, resolved in the triggerer as the operators do.
     """
 
     def __init__(
