@@ -17,6 +17,7 @@ _MODULES = {
     "DeltaMirrorCheckpointOperator": "operators",
     "DeltaMirrorHook": "hooks",
     "DeltaMirrorHookMixin": "mixins",
+    "DeltaMirrorFleetValidateOperator": "operators",
     "DeltaMirrorLagOperator": "operators",
     "DeltaMirrorMaintenanceOperator": "operators",
     "DeltaMirrorPublishOperator": "operators",
