@@ -304,6 +304,41 @@ def _timed(fn: Callable[[], Any], times: int = 3) -> dict[str, Any]:
     }
 
 
+# The monitor DAG's fleet validation (``publish_in: triggerer`` tables), run once over every table in a
+# fresh interpreter: its wall time and CPU-seconds (user + sys) and how many tables it validated.
+_VALIDATE_PASS = """
+import json, resource, sys, time
+from datetime import timedelta
+from delta_mirror.jobs.fleet_validate import TableValidation, failures, validate_due_tables
+from delta_mirror.store.sql_store import SqlStore
+t0 = time.monotonic()
+store = SqlStore(sys.argv[1])
+names = [t.name for t in store.list_tables()]
+results = validate_due_tables(store, {n: TableValidation(timedelta(minutes=10)) for n in names})
+ru = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"tables": len(names), "validated": sum(r.report is not None for r in results),
+                  "failed": len(failures(results)), "wall_s": round(time.monotonic() - t0, 2),
+                  "cpu_s": round(ru.ru_utime + ru.ru_stime, 2)}))
+"""
+
+
+def fleet_validation_pass(store_url: str, commits_per_s: float) -> dict[str, Any]:
+    """One validation pass over every table (all due: the worst case of a 10-minute cadence) and its
+    CPU amortised per commit at ``commits_per_s`` over the cadence."""
+    out = subprocess.run(
+        [str(VENV_BIN / "python"), "-c", _VALIDATE_PASS, store_url],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    if out.returncode != 0:
+        return {"error": out.stderr.strip().splitlines()[-1:] or [f"exit {out.returncode}"]}
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    result["cpu_s_per_commit_at_rate"] = round(result["cpu_s"] / (600 * commits_per_s), 4)
+    result["load"] = load()
+    return result
+
+
 def _status_cli(env: dict[str, str]) -> int:
     out = subprocess.run(
         [str(VENV_BIN / "delta-mirror"), "status", "--json"], env=env, capture_output=True, timeout=300
@@ -445,6 +480,9 @@ def run_one(pg: PgServer, n: int, layout: str, opts: Any, tmp: Path, log: Log) -
             )
             result["status_json_cli"] = _timed(lambda: _status_cli(env))
             log(f"  UI overview {result['ui_overview']}, status --json {result['status_json_cli']}")
+            if layout == "triggerer":  # the validation the per-commit runs no longer do
+                result["fleet_validation"] = fleet_validation_pass(store_url, min(opts.rates))
+                log(f"  fleet validation pass: {result['fleet_validation']}")
             result["airflow_log"] = log_figures(stack.log_path)
             log(f"  from Airflow's log: {result['airflow_log']}")
         result["dag_file"] = dag_parse_seconds(n, work / "parse", config=config)
