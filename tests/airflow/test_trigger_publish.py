@@ -13,6 +13,7 @@ import pytest
 from dm_airflow_kit import make_table
 
 from delta_mirror.delta.log_path import LOG_DIR, commit_name
+from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.store import SqlStore
 
 
@@ -88,14 +89,30 @@ def test_a_due_checkpoint_publishes_then_fires_one_event_and_writes_no_checkpoin
     root.mkdir()
     make_table(store, "t1", root.as_uri(), versions=4, checkpoint_interval=3)  # due at 3
 
+    def commit() -> None:
+        store.commit("t1", [("txn", {"appId": "loader", "version": 1})])
+
     async def body(events: list[dict[str, Any]]) -> None:
         await until(lambda: len(events) >= 1)
-        await asyncio.sleep(0.5)
+        assert published(store) == 3  # published before firing: the run only checkpoints
+        assert store.last_checkpoint_version(store.get_table("t1").id) is None  # the run's, not here
+        # a commit while that run has not written its checkpoint: published, no second run
+        await asyncio.to_thread(commit)
+        await until(lambda: published(store) == 4)
+        await asyncio.sleep(0.3)
+        assert len(events) == 1
+        await asyncio.to_thread(Publisher(store).checkpoint, "t1", 3)  # the run did its work
+        for _ in range(2):  # due again at 6 (3 versions since the checkpoint)
+            await asyncio.to_thread(commit)
+        await until(lambda: len(events) >= 2)
+        await asyncio.sleep(0.3)
 
     events = drive(body)
-    assert events == [{"table": "t1", "from_version": 0, "to_version": 3, "reason": "checkpoint due"}]
-    assert published(store) == 3  # published before firing: the run only checkpoints
-    assert store.last_checkpoint_version(store.get_table("t1").id) is None  # the run's, not here
+    assert events[0] == {"table": "t1", "from_version": 0, "to_version": 3, "reason": "checkpoint due"}
+    # 5 and 6 are one event, or 5 is published alone (not due yet) when a poll falls between them
+    assert len(events) == 2 and events[1]["from_version"] in (5, 6)
+    assert (events[1]["to_version"], events[1]["reason"]) == (6, "checkpoint due")
+    assert published(store) == 6
 
 
 def test_a_storage_failure_fires_one_event_and_writes_nothing(store: SqlStore, tmp_path: Path) -> None:
@@ -153,7 +170,6 @@ def test_the_fleet_validate_operator_fails_with_one_line_per_failed_table(
     from airflow.sdk.exceptions import AirflowFailException
 
     from delta_mirror.airflow.operators import DeltaMirrorFleetValidateOperator
-    from delta_mirror.jobs.publisher import Publisher
 
     store = SqlStore(sqlite_store)
     roots = {}

@@ -143,10 +143,10 @@ class StoreCommitTrigger(BaseEventTrigger):
             state.mark_fired(pending[1])
             return self._payload(pending, outcome.action)
         done = max(pending[1], -1 if outcome.last_published is None else outcome.last_published)
-        if outcome.fires:  # a checkpoint is due at the published version: the run writes it
-            state.mark_fired(done)
+        if outcome.fires and state.wants_checkpoint(outcome.last_checkpoint):
+            state.mark_fired(done, checkpoint=True)  # the run writes it
             return self._payload((pending[0], done), outcome.action)
-        state.mark_published(done)
+        state.mark_published(done)  # (or the run we started for a checkpoint has not written it yet)
         return None
 
     def _publish_now(self, url: str) -> Any:
@@ -215,6 +215,8 @@ class _Watermark:
         self.coalesce_seconds = coalesce_seconds
         self.fired_at: float | None = None  # when the last event fired (monotonic)
         self.retry_at: float | None = None  # publish mode: when to try again (a lease was held)
+        # publish mode: the version a run was started to checkpoint at, and when
+        self.checkpoint_for: tuple[int, float] | None = None
 
     def hold_left(self) -> float | None:
         """Seconds until a held batch fires anyway or a retry is due (None: nothing waits)."""
@@ -249,8 +251,23 @@ class _Watermark:
             return None  # our run has not published yet: newer commits join the next batch
         return (self.watermark + 1, latest)
 
-    def mark_fired(self, to_version: int) -> None:
+    def mark_fired(self, to_version: int, checkpoint: bool = False) -> None:
         self.watermark, self.fired_at = to_version, time.monotonic()
+        if checkpoint:
+            self.checkpoint_for = (to_version, self.fired_at)
+
+    def wants_checkpoint(self, last_checkpoint: int | None) -> bool:
+        """Whether a due checkpoint needs a run: not while the run started for one has not written
+        it yet (commits published meanwhile would each start another run), unless it is
+        ``coalesce_seconds`` late."""
+        if self.checkpoint_for is None:
+            return True
+        version, at = self.checkpoint_for
+        written = last_checkpoint is not None and last_checkpoint >= version
+        if written or time.monotonic() - at >= self.coalesce_seconds:
+            self.checkpoint_for = None
+            return True
+        return False
 
     def mark_published(self, to_version: int) -> None:
         self.watermark = max(self.watermark if self.watermark is not None else -1, to_version)

@@ -46,6 +46,7 @@ class WatchPublish:
     published: list[int] = field(default_factory=list)
     last_published: int | None = None
     error: str | None = None
+    last_checkpoint: int | None = None  # with ``checkpoint due``: the newest checkpoint there is
 
     @property
     def fires(self) -> bool:
@@ -88,12 +89,14 @@ def publish_from_watcher(
         return WatchPublish(name, "failed", error=_one_line(exc))
     last = result.last_published
     action = "published" if result.published else "nothing"
+    checkpoint = None
     try:
-        if last is not None and checkpoint_due(store, store.get_table(name), last):
-            action = "checkpoint due"
+        table = store.get_table(name)
+        if last is not None and checkpoint_due(store, table, last):
+            action, checkpoint = "checkpoint due", store.last_checkpoint_version(table.id)
     except Exception as exc:  # the question failed: let the run decide (it asks again)
         return WatchPublish(name, "failed", list(result.published), last, _one_line(exc))
-    return WatchPublish(name, action, list(result.published), last)
+    return WatchPublish(name, action, list(result.published), last, last_checkpoint=checkpoint)
 
 
 __all__ = ["FIRES", "TRIGGER_RETRY", "WatchPublish", "publish_from_watcher"]
