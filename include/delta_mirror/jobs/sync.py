@@ -16,6 +16,8 @@ sync``):
    validation (``health.monitoring.record_validation``) is older than the cadence, the versions
    published since it are validated together; a failed validation is due again at once (over its
    range and the new versions), so a retry cannot turn a problem into a success.
+   Tables published in the triggerer (``publish_in: triggerer``) have no per-commit run: the
+   monitor DAG validates them with the same plan (``jobs.fleet_validate``).
 3. ``health.monitoring.record_lag_sample`` stores the table's lag, as the monitor's lag task does.
 
 Problems are returned in the result, not raised: the caller decides (the operator fails the task,
