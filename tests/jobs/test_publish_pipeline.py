@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import threading
 
-from delta_mirror.jobs.publish_pipeline import WRITER_SWITCH_INTERVAL, CommitWriter, PreparedCommit
+import pytest
+
+from delta_mirror.jobs.publish_pipeline import (
+    WRITER_SWITCH_INTERVAL,
+    CommitWriter,
+    PreparedCommit,
+    commit_digest,
+)
 
 
 def _commit(v: int) -> PreparedCommit:
@@ -44,3 +52,9 @@ def test_the_switch_interval_is_short_while_writers_run_and_restored_after() -> 
         first.close()
         second.close()
     assert sys.getswitchinterval() == before
+
+
+@pytest.mark.parametrize("size", [0, 1, 2046, 2047, 2048, 4093, 4094, 4095, 100_000])
+def test_the_commit_digest_hashed_in_small_chunks_is_the_sha256_of_the_whole_file(size: int) -> None:
+    data = bytes(i % 251 for i in range(size))
+    assert commit_digest(data) == hashlib.sha256(data).hexdigest()

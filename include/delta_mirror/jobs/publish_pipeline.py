@@ -193,6 +193,22 @@ class CommitWriter:
                     self._cond.notify_all()
 
 
+#: hashlib lets go of the GIL for a chunk of this size or more (CPython's HASHLIB_GIL_MINSIZE).
+_GIL_FREE_HASH = 2048
+
+
+def commit_digest(data: bytes) -> str:
+    """SHA-256 of a commit file in chunks too small for hashlib to release the GIL: a release costs
+    the preparing thread a wait of up to the switch interval to get it back from the commit writer
+    (about 110 µs per version measured, for 5 µs of hashing)."""
+    if len(data) < _GIL_FREE_HASH:
+        return hashlib.sha256(data).hexdigest()
+    h, view = hashlib.sha256(), memoryview(data)
+    for i in range(0, len(data), _GIL_FREE_HASH - 1):
+        h.update(view[i : i + _GIL_FREE_HASH - 1])
+    return h.hexdigest()
+
+
 def put_commit(table: str, objects: ObjectStore, version: int, data: bytes, digest: str) -> bool:
     """Put-if-absent one commit and read it back; True when an identical file was already there."""
     path = f"{LOG_DIR}/{commit_name(version)}"
@@ -231,4 +247,4 @@ def put_commit(table: str, objects: ObjectStore, version: int, data: bytes, dige
     return present
 
 
-__all__ = ["CommitWriter", "PreparedCommit", "Written", "put_commit"]
+__all__ = ["CommitWriter", "PreparedCommit", "Written", "commit_digest", "put_commit"]

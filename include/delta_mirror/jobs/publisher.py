@@ -46,7 +46,7 @@ from delta_mirror.jobs.publish_cadence import (
     ReplayBytes,
     checkpoint_due,
 )
-from delta_mirror.jobs.publish_pipeline import CommitWriter, PreparedCommit, put_commit
+from delta_mirror.jobs.publish_pipeline import CommitWriter, PreparedCommit, commit_digest, put_commit
 from delta_mirror.storage import ObjectExistsError, ObjectStore, open_store
 from delta_mirror.store.sql_store import CommitRow, Snapshot, SqlStore, TableInfo
 from delta_mirror.store.states import Artifact, CommitSource, PublishState, TableState
@@ -418,7 +418,7 @@ class Publisher:
             native=row.source != CommitSource.IMPORT,  # native and spark: writer input
         )
         data = render_commit(lines)
-        digest = hashlib.sha256(data).hexdigest()
+        digest = commit_digest(data)
         if digest != row.sha256:
             raise DataError(
                 f"the stored actions no longer match the recorded SHA-256 ({row.sha256[:12]}…)",
