@@ -278,8 +278,8 @@ def test_bulk_import_stores_the_same_rows(
     in_place: bool,
     batch: int,
 ) -> None:
-    """In batches of 3 rows, PostgreSQL sends file rows while they are open and closes them later
-    (``BulkImport._close_sent``)."""
+    """In batches of 3 rows, both stores send file rows while they are open and close them later
+    (``BulkImport._close_sent``, SQLite's ``_SQLITE_CLOSE_SENT``)."""
     monkeypatch.setattr(bulk_load, "ACTION_BATCH", batch)
     source = _sources(tmp_path)[variant]
     second = SqlStore(
@@ -294,6 +294,7 @@ def test_bulk_import_stores_the_same_rows(
     result = import_table(first, str(source), name="t", location=location)
     _reference_import(second, str(source), "t", location)
     ours, reference = _dump(first), _dump(second)
+    _assert_default_page_cache(first)
     for table in reference:
         assert ours[table] == reference[table], table
     if variant == "full":  # the corner cases are there
@@ -348,3 +349,12 @@ def test_a_boolean_where_an_integer_belongs_is_refused_with_one_clear_message(
     )
     assert err.hint and "repair" in err.hint
     assert store.list_tables() == [] and not (tmp_path / "dst").exists()
+    _assert_default_page_cache(store)
+
+
+def _assert_default_page_cache(store: SqlStore) -> None:
+    """An import raises SQLite's page cache for its connection (``BulkImport``), then gives the
+    pooled connection its default back, failed or not."""
+    if store.engine.dialect.name == "sqlite":
+        with store.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA cache_size").scalar_one() == -2000

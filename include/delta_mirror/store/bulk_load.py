@@ -3,8 +3,8 @@ a time, in a few statements (PostgreSQL ``COPY``, SQLite ``executemany``).
 
 An imported table is new, so its whole file index is a function of the imported log alone: it is
 built in memory (``FileIndex``, the rules of ``log_rows.write_actions`` with ``strict=False``, row
-for row and in the same insertion order, so even ``dl_files.id`` comes out the same) and loaded
-once at the end. Action rows are streamed in batches as the versions go by. Everything runs in the
+for row and in the same insertion order, so even ``dl_files.id`` comes out the same) and written
+as it grows, the newest rows held back (rows closed after they went out are updated at the end). Action rows are streamed in batches as the versions go by. Everything runs in the
 caller's transaction: a failed import leaves nothing behind.
 """
 
@@ -64,6 +64,7 @@ _STATUS_COLUMNS = (
     "size_bytes",
 )
 ACTION_BATCH = 50_000  # action rows buffered before they are written
+_SQLITE_CACHE_KIB = 256 * 1024  # page cache of an import's SQLite connection (a ceiling, not an allocation)
 
 
 class FileIndex:
@@ -144,11 +145,18 @@ class BulkImport:
         self._commits: list[tuple[Any, ...]] = []
         self._statuses: list[tuple[Any, ...]] = []
         self._ts = now_ms()
-        # PostgreSQL: file rows go out as they are made, the newest ACTION_BATCH kept back (the
-        # server indexes them while the log is still being read); the ones sent open and closed
-        # later are updated at the end.
+        # File rows go out as they are made, the newest ACTION_BATCH kept back (the database
+        # indexes them while the log is still being read: PostgreSQL's server, SQLite's steps
+        # with the GIL released); the ones sent open and closed later are updated at the end.
         self._files_sent = 0
         self._sent_open: list[list[Any]] = []
+        self._cache_pages: int | None = None
+        if not self.postgres:
+            # SQLite: room for the new rows' B-tree pages in the page cache (default 2 MiB), so the
+            # index inserts do not spill pages to the WAL mid-transaction and read them back. Only
+            # memory: no durability setting changes. Restored in ``finish``.
+            self._cache_pages = int(conn.exec_driver_sql("PRAGMA cache_size").scalar_one())
+            conn.exec_driver_sql(f"PRAGMA cache_size=-{_SQLITE_CACHE_KIB}")
 
     def version(
         self,
@@ -198,7 +206,7 @@ class BulkImport:
             self.index.apply(version, part, facts.files)
             # The newest ACTION_BATCH rows stay here: a file removed soon after its add is then
             # sent closed, not sent open and updated at the end (a long history's churn).
-            if self.postgres and len(self.index.rows) - self._files_sent >= 2 * ACTION_BATCH:
+            if len(self.index.rows) - self._files_sent >= 2 * ACTION_BATCH:
                 self._send_files(len(self.index.rows) - ACTION_BATCH)
 
     def drop_files(self, version: int, keys: Iterable[FileKey]) -> None:
@@ -217,22 +225,47 @@ class BulkImport:
         self._write("dl_mirror_status", _STATUS_COLUMNS, self._statuses)
         tid = self.table_id
         self._commits, self._statuses = [], []
-        if not self.postgres:
-            self._insert("dl_files", ("table_id", *_FILE_COLUMNS), [(tid, *row) for row in self.index.rows])
-            return
         self._send_files()
+        closed = [row for row in self._sent_open if row[_RV] is not None]
+        if not self.postgres:
+            if closed:
+                self.conn.exec_driver_sql(
+                    _SQLITE_CLOSE_SENT,
+                    [
+                        (r[_RV], r[_RP], r[_RS], r[_DT], tid, r[_PATH], r[_DV], r[_AV], r[_AP], r[_AS])
+                        for r in closed
+                    ],
+                )
+            self.release()
+            return
         # The planner must not take the new rows for an empty table (here and after the import).
         self.conn.exec_driver_sql("ANALYZE dl_files")
-        closed = [row for row in self._sent_open if row[_RV] is not None]
         if closed:
             self._close_sent(closed)
         self.conn.exec_driver_sql("ANALYZE dl_actions")
+
+    def release(self, *, quiet: bool = False) -> None:
+        """Give the connection its SQLite page cache size back (``finish`` does; a failed import's
+        caller should). ``quiet``: ignore a failure to do so, the import's error is the one to
+        report."""
+        if self.postgres or self._cache_pages is None:
+            return
+        pages, self._cache_pages = self._cache_pages, None
+        try:
+            self.conn.exec_driver_sql(f"PRAGMA cache_size={pages}")
+        except Exception:
+            if not quiet:
+                raise
 
     def _send_files(self, upto: int | None = None) -> None:
         """The file rows not sent yet (up to row ``upto``), by COPY."""
         rows = self.index.rows[self._files_sent : upto]
         if rows:
-            self._copy("dl_files", ("table_id", *_FILE_COLUMNS), _file_text(self.table_id, rows))
+            if self.postgres:
+                self._copy("dl_files", ("table_id", *_FILE_COLUMNS), _file_text(self.table_id, rows))
+            else:
+                tid = self.table_id
+                self._insert("dl_files", ("table_id", *_FILE_COLUMNS), [(tid, *row) for row in rows])
             self._sent_open += [row for row in rows if row[_RV] is None]
             self._files_sent += len(rows)
 
@@ -310,6 +343,11 @@ FROM unnest(%(path)s::text[], %(dv)s::text[], %(av)s::bigint[], %(ap)s::smallint
      AS x(path, dv_id, av, ap, aseq, rv, rp, rs, dt)
 WHERE f.table_id = %(tid)s AND f.path = x.path AND f.dv_id = x.dv_id
   AND f.add_version = x.av AND f.add_part = x.ap AND f.add_seq = x.aseq
+"""
+
+_SQLITE_CLOSE_SENT = """
+UPDATE dl_files SET remove_version = ?, remove_part = ?, remove_seq = ?, deletion_timestamp = ?
+WHERE table_id = ? AND path = ? AND dv_id = ? AND add_version = ? AND add_part = ? AND add_seq = ?
 """
 
 
