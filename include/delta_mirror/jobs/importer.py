@@ -294,8 +294,6 @@ class _Writer:
                 self.bulk.finish()
             except BaseException as exc:
                 self.error = exc
-        if self.error is not None:
-            self.bulk.release(quiet=True)
 
     def put(self, version: int, lines: list[str], facts: LineFacts, **kwargs: Any) -> None:
         """``BulkImport.version(version, lines, facts, **kwargs)``, in the thread."""
@@ -343,15 +341,6 @@ def _store_versions(
     """The base snapshot, every commit, and the state of later checkpoints where it differs, as
     ``import_version`` would write them one by one, in bulk (``store.bulk_load``)."""
     bulk = BulkImport(conn, table_info.id)
-    try:
-        _store_bulk(bulk, src, in_place=in_place, progress=progress)
-    except BaseException:
-        bulk.release(quiet=True)  # the transaction rolls back; the connection goes back as it was
-        raise
-    progress(2 * len(src.commits), 2 * len(src.commits), final=True)
-
-
-def _store_bulk(bulk: BulkImport, src: SourceLog, *, in_place: bool, progress: _Throttled) -> None:
     base = src.base_checkpoint
     if base is not None:
         bulk.version(base.version, base.actions, facts_of_lines(base.actions), part=PART_SNAPSHOT)
@@ -372,6 +361,7 @@ def _store_bulk(bulk: BulkImport, src: SourceLog, *, in_place: bool, progress: _
             record_checkpoint_state(bulk, states[version], enqueue_checkpoint=not in_place)
         progress(n + done, 2 * n)
     bulk.finish()
+    progress(2 * n, 2 * n, final=True)
 
 
 @contextmanager

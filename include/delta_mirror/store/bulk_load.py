@@ -4,8 +4,9 @@ a time, in a few statements (PostgreSQL ``COPY``, SQLite ``executemany``).
 An imported table is new, so its whole file index is a function of the imported log alone: it is
 built in memory (``FileIndex``, the rules of ``log_rows.write_actions`` with ``strict=False``, row
 for row and in the same insertion order, so even ``dl_files.id`` comes out the same) and written
-as it grows, the newest rows held back (rows closed after they went out are updated at the end). Action rows are streamed in batches as the versions go by. Everything runs in the
-caller's transaction: a failed import leaves nothing behind.
+as it grows, the newest rows held back (rows closed after they went out are updated at the end).
+Action rows are streamed in batches as the versions go by. Everything runs in the caller's
+transaction: a failed import leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -64,7 +65,6 @@ _STATUS_COLUMNS = (
     "size_bytes",
 )
 ACTION_BATCH = 50_000  # action rows buffered before they are written
-_SQLITE_CACHE_KIB = 256 * 1024  # page cache of an import's SQLite connection (a ceiling, not an allocation)
 
 
 class FileIndex:
@@ -150,13 +150,6 @@ class BulkImport:
         # with the GIL released); the ones sent open and closed later are updated at the end.
         self._files_sent = 0
         self._sent_open: list[list[Any]] = []
-        self._cache_pages: int | None = None
-        if not self.postgres:
-            # SQLite: room for the new rows' B-tree pages in the page cache (default 2 MiB), so the
-            # index inserts do not spill pages to the WAL mid-transaction and read them back. Only
-            # memory: no durability setting changes. Restored in ``finish``.
-            self._cache_pages = int(conn.exec_driver_sql("PRAGMA cache_size").scalar_one())
-            conn.exec_driver_sql(f"PRAGMA cache_size=-{_SQLITE_CACHE_KIB}")
 
     def version(
         self,
@@ -236,7 +229,6 @@ class BulkImport:
                         for r in closed
                     ],
                 )
-            self.release()
             return
         # The planner must not take the new rows for an empty table (here and after the import).
         self.conn.exec_driver_sql("ANALYZE dl_files")
@@ -244,21 +236,8 @@ class BulkImport:
             self._close_sent(closed)
         self.conn.exec_driver_sql("ANALYZE dl_actions")
 
-    def release(self, *, quiet: bool = False) -> None:
-        """Give the connection its SQLite page cache size back (``finish`` does; a failed import's
-        caller should). ``quiet``: ignore a failure to do so, the import's error is the one to
-        report."""
-        if self.postgres or self._cache_pages is None:
-            return
-        pages, self._cache_pages = self._cache_pages, None
-        try:
-            self.conn.exec_driver_sql(f"PRAGMA cache_size={pages}")
-        except Exception:
-            if not quiet:
-                raise
-
     def _send_files(self, upto: int | None = None) -> None:
-        """The file rows not sent yet (up to row ``upto``), by COPY."""
+        """The file rows not sent yet (up to row ``upto``): COPY, or SQLite's ``executemany``."""
         rows = self.index.rows[self._files_sent : upto]
         if rows:
             if self.postgres:
