@@ -50,8 +50,9 @@ Figures:
    ``watchers`` (``benchmarks/fleet.py``: the shared watcher against the old per-table poll at 50 /
    500 tables, and the DAG-file build for 1,000 tables), ``airflow`` (``benchmarks/fleet_airflow.py``:
    a real ``airflow standalone`` with N event-driven tables, writers at a fixed rate, commit →
-   published latency, CPU per commit, store load, UI and ``status --json`` times; both task layouts
-   at 100 and 500 tables, about 35 minutes) and ``status`` (``benchmarks/fleet_status.py``: status,
+   published latency, CPU per commit, store load, UI and ``status --json`` times; the ``single``
+   layout (a ``sync`` run per commit) and ``publish_in: triggerer`` at 100 and 500 tables, 1 and 10
+   commits/s, about 45 minutes) and ``status`` (``benchmarks/fleet_status.py``: status,
    health, the lag step and the UI overview at 1,000 tables x 1,000,000 versions). ``--quick`` runs
    each one's quick mode.
 
@@ -256,7 +257,11 @@ def _fleet(bench: Bench) -> dict[str, Any]:
     health / UI overview at 1,000 tables and 1,000,000 versions (``fleet_status.py``)."""
     quick = ["--quick"] if bench.opts.quick else []
     out: dict[str, Any] = {"watchers": _script(bench, "fleet.py", quick)}
-    airflow = quick or ["--sizes", "100,500", "--layouts", "steps,single"]
+    # the per-commit `sync` run against publishing in the triggerer, at 1 and 10 commits/s; the
+    # dag-processor re-parses every 5 minutes (docs/scaling.md, "Fleet knobs")
+    airflow = quick or [
+        "--sizes", "100,500", "--layouts", "single,triggerer", "--rates", "1,10", "--dag-reparse", "300"
+    ]  # fmt: skip
     out["airflow"] = _script(bench, "fleet_airflow.py", airflow)
     out["status"] = _script(bench, "fleet_status.py", quick)
     return out
