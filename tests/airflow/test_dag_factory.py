@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from dm_airflow_kit import DAGS_FOLDER, REPO, task_of
@@ -328,10 +328,11 @@ def test_a_triggerer_publishing_table_has_a_publishing_watcher_and_is_validated_
     from delta_mirror.airflow.operators import DeltaMirrorFleetValidateOperator
 
     bag = parse()
-    (asset,) = bag.dags["delta_mirror__fast"].schedule
-    kwargs = asset.watchers[0].trigger.serialize()[1]
+    fast: Any = bag.dags["delta_mirror__fast"].schedule  # a list of one Asset with its watcher
+    kwargs = fast[0].watchers[0].trigger.serialize()[1]
     assert (kwargs["publish"], kwargs["aws_conn_id"]) == (True, "s3")
-    assert "publish" not in bag.dags["delta_mirror__plain"].schedule[0].watchers[0].trigger.serialize()[1]
+    plain: Any = bag.dags["delta_mirror__plain"].schedule
+    assert "publish" not in plain[0].watchers[0].trigger.serialize()[1]
     monitor = bag.dags["delta_mirror_monitor"]
     validates = sorted(t.task_id for t in monitor.tasks if t.task_id.startswith("validate"))
     assert validates == ["validate", "validate_2"]
