@@ -22,7 +22,7 @@ open connections (``pg_stat_database``, ``pg_stat_activity``); the DAG-file buil
 and ``delta-mirror status --json`` response times. The load average is recorded with every figure.
 
 Alone: ``PYTHONPATH=tests .venv/bin/python benchmarks/fleet_airflow.py [--quick] [--sizes 100,500]
-[--layouts steps,single] [--rates 1]`` prints one JSON object. From ``benchmarks/run.py``:
+[--layouts single,triggerer] [--rates 1]`` prints one JSON object. From ``benchmarks/run.py``:
 ``fleet_airflow.figure(opts, log)`` with ``opts`` from ``fleet_airflow.options([...])``.
 """
 
@@ -672,7 +672,7 @@ def options(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true", help="10 tables, 60 s of commits, a 120 s drain")
     parser.add_argument("--sizes", default="100,500", help="numbers of event-driven tables, comma-separated")
-    parser.add_argument("--layouts", default="steps,single", help=f"task layouts: {', '.join(LAYOUTS)}")
+    parser.add_argument("--layouts", default="single,triggerer", help=f"task layouts: {', '.join(LAYOUTS)}")
     parser.add_argument("--rates", default="1", help="total commits per second, one phase each (same stack)")
     parser.add_argument("--seconds", type=float, default=180.0, help="how long the writers commit (s)")
     parser.add_argument(
