@@ -134,6 +134,14 @@ class CommitTooLargeError(InvalidActionError):
     """The commit exceeds ``DELTA_MIRROR_MAX_COMMIT_ACTIONS`` or ``DELTA_MIRROR_MAX_COMMIT_BYTES``."""
 
 
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """An error in one short line for a task log or a per-table result: a ``MirrorError``'s message,
+    else ``Type: text`` (a driver error may carry a long SQL statement on later lines)."""
+    text = exc.message if isinstance(exc, MirrorError) else f"{type(exc).__name__}: {exc}"
+    lines = text.strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:limit]
+
+
 __all__ = [
     "CommitConflictError",
     "CommitTooLargeError",
@@ -151,4 +159,5 @@ __all__ = [
     "TableNotFoundError",
     "TransientError",
     "UnsupportedTableError",
+    "first_line",
 ]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from delta_mirror.errors import first_line
 from delta_mirror.health.monitoring import record_validation
 from delta_mirror.jobs.publisher import PublishResult
 from delta_mirror.jobs.sync import ValidationPlan, plan_validation
@@ -108,16 +109,11 @@ def validate_due_tables(
                 storage_options=storage_options,
             )
         except Exception as exc:  # one table's trouble is reported with the others', not raised
-            out.append(FleetValidation(name, plan, error=_first_line(exc)))
+            out.append(FleetValidation(name, plan, error=first_line(exc)))
             continue
         record_validation(store, name, {**report.to_json(), "reader": cadence.reader})
         out.append(FleetValidation(name, plan, report))
     return out
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(getattr(exc, "message", exc)).strip().splitlines()
-    return (lines[0] if lines else type(exc).__name__)[:300]
 
 
 def failures(results: Iterable[FleetValidation]) -> list[str]:

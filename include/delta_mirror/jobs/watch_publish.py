@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from delta_mirror.errors import LeaseHeldError, MirrorError
+from delta_mirror.errors import LeaseHeldError, first_line
 from delta_mirror.jobs.publish_cadence import checkpoint_due
 from delta_mirror.jobs.publisher import Publisher, RetryPolicy
 from delta_mirror.storage import ObjectStore
@@ -54,13 +54,6 @@ class WatchPublish:
         return self.action in FIRES
 
 
-def _one_line(exc: BaseException) -> str:
-    """The error's first line, short (a driver error may carry a long SQL statement)."""
-    text = exc.message if isinstance(exc, MirrorError) else f"{type(exc).__name__}: {exc}"
-    lines = text.strip().splitlines()
-    return (lines[0] if lines else type(exc).__name__)[:300]
-
-
 def publish_from_watcher(
     store: SqlStore,
     name: str,
@@ -86,7 +79,7 @@ def publish_from_watcher(
     except LeaseHeldError:
         return WatchPublish(name, "lease held")
     except Exception as exc:  # storage, store, a bad commit: the run retries and alerts
-        return WatchPublish(name, "failed", error=_one_line(exc))
+        return WatchPublish(name, "failed", error=first_line(exc))
     last = result.last_published
     action = "published" if result.published else "nothing"
     checkpoint = None
@@ -95,7 +88,7 @@ def publish_from_watcher(
         if last is not None and checkpoint_due(store, table, last):
             action, checkpoint = "checkpoint due", store.last_checkpoint_version(table.id)
     except Exception as exc:  # the question failed: let the run decide (it asks again)
-        return WatchPublish(name, "failed", list(result.published), last, _one_line(exc))
+        return WatchPublish(name, "failed", list(result.published), last, first_line(exc))
     return WatchPublish(name, action, list(result.published), last, last_checkpoint=checkpoint)
 
 
