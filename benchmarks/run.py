@@ -228,14 +228,14 @@ def _run_figures(bench: Bench, out: dict[str, Any], only: set[str]) -> dict[str,
     return errors
 
 
-def _script(bench: Bench, script: str, args: list[str]) -> dict[str, Any]:
+def _script(
+    bench: Bench, script: str, args: list[str], timeout: float = pieces.CHILD_TIMEOUT
+) -> dict[str, Any]:
     """``benchmarks/<script>`` run as it is in a child (it prints one JSON object), its JSON kept whole."""
     cmd = [sys.executable, str(REPO / "benchmarks" / script), *args]
     log(f"{script}: " + " ".join(cmd[2:]))
     env = {**os.environ, "DELTA_MIRROR_CORPUS": str(bench.corpus)}
-    proc = subprocess.run(
-        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True, timeout=pieces.CHILD_TIMEOUT
-    )
+    proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"benchmarks/{script} failed (exit {proc.returncode}); see stderr above")
     result: dict[str, Any] = json.loads(proc.stdout)
@@ -262,7 +262,8 @@ def _fleet(bench: Bench) -> dict[str, Any]:
     airflow = quick or [
         "--sizes", "100,500", "--layouts", "single,triggerer", "--rates", "1,10", "--dag-reparse", "300"
     ]  # fmt: skip
-    out["airflow"] = _script(bench, "fleet_airflow.py", airflow)
+    # eight stacks of up to ~10 minutes each (start, idle window, 180 s of commits, the drain)
+    out["airflow"] = _script(bench, "fleet_airflow.py", airflow, timeout=3 * pieces.CHILD_TIMEOUT)
     out["status"] = _script(bench, "fleet_status.py", quick)
     return out
 
