@@ -238,7 +238,11 @@ def _script(
     proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"benchmarks/{script} failed (exit {proc.returncode}); see stderr above")
-    result: dict[str, Any] = json.loads(proc.stdout)
+    # the JSON object is the last thing printed; a library may have printed a line before it
+    start = proc.stdout.find("{") if proc.stdout.startswith("{") else proc.stdout.find("\n{") + 1
+    if start > 0:
+        log(f"{script}: printed before its JSON (ignored): {proc.stdout[:start].strip()[:500]!r}")
+    result: dict[str, Any] = json.loads(proc.stdout[start:])
     return result
 
 
