@@ -134,6 +134,35 @@ def test_the_stored_check_of_an_add_refuses_what_validate_action_refuses(change:
     check_stored_commit(lines, table="t", version=3, location=ROOT, native=False)  # imported: kept as written
 
 
+@pytest.mark.parametrize(
+    "info",
+    [
+        {},
+        {"timestamp": 1, "inCommitTimestamp": 2, "operation": "WRITE"},
+        {"timestamp": None},
+        {"timestamp": "yesterday"},
+        {"timestamp": True},
+        {"inCommitTimestamp": 1.5},
+        {"inCommitTimestamp": False},
+    ],
+)
+def test_stored_commit_info_is_refused_exactly_when_the_native_rule_refuses_it(info: dict[str, Any]) -> None:
+    """The stored check's fast path for a commitInfo line agrees with ``validate_action``."""
+    try:
+        _validate("commitInfo", info)
+        refused = None
+    except InvalidActionError as exc:
+        refused = exc.what
+    lines = [canonical_json({"commitInfo": info}), canonical_json({"add": _PLAIN})]
+    if refused is None:
+        check_stored_commit(lines, table="t", version=3, location=ROOT, native=True)
+    else:
+        with pytest.raises(InvalidActionError) as caught:
+            check_stored_commit(lines, table="t", version=3, location=ROOT, native=True)
+        assert caught.value.what == f"stored {refused}"
+    check_stored_commit(lines, table="t", version=3, location=ROOT, native=False)  # imported: kept as written
+
+
 def test_canonical_line_is_compact_utf8_with_non_ascii_unescaped() -> None:
     line = canonical_line("add", {"path": "é/ü ß.parquet", "partitionValues": {"k": "日本"}, "n": None})
     assert line == '{"add":{"path":"é/ü ß.parquet","partitionValues":{"k":"日本"},"n":null}}'

@@ -105,7 +105,9 @@ def line_action(obj: Mapping[str, Any]) -> tuple[str, Any]:
 
 def render_commit(lines: Iterable[str]) -> bytes:
     """Commit file bytes: one action per line, every line ending in ``\\n``, no blank lines."""
-    return "".join(line + "\n" for line in lines).encode("utf-8")
+    seq = lines if isinstance(lines, list) else list(lines)
+    # One join and one concatenation (not a string per line): publishing renders every version.
+    return ("\n".join(seq) + "\n").encode("utf-8") if seq else b""
 
 
 def _ordered(body: Mapping[str, Any], order: tuple[str, ...]) -> dict[str, Any]:
@@ -509,22 +511,34 @@ _CHECKS: dict[str, Callable[[_Where, Mapping[str, Any]], None]] = {
 
 
 def _plain_add(body: Mapping[str, Any]) -> bool:
-    """The common add, checked in one expression (publishing re-checks every stored line)."""
-    path, size, pv, stats = body.get("path"), body.get("size"), body.get("partitionValues"), body.get("stats")
-    return (
+    """The common add, checked in one expression (publishing re-checks every stored line): the
+    cheap type tests first, the path's pattern last, the partition values in a plain loop."""
+    get = body.get
+    path, size, pv, stats = get("path"), get("size"), get("partitionValues"), get("stats")
+    if not (
         type(path) is str
+        and type(size) is int
+        and type(pv) is dict
+        and (stats is None or type(stats) is str)
+        and type(get("modificationTime")) is int
+        and type(get("dataChange")) is bool
+        and get("deletionVector") is None
+        and size >= 0
         and _PLAIN_PATH.fullmatch(path) is not None
         and ".." not in path
         and not path.startswith(LOG_DIR)
-        and type(size) is int
-        and size >= 0
-        and type(body.get("modificationTime")) is int
-        and type(body.get("dataChange")) is bool
-        and type(pv) is dict
-        and all(type(k) is str and (v is None or type(v) is str) for k, v in pv.items())
-        and (stats is None or type(stats) is str)
-        and body.get("deletionVector") is None
-    )
+    ):
+        return False
+    for key, value in pv.items():
+        if type(key) is not str or (value is not None and type(value) is not str):
+            return False
+    return True
+
+
+def _plain_commit_info(body: Mapping[str, Any]) -> bool:
+    """A commitInfo both rules accept as it is (``_check_commit_info``: integer timestamps)."""
+    ts, ict = body.get("timestamp"), body.get("inCommitTimestamp")
+    return (ts is None or type(ts) is int) and (ict is None or type(ict) is int)
 
 
 def _parse_all(lines: Sequence[str]) -> list[Any] | None:
@@ -560,12 +574,18 @@ def check_stored_commit(
     for number, line in enumerate(lines, start=1):
         if parsed is not None:
             obj = parsed[number - 1]
-            # The common line, a one-key {"add": {...}} that passes ``_plain_add``, is what both
-            # the native and the imported rules accept; anything else takes the full path below.
+            # The common lines, a one-key {"add": {...}} that passes ``_plain_add`` or a one-key
+            # {"commitInfo": {...}} that passes ``_plain_commit_info``, are what both the native
+            # and the imported rules accept; anything else takes the full path below.
             if type(obj) is dict and len(obj) == 1:
                 add = obj.get("add")
-                if type(add) is dict and _plain_add(add):
-                    continue
+                if add is not None:
+                    if type(add) is dict and _plain_add(add):
+                        continue
+                else:
+                    info = obj.get("commitInfo")
+                    if type(info) is dict and _plain_commit_info(info):
+                        continue
         else:
             obj = _parse_stored(line, number, table, version, hint)
         action_type, body = _stored_action(line, obj, number, table, version, hint, native=native)
