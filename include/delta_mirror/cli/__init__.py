@@ -15,7 +15,7 @@ import logging
 import click
 
 from delta_mirror.cli import monitoring, publishing, service, tables
-from delta_mirror.cli.common import EXIT_CODES, Ctx
+from delta_mirror.cli.common import EXIT_CODES, Ctx, process_start
 from delta_mirror.version import __version__
 
 
@@ -59,7 +59,8 @@ del _command
 
 def main(argv: list[str] | None = None) -> None:
     """The console script (``delta-mirror``) and ``python -m delta_mirror.cli``."""
-    cli.main(args=argv, prog_name="delta-mirror")
+    with process_start():
+        cli.main(args=argv, prog_name="delta-mirror")
 
 
 __all__ = ["EXIT_CODES", "cli", "main"]

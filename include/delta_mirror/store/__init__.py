@@ -13,12 +13,46 @@ composed of a mixin per topic:
 
 ``schema.py`` names the tables, ``states.py`` the values of their state columns, ``db.py`` makes
 engines, runs migrations and turns database errors into the core's error classes.
+
+The names below are loaded on first use: importing ``delta_mirror.store.states`` (the CLI does, for
+its option choices) must not import SQLAlchemy, which is a third of a ``delta-mirror status`` (issue 15).
 """
 
 from __future__ import annotations
 
-from delta_mirror.store.sql_store import FileEntry, Snapshot, SqlStore, StatusRow, TableInfo
-from delta_mirror.store.states import Artifact, PublishState, TableState
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# public name -> the module that defines it
+_PUBLIC = {
+    "Artifact": "delta_mirror.store.states",
+    "FileEntry": "delta_mirror.store.sql_store",
+    "PublishState": "delta_mirror.store.states",
+    "Snapshot": "delta_mirror.store.sql_store",
+    "SqlStore": "delta_mirror.store.sql_store",
+    "StatusRow": "delta_mirror.store.sql_store",
+    "TableInfo": "delta_mirror.store.sql_store",
+    "TableState": "delta_mirror.store.states",
+}
+
+if TYPE_CHECKING:
+    from delta_mirror.store.sql_store import FileEntry, Snapshot, SqlStore, StatusRow, TableInfo
+    from delta_mirror.store.states import Artifact, PublishState, TableState
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        try:  # a submodule not imported yet (``delta_mirror.store.db``, ...), as before this was lazy
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Artifact",
