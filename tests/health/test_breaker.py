@@ -100,3 +100,18 @@ def test_an_open_breaker_makes_health_fail(store_url: str) -> None:
     health = judge(table_status(store, store.get_table("t")))
     assert not health.healthy
     assert any("circuit breaker OPEN" in p for p in health.problems)
+
+
+def test_fleet_status_shows_the_endpoint_breaker_on_each_table_behind_it(store_url: str) -> None:
+    from delta_mirror.health.breaker import endpoint_key
+    from delta_mirror.health.status import fleet_status
+
+    store = _store_with_table(store_url, "s3://bucket/t")
+    for name, location in (("u", "s3://bucket/u"), ("w", "s3://other/w")):
+        store.create_table(name, location)
+    assert [s.breaker for s in fleet_status(store, store.list_tables())] == [CLOSED] * 3
+    breakers = CircuitBreakers(store, BreakerPolicy(threshold=1))
+    breakers.record_failure(table_key("w"), "503 SlowDown")
+    assert [s.breaker for s in fleet_status(store, store.list_tables())] == [CLOSED, CLOSED, OPEN]
+    breakers.record_failure(endpoint_key("s3://bucket/t"), "503 SlowDown")
+    assert [s.breaker for s in fleet_status(store, store.list_tables())] == [OPEN, OPEN, OPEN]

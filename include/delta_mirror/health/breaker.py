@@ -39,6 +39,9 @@ class BreakerPolicy:
         )
 
 
+ENDPOINT_PREFIX = "endpoint:"
+
+
 def table_key(name: str) -> str:
     return f"table:{name}"
 
@@ -48,10 +51,10 @@ def endpoint_key(location: str, storage_options: Mapping[str, str] | None = None
     parsed = urlparse(location)
     endpoint = (storage_options or {}).get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
     if parsed.scheme in ("s3", "s3a") and endpoint:
-        return f"endpoint:{endpoint.rstrip('/')}"
+        return f"{ENDPOINT_PREFIX}{endpoint.rstrip('/')}"
     if parsed.scheme == "file":
-        return "endpoint:file://"
-    return f"endpoint:{parsed.scheme}://{parsed.netloc}"
+        return f"{ENDPOINT_PREFIX}file://"
+    return f"{ENDPOINT_PREFIX}{parsed.scheme}://{parsed.netloc}"
 
 
 class CircuitBreakers:
@@ -102,6 +105,7 @@ class CircuitBreakers:
 
 __all__ = [
     "CLOSED",
+    "ENDPOINT_PREFIX",
     "HALF_OPEN",
     "OPEN",
     "BreakerPolicy",

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from delta_mirror.delta.protocol import now_ms
+from delta_mirror.health.breaker import ENDPOINT_PREFIX, endpoint_key, table_key
 from delta_mirror.store.mirror_status import FleetRow
 from delta_mirror.store.sql_store import SqlStore, TableInfo
 from delta_mirror.store.states import CircuitState
@@ -46,14 +47,18 @@ def fleet_status(store: SqlStore, tables: Sequence[TableInfo]) -> list[TableStat
     ids = None if len(tables) > _FEW else [t.id for t in tables]
     rows = store.fleet_rows(ids)
     breakers = store.breakers_not_closed()
+    # Endpoint keys are worked out (a URL parse per table) only when an endpoint breaker is not closed.
+    endpoints = any(key.startswith(ENDPOINT_PREFIX) for key in breakers)
     now = now_ms()
-    return [_status(t, rows.get(t.id), breakers, now) for t in tables]
+    return [_status(t, rows.get(t.id), breakers, endpoints, now) for t in tables]
 
 
 _FEW = 50  # more tables than this: read every table's row (one scan) rather than a long IN list
 
 
-def _status(table: TableInfo, row: FleetRow | None, breakers: dict[str, str], now: int) -> TableStatus:
+def _status(
+    table: TableInfo, row: FleetRow | None, breakers: dict[str, str], endpoints: bool, now: int
+) -> TableStatus:
     row = row or FleetRow(table.id, None, None, None, None, None, 0, 0, 0, None, None)
     if row.first_open is not None:
         # Nothing published yet is None, not first_version - 1 (-1 for a new table).
@@ -82,15 +87,16 @@ def _status(table: TableInfo, row: FleetRow | None, breakers: dict[str, str], no
         conflicts=row.conflicts,
         last_error_class=row.last_error_class,
         last_error=row.last_error,
-        breaker=_breaker(table, breakers),
+        breaker=_breaker(table, breakers, endpoints),
     )
 
 
-def _breaker(table: TableInfo, not_closed: dict[str, str]) -> str:
+def _breaker(table: TableInfo, not_closed: dict[str, str], endpoints: bool = True) -> str:
     """The worse of the table's and its storage endpoint's breaker (absent rows are CLOSED)."""
-    from delta_mirror.health.breaker import endpoint_key, table_key
-
-    states = {not_closed.get(k) for k in (table_key(table.name), endpoint_key(table.location))}
+    if not not_closed:
+        return CircuitState.CLOSED.value
+    keys = (table_key(table.name), endpoint_key(table.location)) if endpoints else (table_key(table.name),)
+    states = {not_closed.get(k) for k in keys}
     for state in (CircuitState.OPEN, CircuitState.HALF_OPEN):
         if state in states:
             return state.value
