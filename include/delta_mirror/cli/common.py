@@ -67,7 +67,8 @@ def process_start() -> Iterator[None]:
     again and again (collections during the imports, a full one at exit: ~10% of the CPU of a
     ``status --json``, issue 15). ``started()`` (the store is open) freezes them (``gc.freeze``:
     no collection walks them again) and turns the collector back on; the end of the command does,
-    if no store was opened. In-process callers of the commands (tests) never get here.
+    if no store was opened. Every command opens its store first thing (``serve`` before it serves):
+    a new one that runs long must too. In-process callers of the commands (tests) never get here.
     """
     global _starting
     if not gc.isenabled():
