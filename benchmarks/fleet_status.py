@@ -12,8 +12,17 @@ measured commands reads actions.
 Measured, median of ``--repeat`` runs, the load average beside each figure:
 
 - ``status_json_s`` / ``health_json_s``: the whole process ``delta-mirror status --json`` /
-  ``health --json`` (interpreter start, imports, connect, queries, JSON); ``cli_startup_s``: the
-  interpreter importing the CLI, the store and health alone, the part no query change removes;
+  ``health --json`` (interpreter start, imports, connect, queries, JSON), wall clock, and
+  ``status_json_cpu_s`` / ``health_json_cpu_s``: its CPU (user + sys; the machine may be shared);
+  ``cli_startup_s`` (``_cpu_s``): the interpreter importing the CLI, the store and health alone;
+- ``status_phases``: where one ``status --json`` process goes, wall and CPU per phase (``--phases``:
+  the command's own steps, timed): ``interpreter`` (``python -c pass``), ``import_cli``,
+  ``import_store`` (SQLAlchemy), ``engine`` (the dialect and the driver load), ``connect`` (the
+  first connection and the schema check), ``list_tables``, ``fleet_status``, ``json``;
+- the CLI processes run with a bytecode cache (``PYTHONPYCACHEPREFIX`` in the run's temporary
+  folder, warmed by one untimed run), as an installed package has its ``.pyc`` files: with
+  ``PYTHONDONTWRITEBYTECODE`` set every run compiled ``delta_mirror`` from source (~0.1 s);
+  ``status_json_uncached_s`` is one run without the cache, for comparison;
 - in one process (``--child``): ``fleet_status_s`` (every table's status), ``lag_step_s`` (the
   monitor DAG's lag step: statuses and one lag sample per table), ``overview_s`` (the UI overview
   page's data and HTML), ``table_page_s`` (a table page with failures), and the number of SQL
@@ -30,9 +39,11 @@ From ``benchmarks/run.py``: ``fleet_status.figure(opts, log)``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -247,42 +258,121 @@ def child(url: str) -> dict[str, Any]:
 # -- the runs ---------------------------------------------------------------------------------------
 
 
-def _env(src: Path | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DELTA_MIRROR_CONFIG", "DELTA_MIRROR_STORE")}
+def _env(src: Path | None, cwd: Path, *, bytecode: bool = True) -> dict[str, str]:
+    """The children's environment; ``bytecode``: a .pyc cache of their own under ``cwd``."""
+    drop = ("DELTA_MIRROR_CONFIG", "DELTA_MIRROR_STORE", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     paths = [str(REPO / "tests")] + ([str(src)] if src else [])
     env["PYTHONPATH"] = os.pathsep.join([*paths[::-1], env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    if bytecode:
+        env["PYTHONPYCACHEPREFIX"] = str(cwd / ("pycache-before" if src else "pycache"))
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 
 
-def _cli_seconds(url: str, command: str, src: Path | None, cwd: Path) -> float:
-    cmd = [sys.executable, "-m", "delta_mirror.cli", command, "--json", "--store", url]
+def _run_timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, Any]:
+    """Wall and CPU (user + sys) seconds of one child process, and the process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=_env(src), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return seconds, cpu, proc
+
+
+def _cli_seconds(
+    url: str, command: str, src: Path | None, cwd: Path, *, bytecode: bool = True
+) -> tuple[float, float]:
+    cmd = [sys.executable, "-m", "delta_mirror.cli", command, "--json", "--store", url]
+    seconds, cpu, proc = _run_timed(cmd, _env(src, cwd, bytecode=bytecode), cwd)
     if proc.returncode not in (0, 1) or not proc.stdout.strip().startswith(("[", "{")):
         raise RuntimeError(f"{' '.join(cmd[2:5])} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    return seconds
+    return seconds, cpu
 
 
-def _startup_seconds(src: Path | None, cwd: Path) -> float:
+def _startup_seconds(src: Path | None, cwd: Path) -> tuple[float, float]:
     """The floor under every CLI figure: the interpreter starting and importing the CLI and the store."""
     code = "import delta_mirror.cli, delta_mirror.store, delta_mirror.health.monitoring"
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], cwd=cwd, env=_env(src), check=True, timeout=600)
-    return time.perf_counter() - started
+    seconds, cpu, proc = _run_timed([sys.executable, "-c", code], _env(src, cwd), cwd)
+    if proc.returncode != 0:
+        raise RuntimeError(f"importing the CLI failed: {proc.stderr[-2000:]}")
+    return seconds, cpu
+
+
+def phases(url: str) -> dict[str, dict[str, float]]:
+    """``status --json``'s steps in one process, timed (wall and CPU, seconds): what
+    ``delta-mirror status --json`` runs, in its order, as ``cli.main`` starts it."""
+    out: dict[str, dict[str, float]] = {}
+    last = (time.perf_counter(), time.process_time())
+
+    def mark(name: str) -> None:
+        nonlocal last
+        now = (time.perf_counter(), time.process_time())
+        out[name] = {"wall_s": round(now[0] - last[0], 4), "cpu_s": round(now[1] - last[1], 4)}
+        last = now
+
+    import delta_mirror.cli
+    from delta_mirror.cli import common
+
+    mark("import_cli")
+    start = getattr(common, "process_start", None)  # a --before checkout may not have it
+    with start() if start else contextlib.nullcontext():
+        from delta_mirror.store import SqlStore
+
+        mark("import_store")
+        store = SqlStore(url)
+        mark("engine")
+        store.ensure_initialised()
+        if hasattr(common, "started"):
+            common.started()
+        mark("connect")
+        from delta_mirror.health.status import fleet_status
+
+        tables = store.list_tables()
+        mark("list_tables")
+        rows = fleet_status(store, tables)
+        mark("fleet_status")
+        text = json.dumps([r.to_json() for r in rows], indent=2, default=str)
+        mark("json")
+    assert text and delta_mirror.cli.cli
+    return out
+
+
+def _phases(url: str, src: Path | None, cwd: Path) -> dict[str, dict[str, float]]:
+    wall, cpu, _ = _run_timed([sys.executable, "-c", "pass"], _env(src, cwd), cwd)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--phases", url],
+        cwd=cwd,
+        env=_env(src, cwd),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"fleet_status --phases failed: {proc.stderr[-2000:]}")
+    steps: dict[str, dict[str, float]] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"interpreter": {"wall_s": round(wall, 4), "cpu_s": round(cpu, 4)}, **steps}
 
 
 def measure(url: str, src: Path | None, repeat: int, cwd: Path) -> dict[str, Any]:
+    _cli_seconds(url, "health", src, cwd)  # warms the bytecode cache (and the database's)
+    uncached = _cli_seconds(url, "status", src, cwd, bytecode=False)
     runs: list[dict[str, Any]] = []
     for _ in range(repeat):
         run: dict[str, Any] = {"loadavg_1m": round(os.getloadavg()[0], 2)}
-        run["cli_startup_s"] = round(_startup_seconds(src, cwd), 3)
-        run["status_json_s"] = round(_cli_seconds(url, "status", src, cwd), 3)
-        run["health_json_s"] = round(_cli_seconds(url, "health", src, cwd), 3)
+        for key, (seconds, cpu) in (
+            ("cli_startup", _startup_seconds(src, cwd)),
+            ("status_json", _cli_seconds(url, "status", src, cwd)),
+            ("health_json", _cli_seconds(url, "health", src, cwd)),
+        ):
+            run[f"{key}_s"], run[f"{key}_cpu_s"] = round(seconds, 3), round(cpu, 3)
+        run["status_phases"] = _phases(url, src, cwd)
         proc = subprocess.run(
             [sys.executable, __file__, "--child", url],
             cwd=cwd,
-            env=_env(src),
+            env=_env(src, cwd),
             capture_output=True,
             text=True,
             timeout=1800,
@@ -292,8 +382,18 @@ def measure(url: str, src: Path | None, repeat: int, cwd: Path) -> dict[str, Any
         run.update(json.loads(proc.stdout.strip().splitlines()[-1]))  # the last line: imports may print
         runs.append(run)
     keys = [k for k in runs[0] if k.endswith("_s")]
+    steps = runs[0]["status_phases"]
     return {
         **{k: round(statistics.median(r[k] for r in runs), 3) for k in keys},
+        "status_json_uncached_s": round(uncached[0], 3),
+        "status_json_uncached_cpu_s": round(uncached[1], 3),
+        "status_phases": {
+            step: {
+                m: round(statistics.median(r["status_phases"][step][m] for r in runs), 4)
+                for m in ("wall_s", "cpu_s")
+            }
+            for step in steps
+        },
         "statements": runs[-1]["statements"],
         "loadavg_1m": [r["loadavg_1m"] for r in runs],
         "runs": runs,
@@ -370,9 +470,13 @@ def main() -> int:
     parser.add_argument("--before", default=None, help="a directory holding another checkout's delta_mirror/")
     parser.add_argument("--before-repeat", type=int, default=1, help="runs of --before (it is slow)")
     parser.add_argument("--child", default=None, metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--phases", default=None, metavar="URL", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child:
         print(json.dumps(child(opts.child)))
+        return 0
+    if opts.phases:
+        print(json.dumps(phases(opts.phases)))
         return 0
     opts.backends = opts.backends.split(",")
     print(json.dumps(figure(opts, lambda m: print(m, file=sys.stderr, flush=True)), indent=2))
