@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from support.builders import add_body, metadata_body
 
+from delta_mirror.delta import actions
 from delta_mirror.delta.actions import (
     KNOWN_ACTIONS,
     SPARK_KEY_ORDER,
@@ -161,6 +162,70 @@ def test_stored_commit_info_is_refused_exactly_when_the_native_rule_refuses_it(i
             check_stored_commit(lines, table="t", version=3, location=ROOT, native=True)
         assert caught.value.what == f"stored {refused}"
     check_stored_commit(lines, table="t", version=3, location=ROOT, native=False)  # imported: kept as written
+
+
+def _add_line_variants() -> list[str]:
+    """Canonical add lines and near misses: each value the fast pattern must judge like the parser."""
+    paths = [
+        "p=1/a.parquet",
+        ".x",
+        "a/../b",
+        "_delta_log/x",
+        "_delta_logx",
+        "a b.parquet",
+        "é.parquet",
+        "a\\b",
+        "",
+    ]
+    values: list[Any] = ["1", None, "", 'q"uote', "back\\slash", "tab\t", "\u2028", "\ud800", "é", 1, True]
+    out = []
+    for path in paths:
+        for value in values:
+            body = {**_PLAIN, "path": path, "partitionValues": {"p": value, "k": "v"}}
+            out.append(canonical_json({"add": body}))
+    for change in (
+        {"size": 0},
+        {"size": -1},
+        {"size": 1.5},
+        {"size": 10**30},
+        {"modificationTime": -5},
+        {"modificationTime": "1"},
+        {"dataChange": 1},
+        {"stats": None},
+        {"stats": '{"numRecords":1,"minValues":{"a":"\\"x"}}'},
+        {"stats": 3},
+        {"tags": {"k": "v"}},
+        {"deletionVector": None},
+        {"partitionValues": {}},
+        {"partitionValues": []},
+    ):
+        out.append(canonical_json({"add": {**_PLAIN, **change}}))
+    line = canonical_json({"add": _PLAIN})
+    out += [line, line + " ", line.replace(":", ": ", 1), line[:-1], line.replace('"add"', '"remove"')]
+    out += [line.replace("p=1", "p=\\u0031"), line.replace("p=1", "p=\x01"), line.replace("p=1", "p=\ud800")]
+    out += [
+        line.replace('"1"}', '"\\ud800"}'),
+        line.replace('"1"}', '"\ud800"}'),
+        line.replace('"1"}', '"\x1f"}'),
+    ]
+    return out
+
+
+def test_the_stored_checks_fast_pattern_accepts_only_lines_the_full_check_accepts() -> None:
+    """A line the pattern matches skips the parse, so it must be a plain add by the full rule; and
+    the canonical plain adds publishing sees do match (the fast path is taken)."""
+    matched = 0
+    for line in _add_line_variants():
+        if actions._canonical_plain_add(line) is None:
+            continue
+        matched += 1
+        assert "\n" not in line and line.encode("utf-8")
+        obj = json.loads(line)
+        assert list(obj) == ["add"] and actions._plain_add(obj["add"]), line
+        check_stored_commit([line], table="t", version=3, location=ROOT, native=True)
+    assert matched >= 20
+    for change in ({}, {"stats": '{"numRecords":1}'}, {"partitionValues": {"p": None, "q": "é"}}):
+        assert actions._canonical_plain_add(canonical_json({"add": {**_PLAIN, **change}})) is not None
 
 
 def test_canonical_line_is_compact_utf8_with_non_ascii_unescaped() -> None:
