@@ -216,7 +216,7 @@ def test_the_stored_checks_fast_pattern_accepts_only_lines_the_full_check_accept
     the canonical plain adds publishing sees do match (the fast path is taken)."""
     matched = 0
     for line in _add_line_variants():
-        if actions._canonical_plain_add(line) is None:
+        if actions._plain_add_matcher()(line) is None:
             continue
         matched += 1
         assert "\n" not in line and line.encode("utf-8")
@@ -225,7 +225,7 @@ def test_the_stored_checks_fast_pattern_accepts_only_lines_the_full_check_accept
         check_stored_commit([line], table="t", version=3, location=ROOT, native=True)
     assert matched >= 20
     for change in ({}, {"stats": '{"numRecords":1}'}, {"partitionValues": {"p": None, "q": "é"}}):
-        assert actions._canonical_plain_add(canonical_json({"add": {**_PLAIN, **change}})) is not None
+        assert actions._plain_add_matcher()(canonical_json({"add": {**_PLAIN, **change}})) is not None
 
 
 def test_canonical_line_is_compact_utf8_with_non_ascii_unescaped() -> None:

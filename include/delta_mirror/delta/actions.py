@@ -10,6 +10,7 @@ an imported log may also carry unknown keys beside its action, which readers ign
 
 from __future__ import annotations
 
+import functools
 import json
 import posixpath
 import re
@@ -514,17 +515,22 @@ _CHECKS: dict[str, Callable[[_Where, Mapping[str, Any]], None]] = {
 _JSON_STR = (
     r'"[^"\\\x00-\x1f\ud800-\udfff]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f\ud800-\udfff]*)*"'
 )
-#: A canonical add line (Delta-Spark key order, no whitespace) that ``_plain_add`` accepts, matched
-#: without parsing: a path of ``_PLAIN_PATH``'s characters, not under ``_delta_log`` and without
-#: "..", string-or-null partition values, integer size (>= 0) and time, a bool, a string or null
-#: stats, nothing else. A line that does not match is parsed and checked in full.
-_canonical_plain_add = re.compile(
-    r'\{"add":\{"path":"(?!' + re.escape(LOG_DIR) + r')(?![^"]*\.\.)[A-Za-z0-9_=+\-.][A-Za-z0-9_=+\-./]*"'
-    r',"partitionValues":\{(?:' + _JSON_STR + ":(?:" + _JSON_STR + "|null)"
-    r"(?:," + _JSON_STR + ":(?:" + _JSON_STR + r"|null))*)?\}"
-    r',"size":(?:0|[1-9][0-9]*),"modificationTime":-?(?:0|[1-9][0-9]*),"dataChange":(?:true|false)'
-    r'(?:,"stats":(?:' + _JSON_STR + r"|null))?\}\}"
-).fullmatch
+
+
+@functools.cache
+def _plain_add_matcher() -> Callable[[str], re.Match[str] | None]:
+    """Matches a canonical add line (Delta-Spark key order, no whitespace) that ``_plain_add``
+    accepts, without parsing it: a path of ``_PLAIN_PATH``'s characters, not under ``_delta_log``
+    and without "..", string-or-null partition values, integer size (>= 0) and time, a bool, a
+    string or null stats, nothing else. A line that does not match is parsed and checked in full.
+    Compiled on first use (a few ms a process start that publishes nothing should not pay)."""
+    return re.compile(
+        r'\{"add":\{"path":"(?!' + re.escape(LOG_DIR) + r')(?![^"]*\.\.)[A-Za-z0-9_=+\-.][A-Za-z0-9_=+\-./]*"'
+        r',"partitionValues":\{(?:' + _JSON_STR + ":(?:" + _JSON_STR + "|null)"
+        r"(?:," + _JSON_STR + ":(?:" + _JSON_STR + r"|null))*)?\}"
+        r',"size":(?:0|[1-9][0-9]*),"modificationTime":-?(?:0|[1-9][0-9]*),"dataChange":(?:true|false)'
+        r'(?:,"stats":(?:' + _JSON_STR + r"|null))?\}\}"
+    ).fullmatch
 
 
 def _plain_add(body: Mapping[str, Any]) -> bool:
@@ -588,7 +594,8 @@ def check_stored_commit(
         raise InvalidActionError("the stored commit holds no actions", table=table, version=version)
     # A canonical plain add (most lines published) is recognised by one pattern, not parsed; the
     # other lines are parsed together in one C-level call and checked one by one.
-    rest = [(n, line) for n, line in enumerate(lines, start=1) if _canonical_plain_add(line) is None]
+    plain = _plain_add_matcher()
+    rest = [(n, line) for n, line in enumerate(lines, start=1) if plain(line) is None]
     if not rest:
         return
     hint = "the store was written outside delta-mirror; repair or restore this version, then resume"
