@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import threading
+import time
 
 import pytest
 
@@ -37,6 +38,25 @@ def test_commits_are_written_in_order_through_a_small_queue() -> None:
         writer.drain()
         assert written == list(range(50))
         assert [w.commit.version for w in writer.take_written()] == list(range(50))
+    finally:
+        writer.close()
+
+
+def test_a_submitter_waiting_for_bytes_to_drain_is_woken_and_order_is_kept() -> None:
+    """The queue is short of bytes, not of slots: the writer still wakes the waiting submitter."""
+    written: list[int] = []
+
+    def put(c: PreparedCommit) -> bool:
+        time.sleep(0.001)
+        written.append(c.version)
+        return False
+
+    writer = CommitWriter(put, depth=100, max_bytes=25)  # two 10-byte commits fit, not three
+    try:
+        for v in range(30):
+            writer.submit(_commit(v))
+        writer.drain()
+        assert written == list(range(30))
     finally:
         writer.close()
 

@@ -22,7 +22,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from delta_mirror.delta.log_path import LOG_DIR, commit_name
 from delta_mirror.errors import PublishConflictError, TransientError
@@ -64,17 +64,16 @@ class _FastSwitching:
 _fast_switching = _FastSwitching()
 
 
-@dataclass(frozen=True)
-class PreparedCommit:
-    """A commit file rendered from the store and checked against its recorded SHA-256."""
+class PreparedCommit(NamedTuple):
+    """A commit file rendered from the store and checked against its recorded SHA-256 (a named
+    tuple: one is made per version published, cheaper than a frozen dataclass)."""
 
     version: int
     data: bytes
     digest: str
 
 
-@dataclass(frozen=True)
-class Written:
+class Written(NamedTuple):
     commit: PreparedCommit
     already_present: bool
 
@@ -99,6 +98,7 @@ class CommitWriter:
         self._pending_bytes = 0
         self._busy = False
         self._closed = False
+        self._room_waiters = 0  # submitters waiting for the queue to drain (the writer notifies only then)
         self._written: list[Written] = []
         self._cond = threading.Condition()
         #: the first failure of a put (raised to the caller by ``submit`` / ``drain``)
@@ -114,8 +114,12 @@ class CommitWriter:
         size = len(commit.data)
         with self._cond:
             if self._pending and self._full(size):
-                while self.error is None and self._pending and not self._room(size):
-                    self._cond.wait()
+                self._room_waiters += 1
+                try:
+                    while self.error is None and self._pending and not self._room(size):
+                        self._cond.wait()
+                finally:
+                    self._room_waiters -= 1
             if self.error is not None:
                 raise self.error
             self._pending.append(commit)
@@ -174,7 +178,7 @@ class CommitWriter:
                 commit = self._pending.popleft()
                 self._pending_bytes -= len(commit.data)
                 self._busy = True
-                if len(self._pending) <= self._low:  # a submitter waiting for room may go on
+                if self._room_waiters and len(self._pending) <= self._low:  # they may go on now
                     self._cond.notify_all()
             try:
                 present = self._put(commit)
