@@ -19,6 +19,16 @@ from typing import Any
 
 from delta_mirror.spark.session import AuthorityConfig, get_spark
 
+# A short-lived JVM that writes a few rows: the client compiler only (C2 compiles cost more CPU
+# than this run ever gets back), a serial collector and a small heap, one partition. The race
+# tests start two of these on a 2-core machine beside the shared session.
+LEAN_CONF = {
+    "spark.databricks.delta.snapshotPartitions": "1",
+    "spark.sql.shuffle.partitions": "1",
+    "spark.driver.memory": "512m",
+    "spark.driver.extraJavaOptions": "-Duser.timezone=UTC -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+}
+
 _EXCEPTION = re.compile(r"(\w+(?:Exception|Error))")
 
 
@@ -52,10 +62,11 @@ def run_op(spark: Any, location: str, op: dict[str, Any]) -> None:
 def main() -> int:
     spec = json.loads(sys.argv[1])
     sync = Path(spec["sync_dir"])
-    conf = {"spark.databricks.delta.snapshotPartitions": "1", "spark.sql.shuffle.partitions": "1"}
+    conf = dict(LEAN_CONF)
     if spec.get("failpoint"):
         conf["spark.hadoop.delta.mirror.commit.failpoint"] = spec["failpoint"]
     spark = get_spark(
+        "local[1]",  # one writer, one operation at a time: the race is between processes
         app_name=f"writer-{spec['name']}",
         authority=AuthorityConfig(url=spec["url"], roots=tuple(spec["roots"])),
         **conf,
