@@ -21,7 +21,7 @@ Measured, median of ``--repeat`` runs, the load average beside each figure:
   first connection and the schema check), ``list_tables``, ``fleet_status``, ``json``;
 - the CLI processes run with a bytecode cache (``PYTHONPYCACHEPREFIX`` in the run's temporary
   folder, warmed by one untimed run), as an installed package has its ``.pyc`` files: with
-  ``PYTHONDONTWRITEBYTECODE`` set every run compiled ``delta_mirror`` from source (~0.1 s);
+  ``PYTHONDONTWRITEBYTECODE`` set every run compiled ``delta_mirror`` from source (0.04-0.1 CPU-s);
   ``status_json_uncached_s`` is one run without the cache, for comparison;
 - in one process (``--child``): ``fleet_status_s`` (every table's status), ``lag_step_s`` (the
   monitor DAG's lag step: statuses and one lag sample per table), ``overview_s`` (the UI overview
