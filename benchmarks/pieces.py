@@ -334,7 +334,7 @@ def p_publish_ours(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
 PROFILE_PARTS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "main": [
         ("store reads (commit_rows + commit_lines)", ("reads.py:commit_rows", "reads.py:commit_lines")),
-        ("re-check of the stored commit", ("actions.py:check_stored_commit",)),
+        ("re-check of the stored commit", ("stored_commit.py:check_stored_commit",)),
         ("render", ("actions.py:render_commit",)),
         ("sha256", ("<built-in method _hashlib.openssl_sha256>",)),
         (

@@ -9,14 +9,13 @@ from typing import Any
 import pytest
 from support.builders import add_body, metadata_body
 
-from delta_mirror.delta import actions
+from delta_mirror.delta import stored_commit
 from delta_mirror.delta.actions import (
     KNOWN_ACTIONS,
     SPARK_KEY_ORDER,
     canonical_json,
     canonical_line,
     check_data_path,
-    check_stored_commit,
     dv_id,
     line_action,
     parse_actions,
@@ -24,6 +23,7 @@ from delta_mirror.delta.actions import (
     spark_ordered,
     validate_action,
 )
+from delta_mirror.delta.stored_commit import check_stored_commit
 from delta_mirror.errors import DataError, InvalidActionError
 
 ROOT = "s3://bucket/table"
@@ -216,16 +216,16 @@ def test_the_stored_checks_fast_pattern_accepts_only_lines_the_full_check_accept
     the canonical plain adds publishing sees do match (the fast path is taken)."""
     matched = 0
     for line in _add_line_variants():
-        if actions._plain_add_matcher()(line) is None:
+        if stored_commit._plain_add_matcher()(line) is None:
             continue
         matched += 1
         assert "\n" not in line and line.encode("utf-8")
         obj = json.loads(line)
-        assert list(obj) == ["add"] and actions._plain_add(obj["add"]), line
+        assert list(obj) == ["add"] and stored_commit._plain_add(obj["add"]), line
         check_stored_commit([line], table="t", version=3, location=ROOT, native=True)
     assert matched >= 20
     for change in ({}, {"stats": '{"numRecords":1}'}, {"partitionValues": {"p": None, "q": "é"}}):
-        assert actions._plain_add_matcher()(canonical_json({"add": {**_PLAIN, **change}})) is not None
+        assert stored_commit._plain_add_matcher()(canonical_json({"add": {**_PLAIN, **change}})) is not None
 
 
 def test_canonical_line_is_compact_utf8_with_non_ascii_unescaped() -> None:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from delta_mirror.delta.actions import check_stored_commit, render_commit
+from delta_mirror.delta.actions import render_commit
 from delta_mirror.delta.protocol import (
     DEFAULT_TOMBSTONE_RETENTION_MS,
     DELETED_FILE_RETENTION,
@@ -32,6 +32,7 @@ from delta_mirror.delta.protocol import (
     now_ms,
     property_duration_ms,
 )
+from delta_mirror.delta.stored_commit import check_stored_commit
 from delta_mirror.errors import (
     DataError,
     LeaseHeldError,
