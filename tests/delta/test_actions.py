@@ -183,7 +183,7 @@ def _add_line_variants() -> list[str]:
         for value in values:
             body = {**_PLAIN, "path": path, "partitionValues": {"p": value, "k": "v"}}
             out.append(canonical_json({"add": body}))
-    for change in (
+    changes: list[dict[str, Any]] = [
         {"size": 0},
         {"size": -1},
         {"size": 1.5},
@@ -198,7 +198,8 @@ def _add_line_variants() -> list[str]:
         {"deletionVector": None},
         {"partitionValues": {}},
         {"partitionValues": []},
-    ):
+    ]
+    for change in changes:
         out.append(canonical_json({"add": {**_PLAIN, **change}}))
     line = canonical_json({"add": _PLAIN})
     out += [line, line + " ", line.replace(":", ": ", 1), line[:-1], line.replace('"add"', '"remove"')]
