@@ -342,18 +342,24 @@ def phases(url: str) -> dict[str, dict[str, float]]:
 
 def _phases(url: str, src: Path | None, cwd: Path) -> dict[str, dict[str, float]]:
     wall, cpu, _ = _run_timed([sys.executable, "-c", "pass"], _env(src, cwd), cwd)
+    steps: dict[str, dict[str, float]] = _child_json("--phases", url, src, cwd)
+    return {"interpreter": {"wall_s": round(wall, 4), "cpu_s": round(cpu, 4)}, **steps}
+
+
+def _child_json(flag: str, url: str, src: Path | None, cwd: Path) -> Any:
+    """This script run again with ``flag`` against ``url``: the JSON on its last line (imports may
+    print before it)."""
     proc = subprocess.run(
-        [sys.executable, __file__, "--phases", url],
+        [sys.executable, __file__, flag, url],
         cwd=cwd,
         env=_env(src, cwd),
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1800,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"fleet_status --phases failed: {proc.stderr[-2000:]}")
-    steps: dict[str, dict[str, float]] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {"interpreter": {"wall_s": round(wall, 4), "cpu_s": round(cpu, 4)}, **steps}
+        raise RuntimeError(f"fleet_status {flag} failed: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def measure(url: str, src: Path | None, repeat: int, cwd: Path) -> dict[str, Any]:
@@ -369,17 +375,7 @@ def measure(url: str, src: Path | None, repeat: int, cwd: Path) -> dict[str, Any
         ):
             run[f"{key}_s"], run[f"{key}_cpu_s"] = round(seconds, 3), round(cpu, 3)
         run["status_phases"] = _phases(url, src, cwd)
-        proc = subprocess.run(
-            [sys.executable, __file__, "--child", url],
-            cwd=cwd,
-            env=_env(src, cwd),
-            capture_output=True,
-            text=True,
-            timeout=1800,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"fleet_status --child failed: {proc.stderr[-2000:]}")
-        run.update(json.loads(proc.stdout.strip().splitlines()[-1]))  # the last line: imports may print
+        run.update(_child_json("--child", url, src, cwd))
         runs.append(run)
     keys = [k for k in runs[0] if k.endswith("_s")]
     steps = runs[0]["status_phases"]
