@@ -236,7 +236,10 @@ def _pct(values: list[float], p: float) -> float | None:
     return round(values[min(len(values) - 1, int(p * len(values)))], 2)
 
 
-def _runs(port: int, metadata_db: str) -> dict[str, Any]:
+def _runs(port: int, metadata_db: str, home: Path | None = None) -> dict[str, Any]:
+    """DAG runs by type and state, task instances by task; with ``home`` (the stack's AIRFLOW_HOME)
+    also why up to five failed task instances failed, from their task logs (the stack's directory
+    is removed after the run, so this is the only trace a bench keeps of them)."""
     runs = _rows(
         port,
         metadata_db,
@@ -249,12 +252,39 @@ def _runs(port: int, metadata_db: str) -> dict[str, Any]:
         "avg(extract(epoch FROM start_date - queued_dttm)) FROM task_instance "
         "WHERE dag_id LIKE 'delta\\_mirror\\_\\_%%' GROUP BY 1",
     )
-    return {
+    out: dict[str, Any] = {
         "dag_runs": {f"{t}/{s}": int(c) for t, s, c in runs},
         "task_instances": {
             t: {"count": int(c), "mean_duration_s": _r(d), "mean_queued_s": _r(q)} for t, c, d, q in tis
         },
     }
+    if home is not None:
+        failed = _rows(
+            port,
+            metadata_db,
+            "SELECT dag_id, run_id, task_id, try_number FROM task_instance "
+            "WHERE state = 'failed' AND dag_id LIKE 'delta\\_mirror\\_\\_%%' LIMIT 5",
+        )
+        out["failed_tasks"] = [_failure(home, *row) for row in failed]
+    return out
+
+
+def _failure(home: Path, dag_id: str, run_id: str, task_id: str, attempt: int) -> dict[str, Any]:
+    """A failed task instance and the last error lines of its log (none when the log is missing)."""
+    path = (
+        home
+        / "logs"
+        / f"dag_id={dag_id}"
+        / f"run_id={run_id}"
+        / f"task_id={task_id}"
+        / f"attempt={attempt}.log"
+    )
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    errors = [line[:500] for line in lines if "error" in line.lower()][-3:]
+    return {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "try": attempt, "log_errors": errors}
 
 
 def _r(x: Any) -> float | None:
@@ -562,7 +592,7 @@ def load_phase(fleet: Fleet, names: list[str], rate: float, opts: Any, log: Log)
             "mean": _r(statistics.fmean(open_store)) if open_store else None,
         },
         "runs_before": runs0,
-        "runs_after": _runs(fleet.port, fleet.meta_db),
+        "runs_after": _runs(fleet.port, fleet.meta_db, fleet.work / "airflow"),
         "load_end": load(),
         "wall_s": round(c["t"] - a["t"], 1),
     }
