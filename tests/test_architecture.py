@@ -91,6 +91,7 @@ TIERS: tuple[tuple[str, ...], ...] = (
         "errors",
         "config",
         "version",
+        "lazy",
         "failpoints",
         "spark.session",
         "spark.s3a",

@@ -12,9 +12,9 @@ cheap and pulls in neither SQLAlchemy nor PyArrow.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from delta_mirror.lazy import lazy_names
 from delta_mirror.version import ENGINE_INFO, __version__
 
 # public name -> the module that defines it
@@ -58,13 +58,7 @@ if TYPE_CHECKING:
     from delta_mirror.table_config import load_config
 
 
-def __getattr__(name: str) -> Any:
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'delta_mirror' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _PUBLIC)
 
 
 __all__ = [

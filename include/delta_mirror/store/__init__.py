@@ -20,8 +20,9 @@ its option choices) must not import SQLAlchemy, which is a third of a ``delta-mi
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from delta_mirror.lazy import lazy_names
 
 # public name -> the module that defines it
 _PUBLIC = {
@@ -40,18 +41,8 @@ if TYPE_CHECKING:
     from delta_mirror.store.states import Artifact, PublishState, TableState
 
 
-def __getattr__(name: str) -> Any:
-    module = _PUBLIC.get(name)
-    if module is None:
-        try:  # a submodule not imported yet (``delta_mirror.store.db``, ...), as before this was lazy
-            return importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+# a submodule not imported yet (``delta_mirror.store.db``, ...) is found too, as before this was lazy
+__getattr__ = lazy_names(__name__, _PUBLIC, submodules=True)
 
 
 __all__ = [
