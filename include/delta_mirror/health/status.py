@@ -91,7 +91,7 @@ def _status(
     )
 
 
-def _breaker(table: TableInfo, not_closed: dict[str, str], endpoints: bool = True) -> str:
+def _breaker(table: TableInfo, not_closed: dict[str, str], endpoints: bool) -> str:
     """The worse of the table's and its storage endpoint's breaker (absent rows are CLOSED)."""
     if not not_closed:
         return CircuitState.CLOSED.value

@@ -205,7 +205,6 @@ class Reads(StoreBase):
 
     def commit_lines(self, table_id: int, from_version: int, to_version: int) -> dict[int, list[str]]:
         """Canonical lines of the commits in [from, to], by version (one query for a batch)."""
-        out: dict[int, list[str]] = {}
         if self.engine.dialect.name == "postgresql":
             # One row per version: the server joins the lines (payloads hold no raw newline); plain
             # SQL on the driver like ``commit_rows`` (no statement compile, tuples for rows).
@@ -221,8 +220,7 @@ class Reads(StoreBase):
             raw = conn.connection.driver_connection
             assert raw is not None
             cursor = raw.execute(_SQLITE_COMMIT_LINES, (table_id, PART_COMMIT, from_version, to_version))
-            out = {version: list(map(_payload, rows)) for version, rows in groupby(cursor, _version)}
-        return out
+            return {version: list(map(_payload, rows)) for version, rows in groupby(cursor, _version)}
 
     def commit_bytes(self, table_id: int, version: int) -> bytes:
         return render_commit(self.commit_lines(table_id, version, version).get(version, []))
