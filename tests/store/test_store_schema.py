@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect, select, text
-from store.store_kit import new_table, state
+from store.store_kit import add, new_table, state
 
 from delta_mirror.errors import PermanentError
-from delta_mirror.store import SqlStore
-from delta_mirror.store.schema import dl_actions
+from delta_mirror.store import SqlStore, db
+from delta_mirror.store.reads import latest_action, latest_action_query
+from delta_mirror.store.schema import LOOKED_UP_ACTIONS, dl_actions
 
 
 def test_init_is_idempotent_and_creates_the_schema(store: SqlStore, location: str) -> None:
@@ -31,7 +32,7 @@ def test_init_is_idempotent_and_creates_the_schema(store: SqlStore, location: st
     assert state(store) == before
     assert store.latest_version(table_id) == 0
     with store.engine.connect() as conn:
-        assert conn.execute(text("select version_num from alembic_version")).scalars().all() == ["0004"]
+        assert conn.execute(text("select version_num from alembic_version")).scalars().all() == ["0005"]
 
 
 def test_action_payloads_are_text_that_keeps_key_order_not_jsonb(store: SqlStore, location: str) -> None:
@@ -98,3 +99,53 @@ def test_a_sqlite_store_in_an_unusable_folder_is_a_clear_error(tmp_path: Path) -
     blocker.write_text("x")
     with pytest.raises(PermanentError, match="cannot create"):
         SqlStore(f"sqlite:///{blocker}/sub/store.db")
+
+
+def test_reads_by_action_type_walk_a_partial_index_that_holds_no_file_actions(
+    store: SqlStore, location: str
+) -> None:
+    """``ix_dl_actions_type`` indexes only protocol, metaData, txn and domainMetadata rows (the adds
+    and removes that are almost every row cost no index entry), and the newest protocol / metaData
+    is still read through it on both backends, not by scanning the table's actions."""
+    table_id = new_table(store, location, "t", add("b.parquet"))
+    with store.engine.connect() as conn:
+        if store.engine.dialect.name == "sqlite":
+            ddl = conn.execute(
+                text("SELECT sql FROM sqlite_master WHERE name = 'ix_dl_actions_type'")
+            ).scalar()
+            explain = "EXPLAIN QUERY PLAN "
+        else:
+            ddl = conn.execute(
+                text("SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_dl_actions_type'")
+            ).scalar()
+            conn.execute(text("SET enable_seqscan = off"))
+            explain = "EXPLAIN "
+        assert "WHERE" in str(ddl) and all(f"'{kind}'" in str(ddl) for kind in LOOKED_UP_ACTIONS), ddl
+        for kind in ("protocol", "metaData"):
+            query = latest_action_query(table_id, kind, 0)
+            sql = str(query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
+            plan = " ".join(str(r[-1]) for r in conn.execute(text(explain + sql)))
+            assert "ix_dl_actions_type" in plan, plan
+            assert conn.execute(query).scalar() is not None
+    with pytest.raises(ValueError, match="not indexed by type"):
+        latest_action_query(table_id, "add", 0)
+
+
+def test_init_upgrades_a_store_of_the_previous_revision_keeping_its_tables(
+    store_url: str, tmp_path: Path
+) -> None:
+    """A store created before migration 0005 (full type index) is upgraded by ``init``: the index
+    becomes partial, the rows stay, commits and snapshot reads carry on."""
+    old = SqlStore(store_url)
+    db.migrate(old.engine, "0004")
+    location = (tmp_path / "table").as_uri()
+    table_id = new_table(old, location, "t", add("b.parquet"))
+    old.close()
+    store = SqlStore(store_url)
+    store.init()
+    with store.engine.connect() as conn:
+        assert conn.execute(text("select version_num from alembic_version")).scalar() == "0005"
+        assert latest_action(conn, table_id, "metaData", 0) is not None
+    assert store.commit("t", [add("c.parquet")]) == 1
+    assert store.count_active_files(table_id, 1) == 3
+    store.close()

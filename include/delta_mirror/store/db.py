@@ -191,8 +191,9 @@ _MIGRATE_LOCK = threading.Lock()
 _PG_MIGRATE_LOCK_KEY = 0x64656C7461  # "delta"
 
 
-def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest Alembic revision (idempotent, safe to run concurrently)."""
+def migrate(engine: Engine, revision: str = "head") -> None:
+    """Bring the schema to the newest Alembic revision (idempotent, safe to run concurrently);
+    ``revision``: an older one (the upgrade tests start from it)."""
     from alembic import command
     from alembic.config import Config
 
@@ -204,7 +205,7 @@ def migrate(engine: Engine) -> None:
             # (SQLite needs nothing: every transaction starts with BEGIN IMMEDIATE.)
             conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_MIGRATE_LOCK_KEY})")
         cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
+        command.upgrade(cfg, revision)
 
 
 def is_initialised(engine: Engine) -> bool:

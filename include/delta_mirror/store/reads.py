@@ -14,13 +14,20 @@ from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, or_, select, text
+from sqlalchemy import Connection, Select, and_, func, or_, select, text
 
 from delta_mirror.delta.actions import render_commit
 from delta_mirror.errors import DataError
 from delta_mirror.store import db
 from delta_mirror.store.base import StoreBase
-from delta_mirror.store.schema import PART_COMMIT, dl_actions, dl_commits, dl_files
+from delta_mirror.store.schema import (
+    LOOKED_UP_ACTIONS,
+    LOOKED_UP_PREDICATE,
+    PART_COMMIT,
+    dl_actions,
+    dl_commits,
+    dl_files,
+)
 
 # The active adds at ``:v`` and the tombstones at ``:v`` still inside the retention (``:min_ts``),
 # as conditions on ``dl_files f``.
@@ -91,18 +98,27 @@ class FileIdRange:
     query: str
 
 
-def latest_action(conn: Connection, table_id: int, kind: str, version: int) -> str | None:
-    """The line of the newest ``kind`` action at or before ``version`` (protocol, metaData)."""
-    row = conn.execute(
+def latest_action_query(table_id: int, kind: str, version: int) -> Select[tuple[str]]:
+    """The newest ``kind`` line at or before ``version``: a backward walk of the partial
+    ``ix_dl_actions_type`` (``kind`` must be one of ``LOOKED_UP_ACTIONS``)."""
+    if kind not in LOOKED_UP_ACTIONS:
+        raise ValueError(f"'{kind}' actions are not indexed by type (schema.LOOKED_UP_ACTIONS)")
+    return (
         select(dl_actions.c.payload)
         .where(
             dl_actions.c.table_id == table_id,
             dl_actions.c.action_type == kind,
+            text(LOOKED_UP_PREDICATE),
             dl_actions.c.version <= version,
         )
         .order_by(dl_actions.c.version.desc(), dl_actions.c.part.desc(), dl_actions.c.seq.desc())
         .limit(1)
-    ).first()
+    )
+
+
+def latest_action(conn: Connection, table_id: int, kind: str, version: int) -> str | None:
+    """The line of the newest ``kind`` action at or before ``version`` (protocol, metaData)."""
+    row = conn.execute(latest_action_query(table_id, kind, version)).first()
     return None if row is None else str(row.payload)
 
 
@@ -243,6 +259,7 @@ class Reads(StoreBase):
                 .where(
                     dl_actions.c.table_id == table_id,
                     dl_actions.c.action_type.in_(("txn", "domainMetadata")),
+                    text(LOOKED_UP_PREDICATE),
                     dl_actions.c.version <= version,
                 )
                 .order_by(dl_actions.c.version, dl_actions.c.part, dl_actions.c.seq)
@@ -339,5 +356,6 @@ __all__ = [
     "Reads",
     "Snapshot",
     "latest_action",
+    "latest_action_query",
     "latest_version_in",
 ]

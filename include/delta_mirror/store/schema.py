@@ -21,6 +21,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 
 metadata = MetaData()
@@ -77,7 +78,22 @@ dl_actions = Table(
     Column("action_type", String(32), nullable=False),
     Column("payload", Text, nullable=False),
 )
-Index("ix_dl_actions_type", dl_actions.c.table_id, dl_actions.c.action_type, dl_actions.c.version)
+# The action types the store reads by type (a snapshot's protocol, metaData, txn, domainMetadata):
+# ix_dl_actions_type holds only their rows (migration 0005), not the adds and removes that are
+# almost every row. A read by type carries this literal predicate too: SQLite uses a partial index
+# only when the query repeats its condition.
+LOOKED_UP_ACTIONS = ("protocol", "metaData", "txn", "domainMetadata")
+LOOKED_UP_PREDICATE = "action_type IN ('protocol', 'metaData', 'txn', 'domainMetadata')"
+Index(
+    "ix_dl_actions_type",
+    dl_actions.c.table_id,
+    dl_actions.c.action_type,
+    dl_actions.c.version,
+    dl_actions.c.part,
+    dl_actions.c.seq,
+    postgresql_where=text(LOOKED_UP_PREDICATE),
+    sqlite_where=text(LOOKED_UP_PREDICATE),
+)
 
 dl_files = Table(
     "dl_files",
@@ -143,6 +159,8 @@ dl_breakers = Table(
 )
 
 __all__ = [
+    "LOOKED_UP_ACTIONS",
+    "LOOKED_UP_PREDICATE",
     "PART_COMMIT",
     "PART_SNAPSHOT",
     "dl_actions",
