@@ -7,11 +7,20 @@ for row and in the same insertion order, so even ``dl_files.id`` comes out the s
 as it grows, the newest rows held back (rows closed after they went out are updated at the end).
 Action rows are streamed in batches as the versions go by. Everything runs in the caller's
 transaction: a failed import leaves nothing behind.
+
+On SQLite the large runs of rows (a commit's action lines, the open add rows of one version) go
+as one JSON array into one ``INSERT ... SELECT ... FROM json_each(?)``: SQLite unpacks and stores
+them in C with the GIL released, so the importer's reader thread parses the next commit meanwhile
+(``executemany`` takes the GIL back for every row, and the two threads then ran one after the
+other). Small runs and unusual rows (a line whose first key is not its action) use
+``executemany``; both give the same rows, ``dl_files.id`` included.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +74,8 @@ _STATUS_COLUMNS = (
     "size_bytes",
 )
 ACTION_BATCH = 50_000  # action rows buffered before they are written
+# SQLite: runs of at least this many rows go through json_each (below it, executemany is as fast).
+SQLITE_JSON_ROWS = 256
 
 
 class FileIndex:
@@ -243,8 +254,7 @@ class BulkImport:
             if self.postgres:
                 self._copy("dl_files", ("table_id", *_FILE_COLUMNS), _file_text(self.table_id, rows))
             else:
-                tid = self.table_id
-                self._insert("dl_files", ("table_id", *_FILE_COLUMNS), [(tid, *row) for row in rows])
+                self._sqlite_files(rows)
             self._sent_open += [row for row in rows if row[_RV] is None]
             self._files_sent += len(rows)
 
@@ -266,16 +276,30 @@ class BulkImport:
         if self.postgres:
             self._copy("dl_actions", _ACTION_COLUMNS, _action_text(tid, self._actions))
         else:
-            self._insert(
-                "dl_actions",
-                _ACTION_COLUMNS,
-                [
-                    (tid, version, part, seq, kind, line)
-                    for version, part, kinds, lines in self._actions
-                    for seq, (kind, line) in enumerate(zip(kinds, lines, strict=True))
-                ],
-            )
+            rows: list[Sequence[Any]] = []
+            json_each = _has_json_each()
+            for version, part, kinds, lines in self._actions:
+                if json_each and len(lines) >= SQLITE_JSON_ROWS and _kinds_lead(kinds, lines):
+                    self.conn.exec_driver_sql(_SQLITE_JSON_ACTIONS, (tid, version, part, _JSON.encode(lines)))
+                else:
+                    rows += [
+                        (tid, version, part, seq, kind, line)
+                        for seq, (kind, line) in enumerate(zip(kinds, lines, strict=True))
+                    ]
+            self._insert("dl_actions", _ACTION_COLUMNS, rows)
         self._actions, self._buffered = [], 0
+
+    def _sqlite_files(self, rows: list[list[Any]]) -> None:
+        """File rows in order: runs of open add rows of one (version, part) through json_each,
+        the rest with ``executemany``."""
+        tid, columns = self.table_id, ("table_id", *_FILE_COLUMNS)
+        start = 0
+        for end, run in _add_runs(rows) if _has_json_each() else ():
+            self._insert("dl_files", columns, [(tid, *row) for row in rows[start : end - len(run)]])
+            version, part = rows[end - 1][_AV], rows[end - 1][_AP]
+            self.conn.exec_driver_sql(_SQLITE_JSON_FILES, (tid, version, part, _JSON.encode(run)))
+            start = end
+        self._insert("dl_files", columns, [(tid, *row) for row in rows[start:]])
 
     def _write(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         if self.postgres:
@@ -328,6 +352,81 @@ _SQLITE_CLOSE_SENT = """
 UPDATE dl_files SET remove_version = ?, remove_part = ?, remove_seq = ?, deletion_timestamp = ?
 WHERE table_id = ? AND path = ? AND dv_id = ? AND add_version = ? AND add_part = ? AND add_seq = ?
 """
+
+# One JSON array of lines in, one row per element out, in array order (``key`` is the index). The
+# action type is the line's first key, read back from the line (``_kinds_lead`` made sure it is).
+_SQLITE_JSON_ACTIONS = """
+INSERT INTO dl_actions (table_id, version, part, seq, action_type, payload)
+SELECT ?, ?, ?, key, substr(value, 3, instr(value, '":') - 3), value FROM json_each(?)
+"""
+# Elements [path, dv_id, add_seq, size, partition_values] of open add rows of one (version, part).
+_SQLITE_JSON_FILES = """
+INSERT INTO dl_files (table_id, path, dv_id, add_version, add_part, add_seq, size, partition_values)
+SELECT ?, json_extract(value, '$[0]'), json_extract(value, '$[1]'), ?, ?, json_extract(value, '$[2]'),
+       json_extract(value, '$[3]'), json_extract(value, '$[4]')
+FROM json_each(?)
+"""
+# Strings go as UTF-8 (only quotes, backslashes and control characters escaped): SQLite decodes
+# those exactly.
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_INT64 = range(-(2**63), 2**63)
+
+
+@functools.cache
+def _has_json_each() -> bool:
+    """Whether the process's SQLite has the JSON functions (built in since 3.38, an option before;
+    every SQLite connection of the process uses the same library)."""
+    import sqlite3
+
+    con = sqlite3.connect(":memory:")
+    try:
+        return bool(con.execute("SELECT count(*) FROM json_each('[1]')").fetchone() == (1,))
+    except sqlite3.Error:  # an old SQLite without JSON1: executemany it is
+        return False
+    finally:
+        con.close()
+
+
+def _kinds_lead(kinds: Sequence[str], lines: Sequence[str]) -> bool:
+    """Whether every line starts with ``{"<its action type>":`` (an action type with no quote or
+    backslash): then the type is the text up to the first ``":``, as ``_SQLITE_JSON_ACTIONS`` reads it."""
+    heads: dict[str, str | None] = {}
+    for kind, line in zip(kinds, lines, strict=True):
+        head = heads.get(kind, "")
+        if head == "":
+            head = heads[kind] = None if '"' in kind or "\\" in kind else f'{{"{kind}":'
+        if head is None or not line.startswith(head):
+            return False
+    return True
+
+
+def _json_element(row: list[Any]) -> list[Any] | None:
+    """The row as a ``_SQLITE_JSON_FILES`` element: an open add whose fields JSON carries exactly
+    (a text path, no size or an int64); None for any other row."""
+    size = row[_SIZE]
+    if row[_RV] is not None or row[_AV] is None or type(row[_PATH]) is not str:
+        return None
+    if size is not None and (type(size) is not int or size not in _INT64):
+        return None
+    return [row[_PATH], row[_DV], row[_AS], size, row[_PV]]
+
+
+def _add_runs(rows: Sequence[list[Any]]) -> Iterator[tuple[int, list[list[Any]]]]:
+    """Runs of at least ``SQLITE_JSON_ROWS`` consecutive ``_json_element`` rows of one (version,
+    part): ``(end, elements)``, ``end`` the index after the run's last row."""
+    run: list[list[Any]] = []
+    key: tuple[Any, Any] | None = None
+    for i, row in enumerate(rows):
+        element = _json_element(row)
+        row_key = None if element is None else (row[_AV], row[_AP])
+        if element is None or row_key != key:
+            if len(run) >= SQLITE_JSON_ROWS:
+                yield i, run
+            run, key = [], row_key
+        if element is not None:
+            run.append(element)
+    if len(run) >= SQLITE_JSON_ROWS:
+        yield len(rows), run
 
 
 # COPY's text format: a tab between fields, \N for NULL, backslash escapes for \, tab, LF and CR.
