@@ -199,6 +199,7 @@ def _single_tasks(cfg: TableConfig) -> list[Any]:
         validate_every=cfg.validate_every.total_seconds() if cfg.validate else None,
         reader=cfg.reader,
         lag_history_retention=cfg.lag_history_retention.total_seconds(),
+        publish_in=cfg.publish_in,  # triggerer: a lease its trigger holds is waited for
         **conn_args(cfg),
     )
     return [sync, _checkpoint_task(cfg)] if engine == "spark" else [sync]
