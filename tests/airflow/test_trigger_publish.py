@@ -5,6 +5,8 @@ directly, on a real SQLite or PostgreSQL store and a real local folder."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -151,6 +153,59 @@ def test_a_held_lease_fires_nothing_and_the_trigger_publishes_once_it_is_release
 
     assert drive(body) == []
     assert (root / LOG_DIR / commit_name(1)).is_file()
+
+
+def test_the_checkpoint_run_meeting_the_trigger_publishing_waits_for_its_lease_and_succeeds(
+    store: SqlStore, store_url: str, tmp_path: Path
+) -> None:
+    """The fleet benchmark's failed tries (issue 15): the ``sync`` task of the run started for a
+    due checkpoint took the lease while the table's trigger published the next commit. The task
+    of a ``publish_in: triggerer`` table waits for it: one commit published once, by the trigger;
+    the checkpoint written by the run; the task does not fail."""
+    from delta_mirror.airflow.dag_factory import table_dag
+    from delta_mirror.jobs.watch_publish import publish_from_watcher
+    from delta_mirror.storage import open_store
+    from delta_mirror.table_config import TableConfig
+
+    root = tmp_path / "t1"
+    root.mkdir()
+    make_table(store, "t1", root.as_uri(), versions=4, checkpoint_interval=3)
+    assert publish_from_watcher(store, "t1").action == "checkpoint due"  # the trigger fires the run
+    store.commit("t1", [("txn", {"appId": "loader", "version": 1})])  # and the next commit arrives
+    putting = threading.Event()
+
+    class SlowStorage:  # the trigger's put of version 4 takes a while: it holds the lease meanwhile
+        def __init__(self, location: str) -> None:
+            self.inner = open_store(location)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def put_if_absent(self, path: str, data: bytes) -> None:
+            putting.set()
+            time.sleep(0.5)
+            self.inner.put_if_absent(path, data)
+
+    watched: list[Any] = []
+    trigger = threading.Thread(
+        target=lambda: watched.append(
+            publish_from_watcher(SqlStore(store_url), "t1", open_location=SlowStorage)
+        )
+    )
+    trigger.start()
+    try:
+        assert putting.wait(10)
+        sync = table_dag(TableConfig(name="t1", schedule="event", publish_in="triggerer")).get_task("sync")
+        assert getattr(sync, "publish_in", None) == "triggerer"  # from the table config
+        summary = sync.execute({})
+    finally:
+        trigger.join()
+    assert (watched[0].action, watched[0].published) == ("checkpoint due", [4])
+    assert (summary["published"], summary["last_published"], summary["checkpoints"]) == (0, 4, [4])
+    assert (summary["published_elsewhere"], summary["checkpoint_not_written"]) == (False, None)
+    assert store.last_checkpoint_version(store.get_table("t1").id) == 4
+    task_table = table_dag(TableConfig(name="t1", schedule="event")).get_task("sync")
+    assert getattr(task_table, "publish_in", None) == "task"  # its run alone publishes: no wait
 
 
 def test_a_publishing_trigger_serializes_its_storage_connection() -> None:

@@ -6,6 +6,8 @@ is recorded. Real SQLite and PostgreSQL stores, real local folders and Parquet f
 from __future__ import annotations
 
 import json
+import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,6 +16,8 @@ import pytest
 
 from delta_mirror.delta.log_path import LOG_DIR, commit_name
 from delta_mirror.dev.datafiles import create_table_actions, write_data_file
+from delta_mirror.errors import LeaseHeldError, PermanentError
+from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.jobs.sync import sync_table
 from delta_mirror.store import SqlStore
 
@@ -161,3 +165,88 @@ def test_the_cli_syncs_with_the_table_config_and_exits_1_on_a_problem(
     assert failed.exit_code == 1, failed.output
     assert "validation versions 1..2: 3 problem(s)" in failed.output  # the hash, and what a reader sees
     assert "PROBLEM [hash_mismatch] version 1" in failed.output
+
+
+# -- publish_in: triggerer: the table's trigger holds the lease while the run takes it --------------
+TRIGGER = "triggerer-host:1:abcd"  # the trigger's publisher (its owner, as ``default_owner`` makes)
+
+
+def _published_by_trigger(store: SqlStore) -> None:
+    """What the trigger does: publish every pending version, no checkpoint (``watch_publish``)."""
+    Publisher(store, owner=TRIGGER, cadence_checkpoints=False).publish("t")
+
+
+def test_a_triggerer_run_waits_for_the_triggers_lease_and_writes_the_due_checkpoint(
+    table: tuple[SqlStore, Path], store_url: str
+) -> None:
+    """The race of the fleet benchmark: the run started for a checkpoint takes the lease while the
+    trigger publishes the next commit. It waits, publishes nothing twice, writes the checkpoint."""
+    store, root = table
+    _published_by_trigger(store)  # 0..1
+    for n in (2, 3):
+        _commit(store, root, n)
+    table_id = store.get_table("t").id
+    assert store.acquire_lease(table_id, TRIGGER, 60.0)  # the trigger is at work on 2..3
+    trigger = threading.Thread(target=lambda: (time.sleep(0.4), _published_by_trigger(SqlStore(store_url))))
+    trigger.start()
+    try:
+        started = time.monotonic()
+        result = sync_table(store, "t", validate_every=None, publish_in="triggerer")
+        waited = time.monotonic() - started
+    finally:
+        trigger.join()
+    assert waited >= 0.3  # it did wait for the trigger's lease
+    assert (result.publish.published, result.publish.already_present) == ([], [])  # nothing twice
+    summary = result.to_json()
+    assert (summary["last_published"], summary["checkpoints"]) == (3, [3])
+    assert (summary["published_elsewhere"], summary["checkpoint_not_written"]) == (False, None)
+    assert store.last_checkpoint_version(table_id) == 3
+    assert (root / LOG_DIR / commit_name(3)).is_file()
+
+
+def test_a_lease_held_past_the_wait_leaves_the_checkpoint_due_without_failing_the_run(
+    table: tuple[SqlStore, Path],
+) -> None:
+    store, root = table
+    for n in (2, 3):
+        _commit(store, root, n)
+    _published_by_trigger(store)  # 0..3: a checkpoint is due at 3
+    table_id = store.get_table("t").id
+    assert store.acquire_lease(table_id, TRIGGER, 60.0)  # held for longer than the run waits
+
+    started = time.monotonic()
+    held = sync_table(store, "t", validate_every=None, publish_in="triggerer", lease_wait=0.2)
+    assert time.monotonic() - started >= 0.4  # both steps waited
+    summary = held.to_json()
+    assert (summary["published"], summary["last_published"], summary["checkpoints"]) == (0, 3, [])
+    assert (summary["published_elsewhere"], summary["checkpoint_not_written"]) == (True, 3)
+    assert held.checkpoint_text().startswith("due at version 3 NOT written: another publisher held")
+    assert store.last_checkpoint_version(table_id) is None  # not written, and not pretended
+
+    store.release_lease(table_id, TRIGGER)
+    after = sync_table(store, "t", validate_every=None, publish_in="triggerer", lease_wait=0.2)
+    assert (after.checkpoints, after.checkpoint_not_written, after.checkpoint_text()) == ([3], None, "3")
+    assert store.last_checkpoint_version(table_id) == 3
+
+
+def test_a_stuck_lease_over_pending_versions_and_a_task_tables_held_lease_still_fail_the_try(
+    table: tuple[SqlStore, Path],
+) -> None:
+    """A holder that publishes nothing while versions wait (a crashed publisher's lease) is not
+    "published elsewhere": the try fails, retryably, as a ``task`` table's does at once."""
+    store, _ = table
+    table_id = store.get_table("t").id
+    assert store.acquire_lease(table_id, "crashed-publisher", 60.0)
+    with pytest.raises(LeaseHeldError) as stuck:
+        sync_table(store, "t", validate_every=None, publish_in="triggerer", lease_wait=0.2)
+    assert stuck.value.retryable
+    started = time.monotonic()
+    with pytest.raises(LeaseHeldError, match="another publisher holds this table's lease"):
+        sync_table(store, "t", validate_every=None)  # publish_in: task: no wait, as before
+    assert time.monotonic() - started < 0.2
+    assert store.last_published_version(table_id) is None
+
+    store.release_lease(table_id, "crashed-publisher")
+    store.halt_table(table_id, "a conflict", 1)  # other errors: unchanged, not waited for or left
+    with pytest.raises(PermanentError, match="the table is halted"):
+        sync_table(store, "t", validate_every=None, publish_in="triggerer", lease_wait=0.2)

@@ -203,8 +203,10 @@ class Publisher:
         breaker_policy: BreakerPolicy | None = None,
         checkpoint_builder: CheckpointBuilder | None = None,
         cadence_checkpoints: bool = True,
+        lease_wait: float = 0.0,
     ) -> None:
         self.store = store
+        self.lease_wait = lease_wait  # seconds a held lease is waited for before LeaseHeldError
         self.checkpoint_builder = checkpoint_builder
         # False: publish() leaves the cadence's checkpoints to a separate step (e.g. a Spark job)
         self.cadence_checkpoints = cadence_checkpoints
@@ -248,13 +250,21 @@ class Publisher:
             breakers.record_success(key)
         return result
 
-    def _take_lease(self, table: TableInfo) -> None:
-        if not self.store.acquire_lease(table.id, self.owner, self.lease_ttl):
-            raise LeaseHeldError(
-                "another publisher holds this table's lease",
-                table=table.name,
-                hint="it will be retried; a crashed publisher's lease expires by itself",
-            )
+    def _take_lease(self, table: TableInfo, version: int | None = None) -> None:
+        """Take the lease, polling a held one for up to ``lease_wait`` seconds (50 ms doubling to
+        0.5 s: another publisher's run of one commit holds it for milliseconds)."""
+        deadline, pause = time.monotonic() + self.lease_wait, 0.05
+        while not self.store.acquire_lease(table.id, self.owner, self.lease_ttl):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise LeaseHeldError(
+                    "another publisher holds this table's lease",
+                    table=table.name,
+                    version=version,
+                    hint="it will be retried; a crashed publisher's lease expires by itself",
+                )
+            time.sleep(min(pause, left))
+            pause = min(2 * pause, 0.5)
         self._lease_taken_at = time.monotonic()
 
     def _keep_lease(self, table: TableInfo) -> None:
@@ -495,7 +505,7 @@ class Publisher:
                 version=version,
                 hint="checkpoints follow published commits; mirror first",
             )
-        self._take_lease(table)
+        self._take_lease(table, version)
         try:
             self._checkpoint(table, self.open_location(table.location), version, PublishResult(name))
         finally:

@@ -20,6 +20,10 @@ sync``):
    monitor DAG validates them with the same plan (``jobs.fleet_validate``).
 3. ``health.monitoring.record_lag_sample`` stores the table's lag, as the monitor's lag task does.
 
+A ``publish_in: triggerer`` table has a second publisher at work: its trigger publishes each
+commit and may hold the table's lease (milliseconds) just when the run started for a checkpoint
+takes it. Such a run waits for the lease (see ``sync_table``) instead of failing a try for it.
+
 Problems are returned in the result, not raised: the caller decides (the operator fails the task,
 the CLI exits 1).
 """
@@ -32,6 +36,7 @@ from datetime import timedelta
 from typing import Any
 
 from delta_mirror.delta.protocol import now_ms
+from delta_mirror.errors import LeaseHeldError
 from delta_mirror.health.monitoring import (
     DEFAULT_LAG_RETENTION,
     LagSample,
@@ -45,6 +50,12 @@ from delta_mirror.storage import ObjectStore
 from delta_mirror.store.sql_store import SqlStore, TableInfo
 
 DEFAULT_VALIDATE_EVERY = timedelta(minutes=10)
+
+#: Seconds a ``publish_in: triggerer`` table's run waits for a held lease, per step (publish, then
+#: checkpoint). The trigger holds it for one publish: milliseconds, ~1.5 s at p99 on a loaded
+#: fleet (docs/scaling.md). Far below the lease TTL (120 s): a crashed holder's lease, which only
+#: its expiry ends, does not keep a worker slot for minutes.
+TRIGGERER_LEASE_WAIT = 5.0
 
 
 @dataclass
@@ -67,6 +78,20 @@ class SyncResult:
     report: ValidationReport | None
     status: TableStatus
     lag: LagSample
+    # publish_in: triggerer, the lease held past the wait (``sync_table``): publishing was left to
+    # the holder; a checkpoint due at this version was not written (it stays due: the next run's)
+    published_elsewhere: bool = False
+    checkpoint_not_written: int | None = None
+
+    def checkpoint_text(self) -> str:
+        """The run's checkpoints in words, for a task log or the CLI."""
+        parts = [", ".join(map(str, self.checkpoints))] if self.checkpoints else []
+        if self.checkpoint_not_written is not None:
+            parts.append(
+                f"due at version {self.checkpoint_not_written} NOT written: another publisher held the "
+                "table's lease past the wait (it stays due: the next run of the table writes it)"
+            )
+        return "; ".join(parts) or "not due"
 
     @property
     def checkpoints(self) -> list[int]:
@@ -97,6 +122,8 @@ class SyncResult:
             "last_published": pub.last_published,
             "latest_committed": pub.latest_committed,
             "checkpoints": self.checkpoints,
+            "published_elsewhere": self.published_elsewhere,
+            "checkpoint_not_written": self.checkpoint_not_written,
             "validation": validation,
             "lag": self.lag.to_json(),
         }
@@ -145,16 +172,49 @@ def _publisher(
     here: bool,
     storage_options: Mapping[str, str] | None,
     open_location: Callable[[str], ObjectStore] | None,
+    lease_wait: float,
 ) -> Publisher:
     """``builder`` None: in-process checkpoints; else the caller's (``ConfiguredBuilder`` for
     ``auto`` / ``spark``, which starts Spark only when one is due, as ``delta-mirror mirror``
     does); ``here=False``: none (a separate spark-submit step writes them)."""
-    kwargs: dict[str, Any] = {"storage_options": storage_options, "cadence_checkpoints": here}
+    kwargs: dict[str, Any] = {
+        "storage_options": storage_options,
+        "cadence_checkpoints": here,
+        "lease_wait": lease_wait,
+    }
     if open_location is not None:
         kwargs["open_location"] = open_location
     if here and builder is not None:
         kwargs.update(checkpoint_builder=builder, lease_ttl=3600.0)
     return Publisher(store, **kwargs)
+
+
+def _publish_or_leave(publisher: Publisher, name: str) -> tuple[PublishResult, bool]:
+    """Publish; with the lease still held after the wait, leave it to the holder (True) when it is
+    at work: it published meanwhile, or nothing waits to be published. A holder that moved
+    nothing while versions wait is taken for a stuck one (a crashed publisher's lease, or one
+    commit's publish slower than the wait): ``LeaseHeldError`` as before, the task's retry."""
+    store = publisher.store
+    table_id = store.get_table(name).id
+    before = store.last_published_version(table_id)
+    try:
+        return publisher.publish(name), False
+    except LeaseHeldError:
+        last, latest = store.last_published_version(table_id), store.latest_version(table_id)
+        if last == before and latest is not None and (last is None or last < latest):
+            raise
+        return PublishResult(name, last_published=last, latest_committed=latest), True
+
+
+def _checkpoint_or_leave(publisher: Publisher, name: str) -> tuple[int | None, int | None]:
+    """(written, not written): a due checkpoint the lease kept from being written stays due."""
+    try:
+        return publisher.checkpoint_if_due(name), None
+    except LeaseHeldError as exc:
+        if exc.version is not None:  # taking the lease: the version it was due at
+            return None, exc.version
+        store = publisher.store  # lost while writing (it expired and was taken): the version is due
+        return None, store.last_published_version(store.get_table(name).id)
 
 
 def sync_table(
@@ -168,15 +228,39 @@ def sync_table(
     reader: str = "deltalake",
     lag_retention: timedelta | None = DEFAULT_LAG_RETENTION,
     open_location: Callable[[str], ObjectStore] | None = None,
+    publish_in: str = "task",
+    lease_wait: float = TRIGGERER_LEASE_WAIT,
 ) -> SyncResult:
     """Publish every pending version of ``name``, checkpoint when due, validate when the cadence
     says so, record the lag sample. ``checkpoint_builder``: who builds the checkpoints (None: the
     local engine, in process; the callers pass ``spark.checkpoint_engine.ConfiguredBuilder`` for
     ``auto`` / ``spark``: jobs sit below the Spark tier); ``checkpoint_here=False``: checkpoints are
-    another step's (the DAG's spark-submit task)."""
-    publisher = _publisher(store, checkpoint_builder, checkpoint_here, storage_options, open_location)
-    published = publisher.publish(name)
-    written = publisher.checkpoint_if_due(name) if checkpoint_here else None
+    another step's (the DAG's spark-submit task).
+
+    ``publish_in="triggerer"``: the table's trigger publishes too, so a held lease is its normal
+    work, not a failure: each step waits up to ``lease_wait`` seconds for it; then publishing is
+    left to the holder (``published_elsewhere``; see ``_publish_or_leave`` for a stuck one) and a
+    due checkpoint is reported not written (``checkpoint_not_written``; still due, the next run
+    writes it). ``"task"`` (and the CLI): no other publisher is meant to be at work; a held lease
+    is an overlapping run or a crashed publisher's, and only the task's retry (``LeaseHeldError``
+    is retryable) makes sure the versions this run exists for get published: it fails the try.
+    """
+    shared = publish_in == "triggerer"
+    publisher = _publisher(
+        store,
+        checkpoint_builder,
+        checkpoint_here,
+        storage_options,
+        open_location,
+        lease_wait if shared else 0.0,
+    )
+    published, elsewhere = _publish_or_leave(publisher, name) if shared else (publisher.publish(name), False)
+    written = not_written = None
+    if checkpoint_here:
+        if shared:
+            written, not_written = _checkpoint_or_leave(publisher, name)
+        else:
+            written = publisher.checkpoint_if_due(name)
     table = store.get_table(name)  # the settings as they are now (the last validation)
     plan = plan_validation(table, published, validate_every)
     report = None
@@ -195,7 +279,14 @@ def sync_table(
         record_validation(store, name, {**report.to_json(), "reader": reader})
     status = table_status(store, table)
     lag = record_lag_sample(store, table, retention=lag_retention, status=status)
-    return SyncResult(name, published, written, plan, report, status, lag)
+    return SyncResult(name, published, written, plan, report, status, lag, elsewhere, not_written)
 
 
-__all__ = ["DEFAULT_VALIDATE_EVERY", "SyncResult", "ValidationPlan", "plan_validation", "sync_table"]
+__all__ = [
+    "DEFAULT_VALIDATE_EVERY",
+    "TRIGGERER_LEASE_WAIT",
+    "SyncResult",
+    "ValidationPlan",
+    "plan_validation",
+    "sync_table",
+]

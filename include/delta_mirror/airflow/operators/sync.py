@@ -17,7 +17,9 @@ class DeltaMirrorSyncOperator(DeltaMirrorTableOperator):
     ``checkpoint_engine``: ``local`` / ``auto`` checkpoint here when due; ``spark`` leaves it to
     the spark-submit task after this one. ``validate_every``: seconds between validations of the
     newly published versions (``None``: never; 0: every run); a problem fails the task, as the
-    validate step does. ``lag_history_retention``: seconds of lag samples kept.
+    validate step does. ``lag_history_retention``: seconds of lag samples kept. ``publish_in``:
+    the table config's; ``triggerer``: the table's trigger publishes too, and a lease it holds is
+    waited for, not a failed try (``jobs.sync.sync_table``).
     """
 
     metric_step = "sync"
@@ -30,6 +32,7 @@ class DeltaMirrorSyncOperator(DeltaMirrorTableOperator):
         validate_every: float | str | None = 600.0,
         reader: str = "deltalake",
         lag_history_retention: float | None = None,
+        publish_in: str = "task",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -37,6 +40,7 @@ class DeltaMirrorSyncOperator(DeltaMirrorTableOperator):
         self.validate_every = validate_every
         self.reader = reader
         self.lag_history_retention = lag_history_retention
+        self.publish_in = publish_in
 
     def _builder(self) -> Any:
         """``auto``: Spark in this worker when a due checkpoint's table is above the threshold (the
@@ -70,18 +74,22 @@ class DeltaMirrorSyncOperator(DeltaMirrorTableOperator):
             validate_every=None if every is None else timedelta(seconds=every),
             reader=self.reader,
             lag_retention=DEFAULT_LAG_RETENTION if retention is None else timedelta(seconds=retention),
+            publish_in=self.publish_in,
         )
         emit_table_metrics(result.status)
         summary = result.to_json()
         self.log.info(
-            "%s: published %d version(s) through %s; checkpoint %s; validation %s; lag %.1f s",
+            "%s: published %d version(s) through %s%s; checkpoint %s; validation %s; lag %.1f s",
             self.table,
             summary["published"],
             summary["last_published"],
-            summary["checkpoints"] or "not due",
+            " (left to the publisher holding the table's lease)" if result.published_elsewhere else "",
+            result.checkpoint_text(),
             summary["validation"]["state"],
             result.status.lag_seconds,
         )
+        if result.checkpoint_not_written is not None:
+            self.log.warning("%s: checkpoint %s", self.table, result.checkpoint_text())
         if result.report is not None:
             judge_report(self.log, self.table, result.report)
         return summary
