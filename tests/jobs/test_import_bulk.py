@@ -21,6 +21,7 @@ from deltalake import DeltaTable
 from sqlalchemy import bindparam, insert, select, text, update
 from support import builders
 
+from delta_mirror.delta import commit_lines
 from delta_mirror.delta.actions import line_action
 from delta_mirror.delta.source_log import read_source_log
 from delta_mirror.delta.source_state import CheckpointState
@@ -197,6 +198,7 @@ def _write_log(root: Path) -> None:
         [
             builders.remove("dv.parquet", deletionVector=_dv("dv")),
             builders.add("e.parquet", partitionValues={"p": "b"}, tags={"k": "v"}),
+            builders.add("f.parquet", partitionValues=pv),  # three lines: two early, one after
         ],
         [builders.add("c.parquet", partitionValues=pv, size=10)],
         [{"txn": {"appId": "app", "version": 3}}, builders.remove("e.parquet")],
@@ -280,11 +282,14 @@ def test_bulk_import_stores_the_same_rows(
     batch: int,
 ) -> None:
     """In batches of 3 rows, both stores send file rows while they are open and close them later
-    (``BulkImport._close_sent``, SQLite's ``_SQLITE_CLOSE_SENT``), and SQLite sends every run of
-    rows it can through json_each (one batch: the runs are too short, all go by executemany)."""
+    (``BulkImport._close_sent``, SQLite's ``_SQLITE_CLOSE_SENT``), SQLite sends every run of rows
+    it can through json_each (one batch: the runs are too short, all go by executemany) and the
+    importer hands each commit's lines over two at a time, as it does 20,000 at a time for a
+    large commit."""
     monkeypatch.setattr(bulk_load, "ACTION_BATCH", batch)
-    if batch == 3:
+    if batch == 3:  # and a commit's lines stored two at a time while it is parsed
         monkeypatch.setattr(bulk_load, "SQLITE_JSON_ROWS", 1)
+        monkeypatch.setattr(commit_lines, "LINES_CHUNK", 2)
     source = _sources(tmp_path)[variant]
     second = SqlStore(
         f"sqlite:///{tmp_path}/reference.db"

@@ -16,9 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
+from sqlalchemy import text
 from support import builders
 
 from delta_mirror.cli import cli
+from delta_mirror.delta import commit_lines
 from delta_mirror.errors import DataError
 from delta_mirror.jobs.importer import import_table
 from delta_mirror.jobs.publisher import Publisher
@@ -311,6 +313,25 @@ def test_invalid_logs_are_refused(
     assert field in err.what and f"version {version}" in err.what
     assert err.hint and "repair the source log" in err.hint
     assert store.list_tables() == [] and not (tmp_path / "dst").exists()
+
+
+def test_a_commit_refused_after_its_first_lines_were_stored_leaves_nothing(
+    tmp_path: Path, store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large commit's lines go to the store while the rest is parsed; a bad line further on still
+    refuses the import with nothing kept (the one transaction rolls back)."""
+    monkeypatch.setattr(commit_lines, "LINES_CHUNK", 2)
+    src = tmp_path / "src"
+    builders.write_commit(src, 0, [PROTOCOL, METADATA])
+    builders.write_commit(src, 1, [builders.add(f"f{i}.parquet") for i in range(5)])
+    commit = src / "_delta_log" / f"{1:020d}.json"
+    commit.write_text(commit.read_text() + '{"add": {"path": \n')
+    with pytest.raises(DataError) as info:
+        import_table(store, str(src), name="bad", location=str(tmp_path / "dst"))
+    assert info.value.version == 1 and "line 6" in info.value.what
+    assert store.list_tables() == []
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM dl_actions")).scalar() == 0
 
 
 def _parquet_checkpoint(path: Path, rows: list[dict[str, Any]]) -> None:

@@ -64,9 +64,19 @@ def parse_commit_bytes(data: bytes, *, table: str, version: int) -> list[dict[st
     return lines
 
 
-def read_commit(data: bytes, *, table: str, version: int) -> tuple[list[str], LineFacts]:
+# Lines of a large commit handed to ``on_lines`` at a time (an import stores them while the rest of
+# the commit is still being parsed).
+LINES_CHUNK = 20_000
+LinesCallback = Callable[[int, list[str], list[str]], None]
+
+
+def read_commit(
+    data: bytes, *, table: str, version: int, on_lines: LinesCallback | None = None
+) -> tuple[list[str], LineFacts]:
     """The commit's canonical lines and their facts: ``parse_commit_bytes``, ``canonical_json``
-    and ``facts_of_objects`` in one pass (same results, same refusals)."""
+    and ``facts_of_objects`` in one pass (same results, same refusals). ``on_lines(first_seq,
+    kinds, lines)`` receives each full ``LINES_CHUNK`` of lines as soon as it is parsed (they are
+    also in the result); a refusal later in the commit still raises."""
     if _C_ENCODE is None:
         objects = parse_commit_bytes(data, table=table, version=version)
         return [canonical_json(o) for o in objects], facts_of_objects(objects, table=table, version=version)
@@ -74,6 +84,7 @@ def read_commit(data: bytes, *, table: str, version: int) -> tuple[list[str], Li
     lines: list[str] = []
     facts = LineFacts()
     kinds, files = facts.kinds, facts.files
+    sent, cut = 0, LINES_CHUNK if on_lines is not None else -1
     for lineno, line in enumerate(_text(data, table=table, version=version).split("\n"), start=1):
         if not line or line.isspace():
             continue
@@ -102,6 +113,9 @@ def read_commit(data: bytes, *, table: str, version: int) -> tuple[list[str], Li
             lines.append(join(encode(obj, 0)))
         except (TypeError, ValueError):
             lines.append(canonical_json(obj))
+        if len(lines) == cut and on_lines is not None:
+            on_lines(sent, kinds[sent:], lines[sent:])
+            sent, cut = cut, cut + LINES_CHUNK
     return lines, facts
 
 
@@ -149,4 +163,4 @@ def _parse_line(line: str, lineno: int, *, table: str, version: int) -> dict[str
     return obj
 
 
-__all__ = ["OBJECT_ACTIONS", "parse_commit_bytes", "read_commit"]
+__all__ = ["LINES_CHUNK", "OBJECT_ACTIONS", "LinesCallback", "parse_commit_bytes", "read_commit"]

@@ -16,6 +16,7 @@ checkpoint's Parquet rows are turned into actions by ``delta.source_parquet``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -406,10 +407,18 @@ class SourceCommit:
 
 
 def iter_commits(
-    store: ObjectStore, listing: LogListing, start: int, latest: int, *, table: str, keep_bytes: bool = False
+    store: ObjectStore,
+    listing: LogListing,
+    start: int,
+    latest: int,
+    *,
+    table: str,
+    keep_bytes: bool = False,
+    on_lines: Callable[[int, int, list[str], list[str]], None] | None = None,
 ) -> Iterator[SourceCommit]:
     """The segment's JSON commits in version order, one at a time (only the base checkpoint's own
-    version may lack its JSON)."""
+    version may lack its JSON). ``on_lines(version, first_seq, kinds, lines)``: a large commit's
+    lines as they are parsed (``read_commit``), before the commit itself is yielded."""
     for version in range(start, latest + 1):
         path = listing.commits.get(version)
         if path is None:
@@ -422,7 +431,8 @@ def iter_commits(
                 version=version,
                 hint="another process is cleaning up the log; retry the import",
             )
-        lines, line_facts = read_commit(data, table=table, version=version)
+        chunks = None if on_lines is None else functools.partial(on_lines, version)
+        lines, line_facts = read_commit(data, table=table, version=version, on_lines=chunks)
         file = (hashlib.sha256(data).hexdigest(), len(data))
         yield SourceCommit(version, lines, line_facts, file, data if keep_bytes else b"")
 

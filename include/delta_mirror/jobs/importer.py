@@ -230,7 +230,13 @@ def _stream(
                 writer.put(base.version, base.actions, facts, part=PART_SNAPSHOT)
                 if head.start not in head.listing.commits:
                     writer.put(base.version, [], LineFacts(), has_json=False, index_files=False)
-            commits = iter_commits(objects, head.listing, head.start, head.latest, table=name)
+            sent: dict[int, int] = {}  # lines of a large commit stored while it was parsed
+
+            def early(version: int, seq: int, kinds: list[str], lines: list[str]) -> None:
+                writer.put_lines(version, seq, kinds, lines)
+                sent[version] = seq + len(lines)
+
+            commits = iter_commits(objects, head.listing, head.start, head.latest, table=name, on_lines=early)
             for done, commit in enumerate(commits, start=1):
                 check.commit(commit.version, commit.lines)
                 writer.put(
@@ -239,6 +245,7 @@ def _stream(
                     commit.facts,
                     published=commit.file if in_place else None,
                     index_files=not (base is not None and commit.version == base.version),
+                    lines_sent=sent.pop(commit.version, 0),
                 )
                 progress(done, total)
             src = source_summary(objects, head, check.finish(), table=name)
@@ -259,7 +266,7 @@ def _stream(
     return src
 
 
-_Call = tuple[tuple[Any, ...], dict[str, Any]]
+_Call = tuple[Callable[..., None], tuple[Any, ...], dict[str, Any]]
 
 
 class _Writer:
@@ -282,11 +289,11 @@ class _Writer:
 
     def _run(self) -> None:
         while (group := self._queue.get()) is not None:
-            for args, kwargs in group:
+            for method, args, kwargs in group:
                 if self.error is not None:
                     break
                 try:
-                    self.bulk.version(*args, **kwargs)
+                    method(*args, **kwargs)
                 except BaseException as exc:  # handed to the reader thread
                     self.error = exc
         if self.error is None:
@@ -297,10 +304,18 @@ class _Writer:
 
     def put(self, version: int, lines: list[str], facts: LineFacts, **kwargs: Any) -> None:
         """``BulkImport.version(version, lines, facts, **kwargs)``, in the thread."""
+        self._add((self.bulk.version, (version, lines, facts), kwargs), len(lines) + 1)
+
+    def put_lines(self, version: int, seq: int, kinds: list[str], lines: list[str]) -> None:
+        """``BulkImport.lines``: a large commit's lines while the rest is parsed (handed over at
+        once: the database starts on them now)."""
+        self._add((self.bulk.lines, (version, seq, kinds, lines), {}), self._max_lines)
+
+    def _add(self, call: _Call, lines: int) -> None:
         if self.error is not None:
             self.close()
-        self._group.append(((version, lines, facts), kwargs))
-        self._group_lines += len(lines) + 1
+        self._group.append(call)
+        self._group_lines += lines
         if self._group_lines >= self._max_lines:
             self._hand_over()
 

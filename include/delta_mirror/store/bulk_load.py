@@ -151,7 +151,8 @@ class BulkImport:
         self.table_id = table_id
         self.postgres = conn.dialect.name == "postgresql"
         self.index = FileIndex()
-        self._actions: list[tuple[int, int, list[str], Sequence[str]]] = []  # version, part, kinds, lines
+        # version, part, seq of the first line, kinds, lines
+        self._actions: list[tuple[int, int, int, list[str], Sequence[str]]] = []
         self._buffered = 0
         self._commits: list[tuple[Any, ...]] = []
         self._statuses: list[tuple[Any, ...]] = []
@@ -172,9 +173,11 @@ class BulkImport:
         has_json: bool = True,
         published: tuple[str, int] | None = None,
         index_files: bool = True,
+        lines_sent: int = 0,
     ) -> None:
         """One version's rows, as ``Commits.import_version`` writes them. ``published`` is the
-        (sha256, size) of a commit file already at the location (in-place import)."""
+        (sha256, size) of a commit file already at the location (in-place import);
+        ``lines_sent``: its first lines already went to ``lines`` (a large commit, while parsed)."""
         tid, ts = self.table_id, self._ts
         if part == PART_COMMIT:
             data = render_commit(lines) if has_json else b""
@@ -201,17 +204,23 @@ class BulkImport:
                 )
         if len(facts.kinds) != len(lines):
             raise ValueError(f"version {version}: {len(lines)} lines but {len(facts.kinds)} action types")
-        if lines:
-            self._actions.append((version, part, facts.kinds, lines))
-            self._buffered += len(lines)
-            if self._buffered >= ACTION_BATCH:
-                self._flush_actions()
+        if len(lines) > lines_sent:
+            self.lines(version, lines_sent, facts.kinds[lines_sent:], lines[lines_sent:], part)
         if index_files:
             self.index.apply(version, part, facts.files)
             # The newest ACTION_BATCH rows stay here: a file removed soon after its add is then
             # sent closed, not sent open and updated at the end (a long history's churn).
             if len(self.index.rows) - self._files_sent >= 2 * ACTION_BATCH:
                 self._send_files(len(self.index.rows) - ACTION_BATCH)
+
+    def lines(
+        self, version: int, seq: int, kinds: list[str], lines: Sequence[str], part: int = PART_COMMIT
+    ) -> None:
+        """Action rows of ``version`` from line ``seq`` on (the rest of the version follows)."""
+        self._actions.append((version, part, seq, kinds, lines))
+        self._buffered += len(lines)
+        if self._buffered >= ACTION_BATCH:
+            self._flush_actions()
 
     def drop_files(self, version: int, keys: Iterable[FileKey]) -> None:
         self.index.drop(version, keys)
@@ -278,13 +287,15 @@ class BulkImport:
         else:
             rows: list[Sequence[Any]] = []
             json_each = _has_json_each()
-            for version, part, kinds, lines in self._actions:
+            for version, part, first, kinds, lines in self._actions:
                 if json_each and len(lines) >= SQLITE_JSON_ROWS and _kinds_lead(kinds, lines):
-                    self.conn.exec_driver_sql(_SQLITE_JSON_ACTIONS, (tid, version, part, _JSON.encode(lines)))
+                    self.conn.exec_driver_sql(
+                        _SQLITE_JSON_ACTIONS, (tid, version, part, first, _JSON.encode(lines))
+                    )
                 else:
                     rows += [
                         (tid, version, part, seq, kind, line)
-                        for seq, (kind, line) in enumerate(zip(kinds, lines, strict=True))
+                        for seq, (kind, line) in enumerate(zip(kinds, lines, strict=True), start=first)
                     ]
             self._insert("dl_actions", _ACTION_COLUMNS, rows)
         self._actions, self._buffered = [], 0
@@ -357,7 +368,7 @@ WHERE table_id = ? AND path = ? AND dv_id = ? AND add_version = ? AND add_part =
 # action type is the line's first key, read back from the line (``_kinds_lead`` made sure it is).
 _SQLITE_JSON_ACTIONS = """
 INSERT INTO dl_actions (table_id, version, part, seq, action_type, payload)
-SELECT ?, ?, ?, key, substr(value, 3, instr(value, '":') - 3), value FROM json_each(?)
+SELECT ?, ?, ?, ? + key, substr(value, 3, instr(value, '":') - 3), value FROM json_each(?)
 """
 # Elements [path, dv_id, add_seq, size, partition_values] of open add rows of one (version, part).
 _SQLITE_JSON_FILES = """
@@ -486,13 +497,13 @@ def _file_text(tid: int, rows: Iterable[list[Any]]) -> Iterator[str]:
         )
 
 
-def _action_text(tid: int, batch: Iterable[tuple[int, int, list[str], Sequence[str]]]) -> Iterator[str]:
+def _action_text(tid: int, batch: Iterable[tuple[int, int, int, list[str], Sequence[str]]]) -> Iterator[str]:
     """``dl_actions`` rows as COPY text. A canonical line (``canonical_json``) holds no raw tab,
     newline or carriage return (JSON escapes control characters), so only backslashes need doubling."""
     kind_text: dict[str, str] = {}
-    for version, part, kinds, lines in batch:
+    for version, part, first, kinds, lines in batch:
         head = f"{tid}\t{version}\t{part}\t"
-        for seq, (kind, line) in enumerate(zip(kinds, lines, strict=True)):
+        for seq, (kind, line) in enumerate(zip(kinds, lines, strict=True), start=first):
             k = kind_text.get(kind)
             if k is None:
                 k = kind_text[kind] = _field_text(kind)
