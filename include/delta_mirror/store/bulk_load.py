@@ -22,6 +22,7 @@ import functools
 import hashlib
 import json
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from delta_mirror.delta.actions import render_commit
@@ -322,15 +323,11 @@ class BulkImport:
         """``COPY ... FROM STDIN`` (text format) of already formatted lines, in large writes."""
         raw = self.conn.connection.driver_connection
         assert raw is not None
-        chunk: list[str] = []
+        lines = iter(text)
         with raw.cursor() as cur, cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
-            for line in text:
-                chunk.append(line)
-                if len(chunk) >= _COPY_CHUNK:
-                    copy.write("".join(chunk).encode())
-                    chunk = []
-            if chunk:
-                copy.write("".join(chunk).encode())
+            # join() drains the generator in C: no Python step per row here.
+            while chunk := "".join(islice(lines, _COPY_CHUNK)):
+                copy.write(chunk.encode())
 
     def _insert(self, table: str, columns: Sequence[str], rows: list[Sequence[Any]]) -> None:
         if rows:
@@ -490,6 +487,9 @@ def _file_text(tid: int, rows: Iterable[list[Any]]) -> Iterator[str]:
             pv = n
         elif "\\" in pv:  # compact JSON: no raw tab, newline or carriage return
             pv = pv.replace("\\", "\\\\")
+        if rv is None:  # an open add (most rows): no remove fields, no deletion timestamp
+            yield f"{tid}\t{path}\t{dv}\t{av}\t{ap}\t{aseq}\t{n}\t{n}\t{n}\t{n if size is None else size}\t{pv}\t{n}\n"
+            continue
         yield (
             f"{tid}\t{path}\t{dv}\t{n if av is None else av}\t{n if ap is None else ap}\t"
             f"{n if aseq is None else aseq}\t{n if rv is None else rv}\t{n if rp is None else rp}\t"
