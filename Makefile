@@ -49,7 +49,8 @@ $(LOGSTORE_JAR): $(LOGSTORE_SRC)
 # Hadoop client, built like the LogStore jar (JUnit tests run; .cache/m2; skipped without Maven/javac).
 kernel-jar: $(KERNEL_JAR)
 
-$(KERNEL_JAR): $(KERNEL_SRC)
+# After the LogStore jar (order only): two Maven builds must not fill .cache/m2 at once (`make -j`).
+$(KERNEL_JAR): $(KERNEL_SRC) | $(LOGSTORE_JAR)
 	@if ! command -v $(MVN) >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then \
 		echo "warning: $@ not built: it needs Maven and a JDK 17 (apt-get install maven openjdk-17-jdk-headless); the kernel-java reader and its tests are skipped" >&2; \
 	else \
