@@ -197,7 +197,7 @@ def test_the_checkpoint_run_meeting_the_trigger_publishing_waits_for_its_lease_a
         assert putting.wait(10)
         sync = table_dag(TableConfig(name="t1", schedule="event", publish_in="triggerer")).get_task("sync")
         assert getattr(sync, "publish_in", None) == "triggerer"  # from the table config
-        summary = sync.execute({})
+        summary = sync.execute({})  # type: ignore[union-attr]
     finally:
         trigger.join()
     assert (watched[0].action, watched[0].published) == ("checkpoint due", [4])

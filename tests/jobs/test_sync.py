@@ -187,7 +187,12 @@ def test_a_triggerer_run_waits_for_the_triggers_lease_and_writes_the_due_checkpo
         _commit(store, root, n)
     table_id = store.get_table("t").id
     assert store.acquire_lease(table_id, TRIGGER, 60.0)  # the trigger is at work on 2..3
-    trigger = threading.Thread(target=lambda: (time.sleep(0.4), _published_by_trigger(SqlStore(store_url))))
+
+    def trigger_publishes() -> None:
+        time.sleep(0.4)
+        _published_by_trigger(SqlStore(store_url))
+
+    trigger = threading.Thread(target=trigger_publishes)
     trigger.start()
     try:
         started = time.monotonic()
