@@ -89,8 +89,9 @@ def _lines(data: bytes) -> list[Any]:
 
 
 def _engine(data: bytes) -> str:
-    for action in _lines(data):
-        if "commitInfo" in action:
+    # only the lines that can hold a commitInfo are parsed (a 100k-line commit has one)
+    for line in data.decode("utf-8").splitlines():
+        if '"commitInfo"' in line and "commitInfo" in (action := json.loads(line)):
             return str(action["commitInfo"].get("engineInfo", ""))
     return ""
 
@@ -159,6 +160,8 @@ def _checkpoint_adds(objects: Any, version: int) -> set[tuple[str, str]] | None:
 
 
 def _dv_key(dv: Any) -> str:
+    if not dv:
+        return "null"  # json.dumps(None): most adds (600,000 of them on the 300k-file table)
     return json.dumps({k: v for k, v in dv.items() if v is not None} if dv else None, sort_keys=True)
 
 
@@ -480,7 +483,10 @@ def _check_published(
             continue
         mirrored = objects.get(fname)
         assert mirrored is not None, f"{fname} not published"
-        assert _lines(mirrored) == _lines(original), f"{name} v{version}: actions differ"
+        # the same bytes are the same actions; otherwise every line is compared parsed
+        assert mirrored == original or _lines(mirrored) == _lines(original), (
+            f"{name} v{version}: actions differ"
+        )
         if _engine(original).startswith("Apache-Spark") and _as_jackson_writes(original):
             assert mirrored == original, f"{name} v{version}: not byte-identical to Delta-Spark's file"
     # deltalake sees the same version, files and rows (where it can read the source at all).
