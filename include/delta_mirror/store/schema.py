@@ -83,7 +83,7 @@ dl_actions = Table(
 # almost every row. A read by type carries this literal predicate too: SQLite uses a partial index
 # only when the query repeats its condition.
 LOOKED_UP_ACTIONS = ("protocol", "metaData", "txn", "domainMetadata")
-LOOKED_UP_PREDICATE = "action_type IN ('protocol', 'metaData', 'txn', 'domainMetadata')"
+LOOKED_UP_PREDICATE = f"action_type IN ({', '.join(repr(kind) for kind in LOOKED_UP_ACTIONS)})"
 Index(
     "ix_dl_actions_type",
     dl_actions.c.table_id,
