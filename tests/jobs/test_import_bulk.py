@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 from sqlalchemy import bindparam, insert, select, text, update
 from support import builders
 
-from delta_mirror.delta import commit_lines
+from delta_mirror.delta import commit_lines, parse_process
 from delta_mirror.delta.actions import line_action
 from delta_mirror.delta.source_log import read_source_log
 from delta_mirror.delta.source_state import CheckpointState
@@ -285,11 +285,12 @@ def test_bulk_import_stores_the_same_rows(
     (``BulkImport._close_sent``, SQLite's ``_SQLITE_CLOSE_SENT``), SQLite sends every run of rows
     it can through json_each (one batch: the runs are too short, all go by executemany) and the
     importer hands each commit's lines over two at a time, as it does 20,000 at a time for a
-    large commit."""
+    large commit, every commit parsed by the parse process (as a large one is)."""
     monkeypatch.setattr(bulk_load, "ACTION_BATCH", batch)
-    if batch == 3:  # and a commit's lines stored two at a time while it is parsed
+    if batch == 3:  # and a commit's lines stored two at a time while the parse process parses it
         monkeypatch.setattr(bulk_load, "SQLITE_JSON_ROWS", 1)
         monkeypatch.setattr(commit_lines, "LINES_CHUNK", 2)
+        monkeypatch.setattr(parse_process, "CHILD_MIN_BYTES", 0)
     source = _sources(tmp_path)[variant]
     second = SqlStore(
         f"sqlite:///{tmp_path}/reference.db"

@@ -20,7 +20,7 @@ from sqlalchemy import text
 from support import builders
 
 from delta_mirror.cli import cli
-from delta_mirror.delta import commit_lines
+from delta_mirror.delta import commit_lines, parse_process
 from delta_mirror.errors import DataError
 from delta_mirror.jobs.importer import import_table
 from delta_mirror.jobs.publisher import Publisher
@@ -315,12 +315,16 @@ def test_invalid_logs_are_refused(
     assert store.list_tables() == [] and not (tmp_path / "dst").exists()
 
 
+@pytest.mark.parametrize("parsed", ["here", "in-the-parse-process"])
 def test_a_commit_refused_after_its_first_lines_were_stored_leaves_nothing(
-    tmp_path: Path, store: SqlStore, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, store: SqlStore, monkeypatch: pytest.MonkeyPatch, parsed: str
 ) -> None:
-    """A large commit's lines go to the store while the rest is parsed; a bad line further on still
-    refuses the import with nothing kept (the one transaction rolls back)."""
+    """A large commit's lines go to the store while the rest is parsed (here or by the parse
+    process); a bad line further on still refuses the import, with the same message and nothing
+    kept (the one transaction rolls back)."""
     monkeypatch.setattr(commit_lines, "LINES_CHUNK", 2)
+    if parsed == "in-the-parse-process":
+        monkeypatch.setattr(parse_process, "CHILD_MIN_BYTES", 0)
     src = tmp_path / "src"
     builders.write_commit(src, 0, [PROTOCOL, METADATA])
     builders.write_commit(src, 1, [builders.add(f"f{i}.parquet") for i in range(5)])

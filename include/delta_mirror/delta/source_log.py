@@ -17,18 +17,20 @@ checkpoint's Parquet rows are turned into actions by ``delta.source_parquet``.
 from __future__ import annotations
 
 import functools
-import hashlib
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+from delta_mirror.delta import parse_process
 from delta_mirror.delta.actions import canonical_json, line_action
 from delta_mirror.delta.commit_lines import OBJECT_ACTIONS, parse_commit_bytes, read_commit
 from delta_mirror.delta.last_checkpoint import LastCheckpoint
 from delta_mirror.delta.line_facts import LineFacts
 from delta_mirror.delta.log_listing import CheckpointFiles, LogListing, list_log, sidecar_refs
 from delta_mirror.delta.log_path import LOG_DIR, SIDECAR_DIR, LogFileKind
+from delta_mirror.delta.parse_process import ParseProcess, digest
 from delta_mirror.delta.protocol import CheckpointKind
 from delta_mirror.delta.source_parquet import IGNORED_CHECKPOINT_COLUMNS as _IGNORED_CHECKPOINT_COLUMNS
 from delta_mirror.delta.source_parquet import parquet_actions
@@ -415,26 +417,57 @@ def iter_commits(
     table: str,
     keep_bytes: bool = False,
     on_lines: Callable[[int, int, list[str], list[str]], None] | None = None,
+    parser: ParseProcess | None = None,
 ) -> Iterator[SourceCommit]:
     """The segment's JSON commits in version order, one at a time (only the base checkpoint's own
     version may lack its JSON). ``on_lines(version, first_seq, kinds, lines)``: a large commit's
-    lines as they are parsed (``read_commit``), before the commit itself is yielded."""
-    for version in range(start, latest + 1):
-        path = listing.commits.get(version)
-        if path is None:
-            continue
-        data = store.get(path)
+    lines as they are parsed (``read_commit``), before the commit itself is yielded. ``parser``:
+    commits of ``CHILD_MIN_BYTES`` and more are parsed by that child process, up to ``AHEAD`` of
+    them sent before the one being yielded (same results, same refusals)."""
+    versions = deque(v for v in range(start, latest + 1) if v in listing.commits)
+    ahead: deque[tuple[int, bytes | None, bool]] = deque()  # (version, bytes, sent to the parser)
+    in_child = 0
+    while versions or ahead:
+        # Fetch ahead until AHEAD large commits are with the parser; a commit that disappeared
+        # ends the look-ahead and is reported when its turn comes.
+        while (
+            parser is not None
+            and parser.alive
+            and versions
+            and in_child < parse_process.AHEAD
+            and len(ahead) < AHEAD_SMALL
+            and (not ahead or ahead[-1][1] is not None)
+        ):
+            version = versions.popleft()
+            data = store.get(listing.commits[version])
+            to_child = data is not None and len(data) >= parse_process.CHILD_MIN_BYTES
+            if to_child and data is not None:
+                parser.submit(version, data, table=table)
+                in_child += 1
+            ahead.append((version, data, to_child))
+        if ahead:
+            version, data, to_child = ahead.popleft()
+        else:
+            version, to_child = versions.popleft(), False
+            data = store.get(listing.commits[version])
         if data is None:
             raise TransientError(
-                f"commit {path} disappeared while it was being read",
+                f"commit {listing.commits[version]} disappeared while it was being read",
                 table=table,
                 version=version,
                 hint="another process is cleaning up the log; retry the import",
             )
         chunks = None if on_lines is None else functools.partial(on_lines, version)
-        lines, line_facts = read_commit(data, table=table, version=version, on_lines=chunks)
-        file = (hashlib.sha256(data).hexdigest(), len(data))
+        if to_child and parser is not None:
+            in_child -= 1
+            lines, line_facts, file = parser.result(version, data, table=table, on_lines=chunks)
+        else:
+            lines, line_facts = read_commit(data, table=table, version=version, on_lines=chunks)
+            file = digest(data)
         yield SourceCommit(version, lines, line_facts, file, data if keep_bytes else b"")
+
+
+AHEAD_SMALL = 64  # small commits held while fetching ahead for the parse process
 
 
 def _complete_checkpoints(

@@ -11,7 +11,9 @@ import is one transaction, rolled back).
 
 Speed: a log without checkpoints after its base is stored as it is read, by a writer thread (the
 database ingests one group of commits while the next is parsed), with the garbage collector
-paused; PostgreSQL gets ``COPY``, SQLite ``executemany`` in large batches (``store.bulk_load``).
+paused; PostgreSQL gets ``COPY``, SQLite ``executemany`` and ``json_each`` in large batches
+(``store.bulk_load``). Large commits are parsed by a child process on the other core
+(``delta.parse_process``), their lines stored in chunks while the rest is parsed.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import update
 
+from delta_mirror.delta import parse_process
 from delta_mirror.delta.line_facts import LineFacts, facts_of_lines
 from delta_mirror.delta.log_listing import list_log
+from delta_mirror.delta.parse_process import ParseProcess
 from delta_mirror.delta.protocol import now_ms
 from delta_mirror.delta.source_log import (
     SourceHead,
@@ -213,7 +217,11 @@ def _stream(
     base = head.base
     settings: dict[str, object] = {"imported_from": objects.uri, "imported_at": now_ms()}
     total = head.commit_count
-    with db.translated(store.url, f"importing table '{name}'"), store.begin() as conn:
+    with (
+        _parse_process(head) as parser,
+        db.translated(store.url, f"importing table '{name}'"),
+        store.begin() as conn,
+    ):
         table_info = store.create_table(
             name,
             target,
@@ -236,7 +244,9 @@ def _stream(
                 writer.put_lines(version, seq, kinds, lines)
                 sent[version] = seq + len(lines)
 
-            commits = iter_commits(objects, head.listing, head.start, head.latest, table=name, on_lines=early)
+            commits = iter_commits(
+                objects, head.listing, head.start, head.latest, table=name, on_lines=early, parser=parser
+            )
             for done, commit in enumerate(commits, start=1):
                 check.commit(commit.version, commit.lines)
                 writer.put(
@@ -248,6 +258,8 @@ def _stream(
                     lines_sent=sent.pop(commit.version, 0),
                 )
                 progress(done, total)
+            if parser is not None:
+                parser.close()  # its exit overlaps the writer's last work
             src = source_summary(objects, head, check.finish(), table=name)
             if not in_place:
                 _check_target(target, name)
@@ -264,6 +276,24 @@ def _stream(
     if in_place:
         _record_source_checkpoints(store, table_info, src)
     return src
+
+
+@contextmanager
+def _parse_process(head: SourceHead) -> Iterator[ParseProcess | None]:
+    """A parse process when the segment holds a commit large enough for it (started first, so it
+    is ready when the commits are read), stopped when the import ends."""
+    sizes = {meta.path: meta.size for meta, _ in head.listing.entries}
+    large = any(
+        sizes.get(path, 0) >= parse_process.CHILD_MIN_BYTES
+        for version, path in head.listing.commits.items()
+        if head.start <= version <= head.latest
+    )
+    parser = ParseProcess.start() if large else None
+    try:
+        yield parser
+    finally:
+        if parser is not None:
+            parser.close()
 
 
 _Call = tuple[Callable[..., None], tuple[Any, ...], dict[str, Any]]
@@ -309,7 +339,7 @@ class _Writer:
     def put_lines(self, version: int, seq: int, kinds: list[str], lines: list[str]) -> None:
         """``BulkImport.lines``: a large commit's lines while the rest is parsed (handed over at
         once: the database starts on them now)."""
-        self._add((self.bulk.lines, (version, seq, kinds, lines), {}), self._max_lines)
+        self._add((self.bulk.lines, (version, seq, kinds, lines), {"at_once": True}), self._max_lines)
 
     def _add(self, call: _Call, lines: int) -> None:
         if self.error is not None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from delta_mirror.delta.actions import render_commit
 from delta_mirror.delta.line_facts import DV_ID, KIND, PATH, FileAction, LineFacts
 from delta_mirror.delta.protocol import now_ms
-from delta_mirror.store.schema import PART_COMMIT
+from delta_mirror.store.schema import ANALYZE_STATEMENTS, PART_COMMIT
 from delta_mirror.store.states import Artifact, CommitSource, PublishState
 
 if TYPE_CHECKING:
@@ -215,12 +215,21 @@ class BulkImport:
                 self._send_files(len(self.index.rows) - ACTION_BATCH)
 
     def lines(
-        self, version: int, seq: int, kinds: list[str], lines: Sequence[str], part: int = PART_COMMIT
+        self,
+        version: int,
+        seq: int,
+        kinds: list[str],
+        lines: Sequence[str],
+        part: int = PART_COMMIT,
+        *,
+        at_once: bool = False,
     ) -> None:
-        """Action rows of ``version`` from line ``seq`` on (the rest of the version follows)."""
+        """Action rows of ``version`` from line ``seq`` on (the rest of the version follows);
+        ``at_once``: written now, not when ``ACTION_BATCH`` rows are buffered (a large commit's
+        first lines: the database starts on them while the rest is parsed)."""
         self._actions.append((version, part, seq, kinds, lines))
         self._buffered += len(lines)
-        if self._buffered >= ACTION_BATCH:
+        if at_once or self._buffered >= ACTION_BATCH:
             self._flush_actions()
 
     def drop_files(self, version: int, keys: Iterable[FileKey]) -> None:
@@ -252,10 +261,10 @@ class BulkImport:
                 )
             return
         # The planner must not take the new rows for an empty table (here and after the import).
-        self.conn.exec_driver_sql("ANALYZE dl_files")
+        self.conn.exec_driver_sql(ANALYZE_STATEMENTS[0])
         if closed:
             self._close_sent(closed)
-        self.conn.exec_driver_sql("ANALYZE dl_actions")
+        self.conn.exec_driver_sql(ANALYZE_STATEMENTS[1])
 
     def _send_files(self, upto: int | None = None) -> None:
         """The file rows not sent yet (up to row ``upto``): COPY, or SQLite's ``executemany``."""
