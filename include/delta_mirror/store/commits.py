@@ -216,16 +216,6 @@ class Commits(Tables):
         """A transaction for multi-step writers (the importer)."""
         return self.engine.begin()
 
-    def refresh_statistics(self, conn: Connection) -> None:
-        """Let PostgreSQL's planner see rows inserted earlier in this transaction.
-
-        A large import fills ``dl_files`` inside one transaction; with the planner's empty-table
-        estimates every later lookup (re-adds, removes) becomes a sequential scan: quadratic.
-        """
-        if self.engine.dialect.name == "postgresql":
-            conn.exec_driver_sql("ANALYZE dl_files")
-            conn.exec_driver_sql("ANALYZE dl_actions")
-
     def import_version(
         self,
         conn: Connection,

@@ -158,7 +158,16 @@ dl_breakers = Table(
     Column("last_error", Text),
 )
 
+# After a bulk load, PostgreSQL's planner learns the new rows from ``ANALYZE`` of the columns the
+# store's queries filter on (a whole-table ANALYZE also sorts the sampled payloads and partition
+# values: about three times the time, for no change of plan).
+ANALYZE_STATEMENTS = (
+    "ANALYZE dl_files (table_id, path, dv_id, add_version, remove_version)",
+    "ANALYZE dl_actions (table_id, version, action_type)",
+)
+
 __all__ = [
+    "ANALYZE_STATEMENTS",
     "LOOKED_UP_ACTIONS",
     "LOOKED_UP_PREDICATE",
     "PART_COMMIT",
