@@ -16,6 +16,7 @@ import pytest
 from support import builders
 
 from delta_mirror.delta import commit_lines, parse_process
+from delta_mirror.delta.actions import render_commit
 from delta_mirror.delta.commit_lines import read_commit
 from delta_mirror.delta.log_listing import list_log
 from delta_mirror.delta.parse_process import ParseProcess, digest
@@ -79,9 +80,10 @@ def test_the_child_answers_what_parsing_here_gives(
         child.submit(version, data, table="t")
     for version, data in commits.items():
         seen, on_lines = _collector()
-        lines, facts, file = child.result(version, data, table="t", on_lines=on_lines)
+        lines, facts, file, rendered = child.result(version, data, table="t", on_lines=on_lines)
         want_lines, want_facts, want_seen = _in_process(data, version)
         assert (lines, facts, seen) == (want_lines, want_facts, want_seen)
+        assert rendered == digest(render_commit(want_lines))  # as the store will render it
         assert file == digest(data) == (hashlib.sha256(data).hexdigest(), len(data))
         assert facts.in_commit_timestamp == 1700000000001 and len(facts.files) == len(data.splitlines()) - 3
     assert child.alive
@@ -116,9 +118,9 @@ def test_a_child_lost_mid_commit_hands_each_chunk_on_once(
             os.kill(child._proc.pid, signal.SIGKILL)
         seen.append((seq, kinds, lines))
 
-    lines, facts, file = child.result(7, data, table="t", on_lines=on_lines)
+    lines, facts, file, rendered = child.result(7, data, table="t", on_lines=on_lines)
     want_lines, want_facts, want_seen = _in_process(data, 7)
-    assert (lines, facts, file) == (want_lines, want_facts, digest(data))
+    assert (lines, facts, file, rendered) == (want_lines, want_facts, digest(data), None)
     assert [s for s, _, _ in seen] == [s for s, _, _ in want_seen] == list(range(0, 20_000 - 499, 500))
     assert seen == want_seen
     assert not child.alive

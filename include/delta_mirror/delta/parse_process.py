@@ -38,6 +38,7 @@ except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
 from delta_mirror.delta import commit_lines
+from delta_mirror.delta.actions import render_commit
 from delta_mirror.delta.line_facts import LineFacts
 
 log = logging.getLogger(__name__)
@@ -144,8 +145,9 @@ class ParseProcess:
 
     def result(
         self, version: int, data: bytes, *, table: str, on_lines: OnLines | None
-    ) -> tuple[list[str], LineFacts, FileDigest]:
-        """``read_commit(data)`` and ``digest(data)`` for the submitted ``version``, with
+    ) -> tuple[list[str], LineFacts, FileDigest, FileDigest | None]:
+        """``read_commit(data)``, ``digest(data)`` and the digest of the canonical rendering of
+        the lines (``render_commit``; None when parsed here) for the submitted ``version``, with
         ``on_lines`` called for each chunk as the child parses it. A refusal is raised by parsing
         here; so is every commit after the child is lost."""
         chunks: list[list[str]] = []
@@ -166,9 +168,9 @@ class ParseProcess:
                     on_lines(seq, kinds, lines)
                 handed = seq + len(lines)
             elif kind == "commit":
-                tail, facts, file = rest
+                tail, facts, file, rendered = rest
                 chunks.append(tail)
-                return [line for chunk in chunks for line in chunk], facts, file
+                return [line for chunk in chunks for line in chunk], facts, file, rendered
             else:  # "refused": parse here, to raise the error as this process words it
                 break
 
@@ -177,7 +179,7 @@ class ParseProcess:
                 on_lines(seq, kinds, lines)
 
         lines, facts = commit_lines.read_commit(data, table=table, version=version, on_lines=unseen)
-        return lines, facts, digest(data)
+        return lines, facts, digest(data), None
 
     def _lost(self, exc: BaseException) -> None:
         log.warning("the parse process ended (%s); parsing the rest in this process", exc)
@@ -242,7 +244,8 @@ def _answer(out: IO[bytes], version: int, table: str, chunk: int, data: bytes) -
     except Exception:  # the parent parses it again and raises its own error
         _send(out, ("refused", version))
         return
-    _send(out, ("commit", version, lines[sent:], facts, digest(data)))
+    # The store records the digest of the canonical rendering: taken here, off the import's path.
+    _send(out, ("commit", version, lines[sent:], facts, digest(data), digest(render_commit(lines))))
 
 
 __all__ = ["AHEAD", "CHILD_MIN_BYTES", "ParseProcess", "digest", "serve"]

@@ -406,6 +406,8 @@ class SourceCommit:
     facts: LineFacts
     file: tuple[str, int]
     data: bytes  # b"" unless the bytes were asked for
+    # (SHA-256, size) of ``render_commit(lines)`` when the parse process took it, else None
+    rendered: tuple[str, int] | None = None
 
 
 def iter_commits(
@@ -458,13 +460,14 @@ def iter_commits(
                 hint="another process is cleaning up the log; retry the import",
             )
         chunks = None if on_lines is None else functools.partial(on_lines, version)
+        rendered = None
         if to_child and parser is not None:
             in_child -= 1
-            lines, line_facts, file = parser.result(version, data, table=table, on_lines=chunks)
+            lines, line_facts, file, rendered = parser.result(version, data, table=table, on_lines=chunks)
         else:
             lines, line_facts = read_commit(data, table=table, version=version, on_lines=chunks)
             file = digest(data)
-        yield SourceCommit(version, lines, line_facts, file, data if keep_bytes else b"")
+        yield SourceCommit(version, lines, line_facts, file, data if keep_bytes else b"", rendered)
 
 
 AHEAD_SMALL = 64  # small commits held while fetching ahead for the parse process

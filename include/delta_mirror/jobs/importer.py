@@ -256,6 +256,7 @@ def _stream(
                     published=commit.file if in_place else None,
                     index_files=not (base is not None and commit.version == base.version),
                     lines_sent=sent.pop(commit.version, 0),
+                    rendered=commit.rendered,
                 )
                 progress(done, total)
             if parser is not None:

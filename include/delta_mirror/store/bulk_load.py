@@ -175,13 +175,21 @@ class BulkImport:
         published: tuple[str, int] | None = None,
         index_files: bool = True,
         lines_sent: int = 0,
+        rendered: tuple[str, int] | None = None,
     ) -> None:
         """One version's rows, as ``Commits.import_version`` writes them. ``published`` is the
         (sha256, size) of a commit file already at the location (in-place import);
-        ``lines_sent``: its first lines already went to ``lines`` (a large commit, while parsed)."""
+        ``lines_sent``: its first lines already went to ``lines`` (a large commit, while parsed);
+        ``rendered``: the (sha256, size) of ``render_commit(lines)``, when already taken."""
         tid, ts = self.table_id, self._ts
         if part == PART_COMMIT:
-            data = render_commit(lines) if has_json else b""
+            if not has_json:
+                commit_sha, commit_size = "", 0
+            elif rendered is not None:
+                commit_sha, commit_size = rendered
+            else:
+                data = render_commit(lines)
+                commit_sha, commit_size = hashlib.sha256(data).hexdigest(), len(data)
             ict = facts.in_commit_timestamp if facts.kinds and facts.kinds[0] == "commitInfo" else None
             self._commits.append(
                 (
@@ -190,8 +198,8 @@ class BulkImport:
                     ts,
                     ict if isinstance(ict, int) else None,
                     len(lines),
-                    len(data),
-                    hashlib.sha256(data).hexdigest() if has_json else "",
+                    commit_size,
+                    commit_sha,
                     has_json,
                     CommitSource.IMPORT.value,
                 )
