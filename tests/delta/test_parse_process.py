@@ -24,7 +24,7 @@ from delta_mirror.delta.source_log import iter_commits
 from delta_mirror.errors import DataError, TransientError
 from delta_mirror.storage import open_store
 
-Chunk = tuple[int, list[str], list[str]]
+Chunk = tuple[int, list[str], list[str], list[Any]]
 
 
 def _commit(n: int, *, seed: int = 0) -> bytes:
@@ -113,15 +113,15 @@ def test_a_child_lost_mid_commit_hands_each_chunk_on_once(
     child.submit(7, data, table="t")
     seen: list[Chunk] = []
 
-    def on_lines(seq: int, kinds: list[str], lines: list[str]) -> None:
+    def on_lines(seq: int, kinds: list[str], lines: list[str], files: list[Any]) -> None:
         if not seen:
             os.kill(child._proc.pid, signal.SIGKILL)
-        seen.append((seq, kinds, lines))
+        seen.append((seq, kinds, lines, files))
 
     lines, facts, file, rendered = child.result(7, data, table="t", on_lines=on_lines)
     want_lines, want_facts, want_seen = _in_process(data, 7)
     assert (lines, facts, file, rendered) == (want_lines, want_facts, digest(data), None)
-    assert [s for s, _, _ in seen] == [s for s, _, _ in want_seen] == list(range(0, 20_000 - 499, 500))
+    assert [c[0] for c in seen] == [c[0] for c in want_seen] == list(range(0, 20_000 - 499, 500))
     assert seen == want_seen
     assert not child.alive
     child.submit(8, data, table="t")  # ignored: a lost child parses nothing more
@@ -231,3 +231,23 @@ def test_a_commit_that_disappears_is_reported_in_its_turn(
         for c in iter_commits(store, listing, 0, 3, table="t", parser=child):
             got.append(c.version)
     assert got == [0, 1]
+
+
+def test_chunks_carry_their_adds_only_when_the_commit_holds_no_remove(
+    child: ParseProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store may index a version's adds before its end only when no remove can come first:
+    the chunks of an adds-only commit carry their file actions; any ``"remove"``, or a ``\\u``
+    escape that could spell one, and they carry none."""
+    monkeypatch.setattr(commit_lines, "LINES_CHUNK", 4)
+    adds = "".join(builders.log_line(builders.add(f"f{i}.parquet")) + "\n" for i in range(10))
+    with_remove = adds + builders.log_line(builders.remove("f0.parquet")) + "\n"
+    escaped = adds + '{"add":{"path":"\\u00e9.parquet","size":1}}\n'
+    for text, carried in [(adds, True), (with_remove, False), (escaped, False)]:
+        data = text.encode()
+        child.submit(1, data, table="t")
+        seen, on_lines = _collector()
+        _lines, facts, _file, _rendered = child.result(1, data, table="t", on_lines=on_lines)
+        assert seen == _in_process(data, 1)[2]
+        chunk_files = [f for chunk in seen for f in chunk[3]]
+        assert chunk_files == (facts.files[:8] if carried else []), text[-40:]

@@ -202,6 +202,19 @@ def _write_log(root: Path) -> None:
         ],
         [builders.add("c.parquet", partitionValues=pv, size=10)],
         [{"txn": {"appId": "app", "version": 3}}, builders.remove("e.parquet")],
+        [  # adds only: in chunks of two lines, the file rows of the first four are made early
+            {"commitInfo": {"operation": "WRITE"}},
+            builders.add("g.parquet", partitionValues=pv),
+            builders.add("h.parquet", partitionValues=pv),
+            builders.add("c.parquet", partitionValues=pv, size=11),  # supersedes version 5's
+            builders.add("g.parquet", partitionValues=pv),  # twice in one commit: two rows
+        ],
+        [builders.remove("g.parquet")],  # closes both rows, sent open early: updated at the end
+        [  # adds only, but a \u escape: no early rows (a remove could hide behind one)
+            builders.add("j\u00e9.parquet", partitionValues=pv),
+            builders.add("k.parquet", partitionValues=pv),
+            builders.add("l.parquet", partitionValues=pv),
+        ],
     ]
     # The checkpoint at 3 is written by deltalake over plain commits, which are then replaced:
     # it lists a file the JSON never adds and lacks most of the JSON's.

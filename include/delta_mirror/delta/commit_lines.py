@@ -15,7 +15,14 @@ from collections.abc import Callable
 from typing import Any
 
 from delta_mirror.delta.actions import KNOWN_ACTIONS, canonical_json, line_action
-from delta_mirror.delta.line_facts import FileFieldError, LineFacts, facts_of_objects, file_action, refusal
+from delta_mirror.delta.line_facts import (
+    FileAction,
+    FileFieldError,
+    LineFacts,
+    facts_of_objects,
+    file_action,
+    refusal,
+)
 from delta_mirror.errors import DataError, InvalidActionError
 
 # Action types whose payload must be a JSON object; unknown types are kept as they are.
@@ -68,7 +75,13 @@ def parse_commit_bytes(data: bytes, *, table: str, version: int) -> list[dict[st
 # the commit is still being parsed); the first chunk is smaller, so the database starts sooner.
 LINES_CHUNK = 20_000
 FIRST_LINES_CHUNK = 5_000
-LinesCallback = Callable[[int, list[str], list[str]], None]
+LinesCallback = Callable[[int, list[str], list[str], list[FileAction]], None]
+
+
+def adds_only(data: bytes) -> bool:
+    """Whether the commit surely holds no ``remove`` (its file actions are adds only): no
+    ``"remove"`` in the bytes and no ``\\u`` escape that could spell that key otherwise."""
+    return b'"remove"' not in data and b"\\u" not in data
 
 
 def read_commit(
@@ -76,9 +89,11 @@ def read_commit(
 ) -> tuple[list[str], LineFacts]:
     """The commit's canonical lines and their facts: ``parse_commit_bytes``, ``canonical_json``
     and ``facts_of_objects`` in one pass (same results, same refusals). ``on_lines(first_seq,
-    kinds, lines)`` receives each full ``LINES_CHUNK`` of lines as soon as it is parsed (they are
-    also in the result; the first one holds ``FIRST_LINES_CHUNK``); a refusal later in the commit
-    still raises."""
+    kinds, lines, files)`` receives each full ``LINES_CHUNK`` of lines as soon as it is parsed (they
+    are also in the result; the first one holds ``FIRST_LINES_CHUNK``), with their file actions when
+    the commit holds adds only (``adds_only``; else ``[]``: a store can index a version's adds
+    before its end only when no remove of it can come first); a refusal later in the commit still
+    raises."""
     if _C_ENCODE is None:
         objects = parse_commit_bytes(data, table=table, version=version)
         return [canonical_json(o) for o in objects], facts_of_objects(objects, table=table, version=version)
@@ -87,6 +102,7 @@ def read_commit(
     facts = LineFacts()
     kinds, files = facts.kinds, facts.files
     sent, cut = 0, min(FIRST_LINES_CHUNK, LINES_CHUNK) if on_lines is not None else -1
+    files_sent, early_files = 0, on_lines is not None and adds_only(data)
     for lineno, line in enumerate(_text(data, table=table, version=version).split("\n"), start=1):
         if not line or line.isspace():
             continue
@@ -116,8 +132,8 @@ def read_commit(
         except (TypeError, ValueError):
             lines.append(canonical_json(obj))
         if len(lines) == cut and on_lines is not None:
-            on_lines(sent, kinds[sent:], lines[sent:])
-            sent, cut = cut, cut + LINES_CHUNK
+            on_lines(sent, kinds[sent:], lines[sent:], files[files_sent:] if early_files else [])
+            sent, cut, files_sent = cut, cut + LINES_CHUNK, len(files)
     return lines, facts
 
 
@@ -165,4 +181,4 @@ def _parse_line(line: str, lineno: int, *, table: str, version: int) -> dict[str
     return obj
 
 
-__all__ = ["LINES_CHUNK", "OBJECT_ACTIONS", "LinesCallback", "parse_commit_bytes", "read_commit"]
+__all__ = ["LINES_CHUNK", "OBJECT_ACTIONS", "LinesCallback", "adds_only", "parse_commit_bytes", "read_commit"]

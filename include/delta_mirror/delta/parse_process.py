@@ -39,7 +39,7 @@ except ImportError:  # Windows
 
 from delta_mirror.delta import commit_lines
 from delta_mirror.delta.actions import render_commit
-from delta_mirror.delta.line_facts import LineFacts
+from delta_mirror.delta.line_facts import FileAction, LineFacts
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ _BOOT = (
 )
 
 FileDigest = tuple[str, int]  # (SHA-256 hex, size) of a commit file
-OnLines = Callable[[int, list[str], list[str]], None]
+OnLines = Callable[[int, list[str], list[str], list[FileAction]], None]
 
 
 def _send(stream: IO[bytes], message: object) -> None:
@@ -162,10 +162,10 @@ class ParseProcess:
                 self._lost(RuntimeError(f"answer for version {got} while waiting for {version}"))
                 break
             if kind == "lines":
-                seq, kinds, lines = rest
+                seq, kinds, lines, files = rest
                 chunks.append(lines)
                 if on_lines is not None:
-                    on_lines(seq, kinds, lines)
+                    on_lines(seq, kinds, lines, files)
                 handed = seq + len(lines)
             elif kind == "commit":
                 tail, facts, file, rendered = rest
@@ -174,9 +174,9 @@ class ParseProcess:
             else:  # "refused": parse here, to raise the error as this process words it
                 break
 
-        def unseen(seq: int, kinds: list[str], lines: list[str]) -> None:
+        def unseen(seq: int, kinds: list[str], lines: list[str], files: list[FileAction]) -> None:
             if on_lines is not None and seq >= handed:
-                on_lines(seq, kinds, lines)
+                on_lines(seq, kinds, lines, files)
 
         lines, facts = commit_lines.read_commit(data, table=table, version=version, on_lines=unseen)
         return lines, facts, digest(data), None
@@ -233,9 +233,9 @@ def serve() -> None:
 def _answer(out: IO[bytes], version: int, table: str, chunk: int, data: bytes) -> None:
     sent = 0
 
-    def on_lines(seq: int, kinds: list[str], lines: list[str]) -> None:
+    def on_lines(seq: int, kinds: list[str], lines: list[str], files: list[FileAction]) -> None:
         nonlocal sent
-        _send(out, ("lines", version, seq, kinds, lines))
+        _send(out, ("lines", version, seq, kinds, lines, files))
         sent = seq + len(lines)
 
     commit_lines.LINES_CHUNK = chunk  # the parent's, so chunks fall where they would there

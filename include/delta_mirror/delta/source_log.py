@@ -27,7 +27,7 @@ from delta_mirror.delta import parse_process
 from delta_mirror.delta.actions import canonical_json, line_action
 from delta_mirror.delta.commit_lines import OBJECT_ACTIONS, parse_commit_bytes, read_commit
 from delta_mirror.delta.last_checkpoint import LastCheckpoint
-from delta_mirror.delta.line_facts import LineFacts
+from delta_mirror.delta.line_facts import FileAction, LineFacts
 from delta_mirror.delta.log_listing import CheckpointFiles, LogListing, list_log, sidecar_refs
 from delta_mirror.delta.log_path import LOG_DIR, SIDECAR_DIR, LogFileKind
 from delta_mirror.delta.parse_process import ParseProcess, digest
@@ -418,12 +418,12 @@ def iter_commits(
     *,
     table: str,
     keep_bytes: bool = False,
-    on_lines: Callable[[int, int, list[str], list[str]], None] | None = None,
+    on_lines: Callable[[int, int, list[str], list[str], list[FileAction]], None] | None = None,
     parser: ParseProcess | None = None,
 ) -> Iterator[SourceCommit]:
     """The segment's JSON commits in version order, one at a time (only the base checkpoint's own
-    version may lack its JSON). ``on_lines(version, first_seq, kinds, lines)``: a large commit's
-    lines as they are parsed (``read_commit``), before the commit itself is yielded. ``parser``:
+    version may lack its JSON). ``on_lines(version, first_seq, kinds, lines, files)``: a large
+    commit's lines as they are parsed (``read_commit``), before the commit itself is yielded. ``parser``:
     commits of ``CHILD_MIN_BYTES`` and more are parsed by that child process, up to ``AHEAD`` of
     them sent before the one being yielded (same results, same refusals)."""
     versions = deque(v for v in range(start, latest + 1) if v in listing.commits)

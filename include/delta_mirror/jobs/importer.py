@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import update
 
 from delta_mirror.delta import parse_process
-from delta_mirror.delta.line_facts import LineFacts, facts_of_lines
+from delta_mirror.delta.line_facts import FileAction, LineFacts, facts_of_lines
 from delta_mirror.delta.log_listing import list_log
 from delta_mirror.delta.parse_process import ParseProcess
 from delta_mirror.delta.protocol import now_ms
@@ -240,8 +240,11 @@ def _stream(
                     writer.put(base.version, [], LineFacts(), has_json=False, index_files=False)
             sent: dict[int, int] = {}  # lines of a large commit stored while it was parsed
 
-            def early(version: int, seq: int, kinds: list[str], lines: list[str]) -> None:
-                writer.put_lines(version, seq, kinds, lines)
+            def early(
+                version: int, seq: int, kinds: list[str], lines: list[str], files: list[FileAction]
+            ) -> None:
+                indexed = not (base is not None and version == base.version)
+                writer.put_lines(version, seq, kinds, lines, files if indexed else [])
                 sent[version] = seq + len(lines)
 
             commits = iter_commits(
@@ -337,10 +340,13 @@ class _Writer:
         """``BulkImport.version(version, lines, facts, **kwargs)``, in the thread."""
         self._add((self.bulk.version, (version, lines, facts), kwargs), len(lines) + 1)
 
-    def put_lines(self, version: int, seq: int, kinds: list[str], lines: list[str]) -> None:
-        """``BulkImport.lines``: a large commit's lines while the rest is parsed (handed over at
-        once: the database starts on them now)."""
-        self._add((self.bulk.lines, (version, seq, kinds, lines), {"at_once": True}), self._max_lines)
+    def put_lines(
+        self, version: int, seq: int, kinds: list[str], lines: list[str], files: list[FileAction]
+    ) -> None:
+        """``BulkImport.lines``: a large commit's lines (and, when it holds adds only, their file
+        rows) while the rest is parsed, handed over at once: the database starts on them now."""
+        call = (self.bulk.lines, (version, seq, kinds, lines), {"at_once": True, "files": files})
+        self._add(call, self._max_lines)
 
     def _add(self, call: _Call, lines: int) -> None:
         if self.error is not None:

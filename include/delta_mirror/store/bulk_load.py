@@ -92,7 +92,19 @@ class FileIndex:
         self._active: dict[FileKey, list[list[Any]]] = {}
         self._closed: dict[int, set[FileKey]] = {}  # keys whose rows a version closed
 
-    def apply(self, version: int, part: int, files: Sequence[FileAction]) -> None:
+    def early(self, version: int, part: int, adds: Sequence[FileAction]) -> None:
+        """Rows for the next adds of ``version`` before its end (a commit that holds adds only):
+        an add's row is the same whatever the rest of its version holds, and with no remove there
+        is no tombstone to come before it. ``apply`` then takes the decisions, as for any other."""
+        rows = self.rows
+        for seq, kind, path, dv, size, pv, _dt in adds:
+            if kind != "add":
+                raise ValueError(f"version {version}: early file rows must be adds, got {kind}")
+            rows.append([path, dv, version, part, seq, None, None, None, size, pv, None])
+
+    def apply(self, version: int, part: int, files: Sequence[FileAction], early: int = 0) -> None:
+        """The version's file actions; the rows of its first ``early`` adds were made by
+        ``early`` (they are the last rows)."""
         active = self._active
         adds = [f for f in files if f[KIND] == "add"]
         if adds and version > 0 and active:
@@ -102,11 +114,17 @@ class FileIndex:
                     row[_RV] = version
                 self._close(version, key)
         if len(adds) != len(files):
+            if early:
+                raise ValueError(f"version {version}: early file rows, but the version removes files")
             self._remove(version, part, [f for f in files if f[KIND] == "remove"])
         rows = self.rows
-        for _seq, _kind, path, dv, size, pv, _dt in adds:
-            row = [path, dv, version, part, _seq, None, None, None, size, pv, None]
-            rows.append(row)
+        made = rows[len(rows) - early :] if early else []
+        for i, (_seq, _kind, path, dv, size, pv, _dt) in enumerate(adds):
+            if i < early:
+                row = made[i]
+            else:
+                row = [path, dv, version, part, _seq, None, None, None, size, pv, None]
+                rows.append(row)
             key = (path, dv)
             same = active.get(key)
             if same is None:
@@ -163,6 +181,7 @@ class BulkImport:
         # with the GIL released); the ones sent open and closed later are updated at the end.
         self._files_sent = 0
         self._sent_open: list[list[Any]] = []
+        self._early: dict[int, int] = {}  # version -> its adds whose rows ``lines`` made
 
     def version(
         self,
@@ -215,8 +234,11 @@ class BulkImport:
             raise ValueError(f"version {version}: {len(lines)} lines but {len(facts.kinds)} action types")
         if len(lines) > lines_sent:
             self.lines(version, lines_sent, facts.kinds[lines_sent:], lines[lines_sent:], part)
+        early = self._early.pop(version, 0)
+        if early and not index_files:
+            raise ValueError(f"version {version}: early file rows for a version that is not indexed")
         if index_files:
-            self.index.apply(version, part, facts.files)
+            self.index.apply(version, part, facts.files, early)
             # The newest ACTION_BATCH rows stay here: a file removed soon after its add is then
             # sent closed, not sent open and updated at the end (a long history's churn).
             if len(self.index.rows) - self._files_sent >= 2 * ACTION_BATCH:
@@ -231,14 +253,21 @@ class BulkImport:
         part: int = PART_COMMIT,
         *,
         at_once: bool = False,
+        files: Sequence[FileAction] = (),
     ) -> None:
         """Action rows of ``version`` from line ``seq`` on (the rest of the version follows);
         ``at_once``: written now, not when ``ACTION_BATCH`` rows are buffered (a large commit's
-        first lines: the database starts on them while the rest is parsed)."""
+        first lines: the database starts on them while the rest is parsed). ``files``: the adds
+        among these lines of a version that holds adds only: their file rows are made and sent
+        now (``FileIndex.early``)."""
         self._actions.append((version, part, seq, kinds, lines))
         self._buffered += len(lines)
         if at_once or self._buffered >= ACTION_BATCH:
             self._flush_actions()
+        if files:
+            self.index.early(version, part, files)
+            self._early[version] = self._early.get(version, 0) + len(files)
+            self._send_files()
 
     def drop_files(self, version: int, keys: Iterable[FileKey]) -> None:
         self.index.drop(version, keys)
