@@ -91,20 +91,25 @@ class FileIndex:
         self.rows: list[list[Any]] = []
         self._active: dict[FileKey, list[list[Any]]] = {}
         self._closed: dict[int, set[FileKey]] = {}  # keys whose rows a version closed
+        self._early: dict[int, int] = {}  # version -> its adds whose rows ``early`` made
 
     def early(self, version: int, part: int, adds: Sequence[FileAction]) -> None:
         """Rows for the next adds of ``version`` before its end (a commit that holds adds only):
         an add's row is the same whatever the rest of its version holds, and with no remove there
         is no tombstone to come before it. ``apply`` then takes the decisions, as for any other."""
-        rows = self.rows
-        for seq, kind, path, dv, size, pv, _dt in adds:
-            if kind != "add":
-                raise ValueError(f"version {version}: early file rows must be adds, got {kind}")
-            rows.append([path, dv, version, part, seq, None, None, None, size, pv, None])
+        for add in adds:
+            if add[KIND] != "add":
+                raise ValueError(f"version {version}: early file rows must be adds, got {add[KIND]}")
+            self.rows.append(_add_row(version, part, add))
+        self._early[version] = self._early.get(version, 0) + len(adds)
 
-    def apply(self, version: int, part: int, files: Sequence[FileAction], early: int = 0) -> None:
-        """The version's file actions; the rows of its first ``early`` adds were made by
-        ``early`` (they are the last rows)."""
+    def has_early(self, version: int) -> bool:
+        return version in self._early
+
+    def apply(self, version: int, part: int, files: Sequence[FileAction]) -> None:
+        """The version's file actions; the rows of its first adds may have been made by
+        ``early`` (they are then the last rows)."""
+        early = self._early.pop(version, 0)
         active = self._active
         adds = [f for f in files if f[KIND] == "add"]
         if adds and version > 0 and active:
@@ -119,13 +124,13 @@ class FileIndex:
             self._remove(version, part, [f for f in files if f[KIND] == "remove"])
         rows = self.rows
         made = rows[len(rows) - early :] if early else []
-        for i, (_seq, _kind, path, dv, size, pv, _dt) in enumerate(adds):
+        for i, add in enumerate(adds):
             if i < early:
                 row = made[i]
             else:
-                row = [path, dv, version, part, _seq, None, None, None, size, pv, None]
+                row = _add_row(version, part, add)
                 rows.append(row)
-            key = (path, dv)
+            key = (add[PATH], add[DV_ID])
             same = active.get(key)
             if same is None:
                 active[key] = [row]
@@ -162,6 +167,12 @@ class FileIndex:
         self._closed.setdefault(version, set()).add(key)
 
 
+def _add_row(version: int, part: int, add: FileAction) -> list[Any]:
+    """A new ``dl_files`` row for an add, open (in ``_FILE_COLUMNS`` order)."""
+    seq, _kind, path, dv, size, pv, _dt = add
+    return [path, dv, version, part, seq, None, None, None, size, pv, None]
+
+
 class BulkImport:
     """The rows of one import into the new table ``table_id`` (see the module docstring)."""
 
@@ -181,7 +192,6 @@ class BulkImport:
         # with the GIL released); the ones sent open and closed later are updated at the end.
         self._files_sent = 0
         self._sent_open: list[list[Any]] = []
-        self._early: dict[int, int] = {}  # version -> its adds whose rows ``lines`` made
 
     def version(
         self,
@@ -234,11 +244,10 @@ class BulkImport:
             raise ValueError(f"version {version}: {len(lines)} lines but {len(facts.kinds)} action types")
         if len(lines) > lines_sent:
             self.lines(version, lines_sent, facts.kinds[lines_sent:], lines[lines_sent:], part)
-        early = self._early.pop(version, 0)
-        if early and not index_files:
+        if not index_files and self.index.has_early(version):
             raise ValueError(f"version {version}: early file rows for a version that is not indexed")
         if index_files:
-            self.index.apply(version, part, facts.files, early)
+            self.index.apply(version, part, facts.files)
             # The newest ACTION_BATCH rows stay here: a file removed soon after its add is then
             # sent closed, not sent open and updated at the end (a long history's churn).
             if len(self.index.rows) - self._files_sent >= 2 * ACTION_BATCH:
@@ -266,7 +275,6 @@ class BulkImport:
             self._flush_actions()
         if files:
             self.index.early(version, part, files)
-            self._early[version] = self._early.get(version, 0) + len(files)
             self._send_files()
 
     def drop_files(self, version: int, keys: Iterable[FileKey]) -> None:
