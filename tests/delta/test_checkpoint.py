@@ -542,8 +542,62 @@ def test_a_line_longer_than_a_json_block_stays_on_the_fast_path() -> None:
     stats = json.dumps({"numRecords": 1, "minValues": {f"c{i}": "x" * 50 for i in range(120_000)}})
     lines = [json.dumps({"add": {"path": "big", "partitionValues": {}, "size": 1, "stats": stats}})]
     lines.append('{"add":{"path":"small","partitionValues":{},"size":2}}')
-    parsed = ck._parse_fast(lines, "add", ck._Context(1, ()), max(len(line) for line in lines))
+    parsed = ck._parse_fast(lines, "add", ck._Context(1, ()))  # _Fallback would raise here
     assert parsed.field("stats")[0].as_py() == stats
+    block = ("\n".join(lines) + "\n").encode()
+    assert ck._parse_block(block, "add", ck._Context(1, ())).equals(parsed)
+
+
+def _blocks(lines: list[str], per_block: int) -> list[bytes]:
+    return [
+        "".join(line + "\n" for line in lines[i : i + per_block]).encode()
+        for i in range(0, len(lines), per_block)
+    ]
+
+
+def test_add_blocks_give_the_checkpoint_the_add_lines_give(appended_table: Path) -> None:
+    state = log_state(appended_table)
+    expected = build_checkpoint(state).files[0].data
+    lines, state.adds = list(state.adds), []
+    state.add_blocks = _blocks(lines, len(lines))
+    assert build_checkpoint(state).files[0].data == expected  # one block: the same bytes
+    state.add_blocks = iter(_blocks(lines, 1))
+    assert rows(build_checkpoint(state).files[0].data) == rows(expected)  # one line per block
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"add":{"path":"a","stats":{"numRecords":1}}}', "stats must be a string"),
+        ("not json", "not valid JSON"),
+        ('{"add":{"path":"a","size":"big"}}', "does not fit the checkpoint schema"),
+    ],
+)
+def test_an_invalid_line_in_an_add_block_is_the_same_data_error(
+    appended_table: Path, line: str, message: str
+) -> None:
+    state = log_state(appended_table)
+    lines, state.adds = list(state.adds), []
+    state.add_blocks = _blocks([*lines, line], 2)
+    with pytest.raises(InvalidActionError, match=re.escape(message)):
+        build_checkpoint(state)
+
+
+def test_partition_values_are_dictionary_encoded_and_paths_and_stats_are_not(tmp_path: Path) -> None:
+    # unique per file, a dictionary on paths and stats is built, overflows and is thrown away
+    path = tmp_path / "parted"
+    write_deltalake(
+        str(path), pa.table({"id": list(range(40)), "p": ["a", "b"] * 20}), partition_by=["p"], mode="append"
+    )
+    meta = pq.ParquetFile(pa.BufferReader(build_checkpoint(log_state(path)).files[0].data)).metadata
+    encodings = {
+        meta.row_group(0).column(i).path_in_schema: set(meta.row_group(0).column(i).encodings)
+        for i in range(meta.num_columns)
+    }
+    dictionary = {"PLAIN_DICTIONARY", "RLE_DICTIONARY"}
+    assert encodings["add.partitionValues.key_value.value"] & dictionary
+    assert not encodings["add.path"] & dictionary
+    assert not encodings["add.stats"] & dictionary
 
 
 def test_a_lone_surrogate_in_an_add_line_is_a_data_error(appended_table: Path) -> None:

@@ -13,7 +13,7 @@ from store.store_kit import Action, add, inline_dv, new_table, remove
 
 from delta_mirror.delta.actions import canonical_line, dv_id
 from delta_mirror.errors import InvalidActionError
-from delta_mirror.store import SqlStore
+from delta_mirror.store import SqlStore, reads
 
 
 def _replay(store: SqlStore, table_id: int, version: int) -> dict[tuple[str, str], str]:
@@ -70,10 +70,27 @@ def test_active_files_at_past_versions_match_a_naive_replay(store: SqlStore, loc
             line for batch in store.iter_active_add_lines(table_id, version, batch=7) for line in batch
         ]
         assert sorted(add_lines) == sorted(expected.values())
+        blocks = list(store.iter_active_add_blocks(table_id, version))
+        assert all(b.endswith(b"\n") for b in blocks)
+        assert sorted(b"".join(blocks).decode().splitlines()) == sorted(expected.values())
         assert store.count_active_files(table_id, version) == len(expected)
     assert sorted((f.path, dv_id(live[f.path])) for f in store.active_files(table_id, 40)) == sorted(
         (p, dv_id(d)) for p, d in live.items()
     )
+
+
+def test_active_add_blocks_hold_whole_lines_of_about_the_block_size(
+    store: SqlStore, location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table_id = new_table(store, location, "t", *(add(f"f{i:03}.parquet", size=i) for i in range(200)))
+    expected = sorted(line for batch in store.iter_active_add_lines(table_id, 0) for line in batch)
+    monkeypatch.setattr(reads, "_BLOCK_BYTES", 1000)
+    blocks = list(store.iter_active_add_blocks(table_id, 0))
+    assert len(blocks) > 5
+    for block in blocks[:-1]:
+        assert 1000 <= len(block) < 1000 + max(map(len, expected)) + 1
+    lines = [line for block in blocks for line in block.decode().split("\n")[:-1]]
+    assert sorted(lines) == expected  # no line cut, none lost, none twice
 
 
 def test_the_active_file_set_is_one_query(store: SqlStore, location: str) -> None:

@@ -101,6 +101,7 @@ def local_checkpoint_builder(store: SqlStore, plan: CheckpointPlan) -> Checkpoin
     """The in-process engine: the active file set streamed from the store (O(active files))."""
     from delta_mirror.delta.checkpoint.layouts import build_checkpoint
     from delta_mirror.delta.checkpoint.model import CheckpointInput
+    from delta_mirror.jobs.read_ahead import read_ahead
 
     snap, table_id, version = plan.snapshot, plan.table.id, plan.version
     return build_checkpoint(
@@ -110,10 +111,11 @@ def local_checkpoint_builder(store: SqlStore, plan: CheckpointPlan) -> Checkpoin
             metadata=snap.metadata,
             txns=snap.txns,
             domain_metadata=snap.domain_metadata,
-            # A generator: every layout reads the adds once, in chunks, so only one store batch of
-            # lines is alive at a time (not the whole active set as Python strings).
-            adds=(line for batch in store.iter_active_add_lines(table_id, version) for line in batch),
+            adds=[],
             removes=store.tombstone_lines(table_id, version, plan.min_deletion_timestamp),
+            # Blocks of lines, read a block ahead in a thread while the previous one is parsed; every
+            # layout reads them once, so at most three blocks are alive (not the whole active set).
+            add_blocks=read_ahead(store.iter_active_add_blocks(table_id, version), depth=1),
         ),
         kind=plan.kind,
         part_size=plan.part_size,

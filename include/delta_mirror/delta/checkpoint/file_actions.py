@@ -3,9 +3,8 @@ per line as the fallback (which also produces the precise error)."""
 
 from __future__ import annotations
 
-import io
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,28 +66,40 @@ def _partition_keys(metadata: dict[str, Any], version: int) -> tuple[str, ...]:
 
 def _file_chunks(inp: CheckpointInput, ctx: _Context) -> Iterator[tuple[str, Any]]:
     """``("add"|"remove", StructArray)`` chunks of bounded text size, adds first."""
-    for column, lines in (("add", inp.adds), ("remove", inp.removes)):
-        batch: list[str] = []
-        chars = longest = 0
-        for line in lines:
-            batch.append(line)
-            size = len(line)
-            chars += size
-            longest = max(longest, size)
-            if chars >= _CHUNK_CHARS:
-                yield column, _parse_file_actions(batch, column, ctx, longest)
-                batch, chars, longest = [], 0, 0
-        if batch:
-            yield column, _parse_file_actions(batch, column, ctx, longest)
+    yield from _line_chunks("add", inp.adds, ctx)
+    for block in inp.add_blocks:
+        yield "add", _parse_block(block, "add", ctx)
+    yield from _line_chunks("remove", inp.removes, ctx)
+
+
+def _line_chunks(column: str, lines: Iterable[str], ctx: _Context) -> Iterator[tuple[str, Any]]:
+    batch: list[str] = []
+    chars = 0
+    for line in lines:
+        batch.append(line)
+        chars += len(line)
+        if chars >= _CHUNK_CHARS:
+            yield column, _parse_file_actions(batch, column, ctx)
+            batch, chars = [], 0
+    if batch:
+        yield column, _parse_file_actions(batch, column, ctx)
+
+
+def _parse_block(data: bytes, column: str, ctx: _Context) -> Any:
+    """A block of ``\\n``-terminated UTF-8 lines, parsed without a Python string per line."""
+    try:
+        return _parse_arrow(data, data.count(b"\n"), column, ctx, _JSON_BLOCK)
+    except _Fallback:
+        return _parse_slow(data.decode("utf-8").split("\n")[:-1], column, ctx)
 
 
 class _Fallback(Exception):
     """The Arrow fast path cannot take this chunk; parse it line by line instead."""
 
 
-def _parse_file_actions(lines: list[str], column: str, ctx: _Context, longest: int = 0) -> Any:
+def _parse_file_actions(lines: list[str], column: str, ctx: _Context) -> Any:
     try:
-        return _parse_fast(lines, column, ctx, longest)
+        return _parse_fast(lines, column, ctx)
     except _Fallback:
         return _parse_slow(lines, column, ctx)
 
@@ -101,26 +112,31 @@ def _reader_type(column: str) -> Any:
 _READER_SCHEMAS = {c: pa.schema([pa.field(c, _reader_type(c))]) for c in ("add", "remove")}
 
 
-def _parse_fast(lines: list[str], column: str, ctx: _Context, longest: int = 0) -> Any:
-    """Parse a chunk with Arrow's multi-threaded JSON reader into the checkpoint's struct type."""
+def _parse_fast(lines: list[str], column: str, ctx: _Context) -> Any:
     try:
         data = "\n".join(lines).encode("utf-8")
     except UnicodeEncodeError as exc:  # lone surrogates: the slow path names the line
         raise _Fallback from exc
-    # a JSON object may not straddle blocks: make room for the longest line (4 bytes per char max)
-    block_size = max(_JSON_BLOCK, 4 * longest + 64)
+    return _parse_arrow(data, len(lines), column, ctx, _JSON_BLOCK)
+
+
+def _parse_arrow(data: bytes, num_lines: int, column: str, ctx: _Context, block_size: int) -> Any:
+    """Parse ``num_lines`` lines with Arrow's multi-threaded JSON reader into the checkpoint's
+    struct type; ``_Fallback`` when it cannot (the line-by-line path then finds the culprit)."""
     try:
         table = pa_json.read_json(
-            io.BytesIO(data),
+            pa.BufferReader(data),
             read_options=pa_json.ReadOptions(use_threads=True, block_size=block_size),
             parse_options=pa_json.ParseOptions(
                 explicit_schema=_READER_SCHEMAS[column], unexpected_field_behavior="infer"
             ),
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        if "straddl" in str(exc) and block_size <= len(data):  # a line longer than a block:
+            # a JSON object may not straddle blocks, so parse the chunk as one block
+            return _parse_arrow(data, num_lines, column, ctx, len(data) + 64)
         raise _Fallback from exc
-    del data
-    if table.num_rows != len(lines):  # blank lines are skipped by the reader
+    if table.num_rows != num_lines:  # blank lines are skipped by the reader
         raise _Fallback
     parsed = table.column(column).combine_chunks()
     del table

@@ -37,6 +37,16 @@ from delta_mirror.errors import InvalidActionError, PermanentError
 
 _ROW_GROUP_ROWS = 1 << 17
 _ROW_GROUP_BYTES = 64 << 20
+# Dictionary pages only where values repeat from file to file (partition values, tags). Paths and
+# stats are unique per file: a dictionary tried on them is built, overflows its page and is thrown
+# away, which doubles the encoding time of a 300k-file checkpoint, grows it by a sixth and holds
+# ~40 MB more while writing.
+_DICTIONARY_COLUMNS = [
+    f"{side}.{column}.key_value.{part}"
+    for side in ("add", "remove")
+    for column in ("partitionValues", "tags")
+    for part in ("key", "value")
+]
 _UUID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://delta-mirror/checkpoint")
 
 
@@ -396,6 +406,7 @@ class _ParquetSink:
             use_compliant_nested_type=True,  # list/element and key_value/key/value, as Spark writes
             store_schema=False,  # no ARROW:schema blob: readers use the Parquet schema only
             data_page_version="1.0",
+            use_dictionary=_DICTIONARY_COLUMNS,
         )
         self._pending: list[Any] = []
         self._pending_rows = 0

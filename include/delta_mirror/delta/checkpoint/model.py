@@ -18,6 +18,9 @@ class CheckpointInput:
     domain_metadata: list[str]  # latest '{"domainMetadata":{...}}' per domain, not removed
     adds: Iterable[str] | list[str]  # '{"add":{...}}' lines of the active files
     removes: list[str]  # '{"remove":{...}}' tombstones still within the retention
+    # more active adds as UTF-8 blocks of whole '\n'-terminated lines (the store's bulk read):
+    # parsed in bulk, without a Python string per file
+    add_blocks: Iterable[bytes] = ()
 
 
 @dataclass

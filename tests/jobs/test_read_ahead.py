@@ -1,0 +1,69 @@
+"""read_ahead runs a producer in its own thread, in order, and never outlives its consumer."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from delta_mirror.jobs.read_ahead import read_ahead
+
+
+def test_items_come_in_order_from_another_thread() -> None:
+    threads: set[str] = set()
+
+    def produce() -> Iterator[int]:
+        for i in range(50):
+            threads.add(threading.current_thread().name)
+            yield i
+
+    assert list(read_ahead(produce(), depth=3, name="producer-x")) == list(range(50))
+    assert threads == {"producer-x"}
+
+
+def test_the_producer_runs_ahead_of_the_consumer_by_at_most_depth_items() -> None:
+    produced: list[int] = []
+    step = threading.Event()
+
+    def produce() -> Iterator[int]:
+        for i in range(10):
+            produced.append(i)
+            yield i
+            if i == 5:
+                step.set()
+
+    items = read_ahead(produce(), depth=2)
+    assert next(items) == 0
+    assert not step.wait(0.5)  # item 0 taken, 1 and 2 queued, 3 made and waiting for a slot
+    assert len(produced) <= 4
+    assert list(items) == list(range(1, 10))
+
+
+def test_an_error_in_the_producer_is_raised_after_the_items_before_it() -> None:
+    def produce() -> Iterator[int]:
+        yield 1
+        yield 2
+        raise LookupError("store read failed")
+
+    seen: list[int] = []
+    with pytest.raises(LookupError, match="store read failed"):
+        for item in read_ahead(produce()):
+            seen.append(item)
+    assert seen == [1, 2]
+
+
+def test_a_consumer_that_stops_early_closes_the_producer_in_its_thread() -> None:
+    closed_in: list[str] = []
+
+    def produce() -> Iterator[int]:
+        try:
+            yield from range(1000)
+        finally:
+            closed_in.append(threading.current_thread().name)
+
+    items = read_ahead(produce(), depth=1, name="producer-y")
+    assert next(items) == 0
+    items.close()  # the consumer gives up: the thread must end and the generator be closed
+    assert closed_in == ["producer-y"]
+    assert not any(t.name == "producer-y" for t in threading.enumerate())
