@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from delta_mirror.store import SqlStore
 
 # Run as ``delta-mirror``: main() from a fresh interpreter, then what the process is left with.
@@ -52,4 +54,20 @@ def test_status_freezes_its_start_up_turns_the_collector_back_on_and_imports_no_
     assert probe["code"] in (0, None)
     assert probe["gc"] is True
     assert isinstance(probe["frozen"], int) and probe["frozen"] > 10_000  # SQLAlchemy and the driver
+    assert probe["heavy"] == []
+
+
+def test_mirror_without_a_table_config_loads_no_yaml_and_no_pyarrow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # every published version pays the process start: the table config's parser and the
+    # checkpoint builder's Arrow load only when a config file exists or a checkpoint is due
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    store = SqlStore(url)
+    store.init()
+    store.create_table("t", (tmp_path / "t").as_uri())
+    store.close()
+    monkeypatch.setenv("DELTA_MIRROR_CONFIG", str(tmp_path / "absent.yaml"))
+    probe = _run("mirror", "t", "--json", "--store", url)
+    assert probe["code"] in (0, None)
     assert probe["heavy"] == []

@@ -56,17 +56,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from delta_mirror.errors import PermanentError
 from delta_mirror.store.sql_store import TABLE_NAME
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _CRON = re.compile(r"^\S+(\s+\S+){4,5}$")
-# libyaml's safe loader when PyYAML has it: the config is read at every DAG parse and task
-# start-up, and with 1,000 tables the pure-Python loader takes about 0.3 s of it (7x the C one)
-_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _PRESETS = {"@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@continuous"}
 
 
@@ -456,8 +451,14 @@ def _tables(raw_tables: dict[Any, Any], defaults: TableConfig, source: str) -> d
 
 def parse_config(text: str, source: str = "<string>") -> MirrorConfig:
     """Validate a config document; raises ``ConfigError`` naming the bad table and key."""
+    # Imported here: a command that finds no config file (``mirror`` on its defaults) never loads it.
+    import yaml
+
+    # libyaml's safe loader when PyYAML has it: the config is read at every DAG parse and task
+    # start-up, and with 1,000 tables the pure-Python loader takes about 0.3 s of it (7x the C one)
+    loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        raw = yaml.load(text, Loader=_YAML_LOADER) or {}  # a safe loader (C or Python)
+        raw = yaml.load(text, Loader=loader) or {}  # a safe loader (C or Python)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source} is not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
