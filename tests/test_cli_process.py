@@ -35,6 +35,15 @@ def _run(*argv: str) -> dict[str, object]:
     return result
 
 
+def _store_with_table_t(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    store = SqlStore(url)
+    store.init()
+    store.create_table("t", (tmp_path / "t").as_uri())
+    store.close()
+    return url
+
+
 def test_the_cli_starts_without_sqlalchemy_and_leaves_the_collector_on() -> None:
     probe = _run("--version")
     assert probe["code"] in (0, None)
@@ -45,11 +54,7 @@ def test_the_cli_starts_without_sqlalchemy_and_leaves_the_collector_on() -> None
 def test_status_freezes_its_start_up_turns_the_collector_back_on_and_imports_no_writer_modules(
     tmp_path: Path,
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    store = SqlStore(url)
-    store.init()
-    store.create_table("t", (tmp_path / "t").as_uri())
-    store.close()
+    url = _store_with_table_t(tmp_path)
     probe = _run("status", "--json", "--store", url)
     assert probe["code"] in (0, None)
     assert probe["gc"] is True
@@ -62,11 +67,7 @@ def test_mirror_without_a_table_config_loads_no_yaml_and_no_pyarrow(
 ) -> None:
     # every published version pays the process start: the table config's parser and the
     # checkpoint builder's Arrow load only when a config file exists or a checkpoint is due
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    store = SqlStore(url)
-    store.init()
-    store.create_table("t", (tmp_path / "t").as_uri())
-    store.close()
+    url = _store_with_table_t(tmp_path)
     monkeypatch.setenv("DELTA_MIRROR_CONFIG", str(tmp_path / "absent.yaml"))
     probe = _run("mirror", "t", "--json", "--store", url)
     assert probe["code"] in (0, None)
