@@ -177,8 +177,9 @@ def _copy_blocks(conn: Connection, query: Any, params: dict[str, Any], block_byt
 
 
 def _copy_lines(conn: Connection, query: Any, params: dict[str, Any], batch: int) -> Iterator[list[str]]:
-    """``_copy_blocks`` as lists of at most ``batch`` strings."""
-    for block in _copy_blocks(conn, query, params, _BLOCK_BYTES):
+    """``_copy_blocks`` as lists of at most ``batch`` strings (4 MiB blocks: a block's text and its
+    split lines are alive together)."""
+    for block in _copy_blocks(conn, query, params, 4 << 20):
         yield from _slices(block.decode("utf-8").split("\n")[:-1], batch)
 
 
