@@ -248,7 +248,7 @@ def test_sql_text_is_built_from_runtime_values_only_in_these_reviewed_places() -
         ("db.py", "migrate"),  # a module constant (the advisory lock key)
         ("reads.py", "_file_payload_query"),  # 'add' / 'remove' and constant SQL fragments
         ("mirror_status.py", "_mark_succeeded_pg"),  # placeholder names (:v0, :s0...), values bound
-        ("reads.py", "_copy_lines"),  # COPY cannot bind: integer parameters only, checked
+        ("reads.py", "_copy_blocks"),  # COPY cannot bind: integer parameters only, checked
         # the import's bulk load: table and column names from the module's constants, values bound
         # (executemany) or sent as COPY data, never in the statement
         ("bulk_load.py", "_copy"),
@@ -265,13 +265,16 @@ def test_sql_text_is_built_from_runtime_values_only_in_these_reviewed_places() -
 def test_copy_refuses_anything_but_integer_parameters(pg_store_url: str) -> None:
     from sqlalchemy import text
 
-    from delta_mirror.store.reads import _copy_lines
+    from delta_mirror.store.reads import _copy_blocks, _copy_lines
 
     store = SqlStore(pg_store_url)
     store.init()
     with store.engine.connect() as conn:
         with pytest.raises(TypeError, match="must be integers"):
+            list(_copy_blocks(conn, text("SELECT :v"), {"v": "1'; DROP TABLE dl_tables;--"}, 10))
+        with pytest.raises(TypeError, match="must be integers"):
             list(_copy_lines(conn, text("SELECT :v"), {"v": "1'; DROP TABLE dl_tables;--"}, 10))
+        assert list(_copy_blocks(conn, text("SELECT CAST(:v AS TEXT)"), {"v": 7}, 10)) == [b"7\n"]
         assert list(_copy_lines(conn, text("SELECT CAST(:v AS TEXT)"), {"v": 7}, 10)) == [["7"]]
     store.close()
 
