@@ -50,7 +50,7 @@ _SQLITE_COMMIT_LINES = (
     "SELECT version, payload FROM dl_actions WHERE table_id = ? AND part = ? "
     "AND version BETWEEN ? AND ? ORDER BY version, seq"
 )
-_BLOCK_BYTES = 16 << 20  # a bulk read's unit: big enough to parse in parallel, small enough to hold twice
+_BLOCK_BYTES = 16 << 20  # a bulk read's unit: big enough to parse in parallel, small enough to hold three
 _SIDE_RANGES = {
     side: "SELECT count(*), min(f.id), max(f.id) FROM dl_files f WHERE f.table_id = :table_id AND " + where
     for side, where in _SIDES.items()
