@@ -5,26 +5,52 @@ import java.io.InterruptedIOException;
 import java.net.URI;
 import java.net.URLEncoder;
 import java.net.http.HttpClient;
+import java.net.http.HttpConnectTimeoutException;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.logging.Level;
+import java.util.logging.Logger;
 
-/** The HTTP side of docs/commit-service.md: one request per call, plus bounded retries. */
+/**
+ * The HTTP side of docs/commit-service.md: one call per route, over the replicas of
+ * {@code delta.mirror.commit.url}, with bounded retries.
+ *
+ * <p>Failover: a call tries the replica that answered last (sticky per URL list, so a healthy pair
+ * does not alternate), and on a connection error, a timeout or a 502/503/504 the next one at once;
+ * after a round in which every replica failed it backs off (100 ms doubling to 5 s, or the
+ * service's longer Retry-After within 5 s), for at most {@code retries} rounds. With one URL that
+ * is the single-service behaviour: {@code retries} attempts. Any replica may answer any call: the
+ * service is stateless and the store decides (docs/commit-service.md, "Stateless").
+ */
 final class CommitClient {
+    private static final Logger LOG = Logger.getLogger(CommitClient.class.getName());
     static final long BACKOFF_START_MS = 100;
     static final long BACKOFF_CAP_MS = 5_000;
 
     /** One HttpClient per connect timeout (HttpClient is thread-safe and holds the connection pool). */
     private static final Map<Long, HttpClient> CLIENTS = new ConcurrentHashMap<>();
+    /** The index of the replica that answered last, per URL list ({@link Settings#url}). */
+    private static final Map<String, AtomicInteger> PREFERRED = new ConcurrentHashMap<>();
 
     /** A status and body; {@code retryAfterMs} from {@code Retry-After} seconds, or -1. */
     static final class Response {
         final int status;
         final byte[] body;
         final long retryAfterMs;
+        /** Which replica answered (base URL, no credentials). */
+        String replica;
+        /**
+         * A POST of this call was sent to a replica that then gave no usable answer (lost, timed
+         * out, 502/503/504): that attempt may have committed. See SqlAuthorityLogStore#commit.
+         */
+        boolean afterLostAnswer;
 
         Response(int status, byte[] body, long retryAfterMs) {
             this.status = status;
@@ -62,9 +88,23 @@ final class CommitClient {
         }
     }
 
+    /**
+     * All replicas failed in every round, without one answer (connection errors and timeouts only).
+     * {@link #afterLostAnswer} as in {@link Response}.
+     */
+    static final class UnreachableException extends IOException {
+        final boolean afterLostAnswer;
+
+        UnreachableException(String message, IOException cause, boolean afterLostAnswer) {
+            super(message, cause);
+            this.afterLostAnswer = afterLostAnswer;
+        }
+    }
+
+    /** One request of a call, to the replica at {@code baseUrl}. */
     @FunctionalInterface
     interface Call {
-        Response run() throws IOException;
+        Response run(String baseUrl) throws IOException;
     }
 
     private final Settings settings;
@@ -73,60 +113,114 @@ final class CommitClient {
         this.settings = settings;
     }
 
-    Response latest(String root) throws IOException {
-        return send("GET", "/v1/latest?root=" + enc(root), null);
+    Response latest(String root, int rounds) throws IOException {
+        String what = "reading the latest version of " + root;
+        return withFailover(what, rounds, false, base -> send(base, "GET", "/v1/latest?root=" + enc(root), null));
     }
 
-    Response getCommit(long version, String root) throws IOException {
-        return send("GET", "/v1/commits/" + version + "?root=" + enc(root), null);
+    Response getCommit(long version, String root, int rounds) throws IOException {
+        String what = "reading committed version " + version + " of " + root;
+        return withFailover(what, rounds, false,
+            base -> send(base, "GET", "/v1/commits/" + version + "?root=" + enc(root), null));
     }
 
-    Response postCommit(long version, String root, byte[] bytes) throws IOException {
-        return send("POST", "/v1/commits/" + version + "?root=" + enc(root), bytes);
+    Response postCommit(long version, String root, byte[] bytes, int rounds) throws IOException {
+        String what = "commit of version " + version + " of " + root;
+        return withFailover(what, rounds, true,
+            base -> send(base, "POST", "/v1/commits/" + version + "?root=" + enc(root), bytes));
     }
 
-    /** 502/503/504: the store or a proxy in front of the service is unavailable for now. */
+    /** 502/503/504: the store, the replica or a proxy in front of it is unavailable for now. */
     static boolean isTransient(int status) {
         return status == 502 || status == 503 || status == 504;
     }
 
+    /** The connection was never made, so the request was not sent (no outcome to doubt). */
+    static boolean notSent(IOException e) {
+        return e instanceof java.net.ConnectException || e instanceof HttpConnectTimeoutException;
+    }
+
     /**
-     * Runs {@code call} until it answers something other than a transient status, at most
-     * {@code attempts} times, sleeping 100 ms, 200 ms, ... (capped at 5 s, or the service's
-     * Retry-After when longer, within the cap) between attempts. Connection errors and timeouts are
-     * transient too. Returns the last answer (possibly still transient), or throws the last
-     * connection error.
+     * Runs {@code call} on the replicas (see the class comment) until one answers something other
+     * than a transient status, for at most {@code rounds} rounds. Returns that answer, or the last
+     * transient one when every attempt failed; throws {@link UnreachableException} when no replica
+     * answered at all. {@code post}: track whether an attempt may have committed
+     * ({@link Response#afterLostAnswer}).
      */
-    Response withRetries(String what, int attempts, Call call) throws IOException {
+    Response withFailover(String what, int rounds, boolean post, Call call) throws IOException {
+        List<String> replicas = settings.checkedUrls();
+        int k = replicas.size();
+        AtomicInteger preferred = PREFERRED.computeIfAbsent(settings.url, u -> new AtomicInteger());
+        Map<String, String> failures = new LinkedHashMap<>();
         IOException lastError = null;
-        Response last = null;
-        int n = Math.max(1, attempts);
-        for (int i = 1; i <= n; i++) {
-            try {
-                last = call.run();
-                lastError = null;
-                if (!isTransient(last.status)) {
-                    return last;
+        Response lastAnswer = null;
+        boolean lost = false;
+        int attempts = 0;
+        int n = Math.max(1, rounds);
+        for (int round = 1; round <= n; round++) {
+            int start = Math.floorMod(preferred.get(), k);
+            lastAnswer = null;
+            for (int j = 0; j < k; j++) {
+                int i = (start + j) % k;
+                String replica = replicas.get(i);
+                String why;
+                attempts++;
+                try {
+                    Response r = call.run(replica);
+                    r.replica = Settings.redact(replica);
+                    if (!isTransient(r.status)) {
+                        r.afterLostAnswer = lost;
+                        preferred.set(i);
+                        return r;
+                    }
+                    lastAnswer = r;
+                    lost |= post;
+                    why = r.describe();
+                } catch (InterruptedIOException e) {
+                    throw e;
+                } catch (IOException e) {
+                    lastError = e;
+                    lost |= post && !notSent(e);
+                    why = e.getMessage() == null && e instanceof java.net.ConnectException
+                        ? "connection refused (" + e + ")" : e.toString();
                 }
-            } catch (InterruptedIOException e) {
-                throw e;
-            } catch (IOException e) {
-                lastError = e;
-                last = null;
+                failures.put(Settings.redact(replica), why);
+                if (k > 1) {
+                    preferred.compareAndSet(i, (i + 1) % k); // others may have moved on already
+                }
+                if (LOG.isLoggable(Level.WARNING)) {
+                    boolean more = j + 1 < k || round < n;
+                    LOG.warning("delta-mirror: " + what + ": the commit service replica "
+                        + Settings.redact(replica) + " failed (attempt " + attempts + ", " + why + ")"
+                        + (!more ? "; no attempt left"
+                            : j + 1 < k ? "; trying " + Settings.redact(replicas.get((i + 1) % k))
+                            : "; retrying after a backoff"));
+                }
             }
-            if (i < n) {
-                long wait = Math.min(BACKOFF_CAP_MS, BACKOFF_START_MS << Math.min(i - 1, 20));
-                if (last != null && last.retryAfterMs > wait) {
-                    wait = Math.min(BACKOFF_CAP_MS, last.retryAfterMs);
+            if (round < n) {
+                long wait = Math.min(BACKOFF_CAP_MS, BACKOFF_START_MS << Math.min(round - 1, 20));
+                if (lastAnswer != null && lastAnswer.retryAfterMs > wait) {
+                    wait = Math.min(BACKOFF_CAP_MS, lastAnswer.retryAfterMs);
                 }
                 sleep(wait);
             }
         }
-        if (last != null) {
-            return last;
+        if (lastAnswer != null) {
+            lastAnswer.afterLostAnswer = lost;
+            return lastAnswer;
         }
-        throw new IOException("delta-mirror: " + what + ": the commit service at " + settings.url
-            + " is unreachable after " + n + " attempt(s) (" + lastError + ")", lastError);
+        String detail;
+        if (k == 1) {
+            detail = String.valueOf(lastError);
+        } else {
+            StringBuilder b = new StringBuilder();
+            failures.forEach((r, why) -> b.append(b.length() == 0 ? "" : "; ").append(r).append(": ").append(why));
+            detail = "last failures: " + b;
+        }
+        throw new UnreachableException("delta-mirror: " + what + ": the commit service at "
+            + (k == 1 ? Settings.redact(replicas.get(0)) : "every replica (" + String.join(", ",
+                failures.keySet()) + ")")
+            + " is unreachable after " + attempts + " attempt(s) (" + detail + ")", lastError, lost);
     }
 
     private static void sleep(long ms) throws InterruptedIOException {
@@ -142,13 +236,8 @@ final class CommitClient {
         return URLEncoder.encode(s, StandardCharsets.UTF_8);
     }
 
-    private Response send(String method, String route, byte[] body) throws IOException {
-        URI uri;
-        try {
-            uri = URI.create(settings.url + route);
-        } catch (IllegalArgumentException e) {
-            throw new IOException("delta-mirror: invalid " + Settings.URL + " '" + settings.url + "'", e);
-        }
+    private Response send(String baseUrl, String method, String route, byte[] body) throws IOException {
+        URI uri = URI.create(baseUrl + route); // checked by Settings#checkedUrls
         HttpRequest.Builder b = HttpRequest.newBuilder(uri)
             .timeout(Duration.ofMillis(settings.timeoutMs))
             .header("User-Agent", "delta-mirror-logstore");

@@ -33,8 +33,13 @@ final class Settings {
     static final long DEFAULT_TIMEOUT_MS = 10_000;
     static final int DEFAULT_RETRIES = 8;
 
-    /** Base URL without a trailing slash, or null: every table passes through. */
+    /**
+     * The setting, or null: every table passes through. It names the replicas of one service in
+     * failover order, comma-separated (a single URL is a list of one); here as {@link #urls} joined.
+     */
     final String url;
+    /** The replicas' base URLs, without trailing slashes, duplicates and empty entries. */
+    final List<String> urls;
     /** Normalised governed prefixes (see {@link #normalise}). */
     final List<String> roots;
     final boolean refuseOutside;
@@ -46,7 +51,8 @@ final class Settings {
 
     private Settings(String url, List<String> roots, boolean refuseOutside, long timeoutMs, int retries,
                      String token, String failpoint) {
-        this.url = url;
+        this.urls = url == null ? List.of() : parseUrls(url);
+        this.url = url == null || urls.isEmpty() ? url : String.join(",", urls);
         this.roots = roots;
         this.refuseOutside = refuseOutside;
         this.timeoutMs = timeoutMs;
@@ -78,11 +84,6 @@ final class Settings {
 
     static Settings from(Configuration conf) {
         String url = get(conf, URL);
-        if (url != null) {
-            while (url.endsWith("/")) {
-                url = url.substring(0, url.length() - 1);
-            }
-        }
         List<String> roots = new ArrayList<>();
         String rootList = get(conf, ROOTS);
         if (rootList != null) {
@@ -128,8 +129,79 @@ final class Settings {
         return v == null || v.isBlank() ? null : v.trim();
     }
 
+    /** A URL set (even one without a usable entry: its commits then fail, they never pass through). */
     boolean enabled() {
         return url != null;
+    }
+
+    /**
+     * The entries of a comma-separated URL list: trimmed, trailing slashes removed, empty entries
+     * and repeats skipped, in their order (the failover order). Not validated here: see
+     * {@link #checkedUrls}.
+     */
+    static List<String> parseUrls(String list) {
+        List<String> out = new ArrayList<>();
+        for (String raw : list.split(",")) {
+            String u = raw.trim();
+            while (u.endsWith("/")) {
+                u = u.substring(0, u.length() - 1);
+            }
+            if (!u.isEmpty() && !out.contains(u)) {
+                out.add(u);
+            }
+        }
+        return Collections.unmodifiableList(out);
+    }
+
+    /** {@link #urls}, each an absolute http(s) URL with a host, else one clear IOException. */
+    List<String> checkedUrls() throws java.io.IOException {
+        if (urls.isEmpty()) {
+            throw new java.io.IOException("delta-mirror: " + URL + " lists no URL ('" + redact(url)
+                + "'): set it to the commit service's URL, or several replicas' URLs separated by commas");
+        }
+        for (String u : urls) {
+            String why = null;
+            try {
+                URI uri = new URI(u);
+                String scheme = uri.getScheme() == null ? "" : uri.getScheme().toLowerCase(Locale.ROOT);
+                if (!scheme.equals("http") && !scheme.equals("https")) {
+                    why = "not an http:// or https:// URL";
+                } else if (uri.getHost() == null) {
+                    why = "no host";
+                } else if (uri.getRawQuery() != null || uri.getRawFragment() != null) {
+                    why = "a base URL has no query or fragment";
+                }
+            } catch (java.net.URISyntaxException e) {
+                why = e.getReason();
+            }
+            if (why != null) {
+                throw new java.io.IOException("delta-mirror: invalid entry '" + redact(u) + "' in " + URL + ": "
+                    + why + " (expected http://host:port, several separated by commas)");
+            }
+        }
+        return urls;
+    }
+
+    /** {@code url} without a user and password ({@code http://***@host}), for messages and logs. */
+    static String redact(String url) {
+        if (url == null) {
+            return null;
+        }
+        StringBuilder out = new StringBuilder();
+        for (String part : url.split(",", -1)) {
+            if (out.length() > 0) {
+                out.append(',');
+            }
+            int scheme = part.indexOf("://");
+            int at = part.lastIndexOf('@');
+            int slash = scheme < 0 ? -1 : part.indexOf('/', scheme + 3);
+            if (scheme >= 0 && at > scheme && (slash < 0 || at < slash)) {
+                out.append(part, 0, scheme + 3).append("***").append(part.substring(at));
+            } else {
+                out.append(part);
+            }
+        }
+        return out.toString();
     }
 
     String token() {
@@ -175,7 +247,7 @@ final class Settings {
 
     @Override
     public String toString() { // no token
-        return "url=" + url + ", roots=" + roots + ", outside=" + (refuseOutside ? "refuse" : "passthrough")
+        return "url=" + redact(url) + ", roots=" + roots + ", outside=" + (refuseOutside ? "refuse" : "passthrough")
             + ", timeoutMs=" + timeoutMs + ", retries=" + retries + ", token=" + (token == null ? "unset" : "set");
     }
 }

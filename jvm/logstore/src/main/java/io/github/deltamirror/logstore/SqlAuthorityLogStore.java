@@ -45,11 +45,12 @@ import org.apache.hadoop.fs.RawLocalFileSystem;
  * store is the authority for the transaction log (docs/commit-service.md).
  *
  * <p>For a table whose root (the parent of {@code _delta_log}) lies under one of
- * {@code delta.mirror.commit.roots} while {@code delta.mirror.commit.url} is set:
+ * {@code delta.mirror.commit.roots} while {@code delta.mirror.commit.url} is set (one URL, or the
+ * replicas of the service separated by commas: {@link CommitClient} fails over between them):
  * <ul>
  *   <li>{@code write(<v>.json, overwrite=false)} POSTs Spark's exact bytes; once the service has
  *       committed them (201, or 200 for a retry of the same bytes) {@code <v>.json} is written with
- *       them, put-if-absent. 409: the winner's {@code <v>.json} is made to exist, then
+ *       them, put-if-absent; a lost answer is resolved as {@link #commit} says. 409: the winner's {@code <v>.json} is made to exist, then
  *       {@link FileAlreadyExistsException} (Delta re-lists and retries at the next version).</li>
  *   <li>{@code write(_last_checkpoint, overwrite=true)} is left to the publisher: delta-mirror's
  *       publisher is the one writer of the pointer (under the table's lease), so it never moves
@@ -217,21 +218,50 @@ public class SqlAuthorityLogStore extends HadoopFileSystemLogStore {
         return out.toByteArray();
     }
 
+    /**
+     * Commits {@code bytes} as version {@code version} through the service, then writes them as
+     * {@code <v>.json}. Exactly once, across replicas and lost answers:
+     *
+     * <p>A POST sent without a usable answer (the replica died mid-request, a timeout, 502/503/504)
+     * may have committed. It is sent again with the same bytes, to the next replica or after a
+     * backoff ({@link CommitClient}), and the answer decides:
+     * <ul>
+     *   <li>201, or 200 {@code existing} (v already holds exactly these bytes: the lost attempt had
+     *       committed them): ours; {@code <v>.json} is written.</li>
+     *   <li>409: GET v. Exactly our bytes is ours (success: throwing would make Delta commit the
+     *       same transaction again at v+1); other bytes are another writer's: their
+     *       {@code <v>.json} is written, then {@link FileAlreadyExistsException} (Delta re-lists
+     *       and retries at v+1).</li>
+     *   <li>Any other refusal after a lost answer (e.g. 423 for a table halted meanwhile): the same
+     *       GET; v holding our bytes is ours, anything else is the refusal's IOException.</li>
+     *   <li>No answer within the budget: an IOException; after a lost answer it says the commit may
+     *       have happened (then the next listing writes {@code <v>.json}, {@link #recoverMissing}).</li>
+     * </ul>
+     * Byte equality means "ours" because no two transactions write the same bytes: Delta's
+     * commitInfo holds the transaction's timestamp and id.
+     */
     private void commit(Target t, Path path, long version, byte[] bytes, Configuration conf) throws IOException {
         CommitClient client = new CommitClient(t.settings);
         String what = "commit of version " + version + " of " + t.rootText;
         t.settings.failpoint("delay-before-commit");
         long started = System.nanoTime();
-        CommitClient.Response r = client.withRetries(what, t.settings.retries,
-            () -> client.postCommit(version, t.rootText, bytes));
+        CommitClient.Response r;
+        try {
+            r = client.postCommit(version, t.rootText, bytes, t.settings.retries);
+        } catch (CommitClient.UnreachableException e) {
+            if (e.afterLostAnswer) {
+                throw new IOException(e.getMessage() + maybeCommitted(version), e);
+            }
+            throw e;
+        }
         switch (r.status) {
             case 200:
             case 201:
                 t.settings.failpoint("halt-after-commit");
                 publish(path, version, bytes, conf);
                 if (LOG.isLoggable(Level.FINE)) {
-                    LOG.fine(String.format("delta-mirror: committed version %d of %s (%d bytes, HTTP %d, %d ms)",
-                        version, t.rootText, bytes.length, r.status, (System.nanoTime() - started) / 1_000_000));
+                    LOG.fine(String.format("delta-mirror: committed version %d of %s through %s (%d bytes, HTTP %d, %d ms)",
+                        version, t.rootText, r.replica, bytes.length, r.status, (System.nanoTime() - started) / 1_000_000));
                 }
                 return;
             case 409: {
@@ -239,23 +269,64 @@ public class SqlAuthorityLogStore extends HadoopFileSystemLogStore {
                 if (Arrays.equals(winner, bytes)) {
                     // the store holds exactly our bytes: ours won (an earlier attempt's answer was lost)
                     publish(path, version, bytes, conf);
-                    LOG.fine(() -> "delta-mirror: version " + version + " of " + t.rootText
-                        + " already held our bytes after a 409");
+                    LOG.info(() -> "delta-mirror: version " + version + " of " + t.rootText
+                        + " already held our bytes after a 409: our earlier attempt had committed it");
                     return;
                 }
                 publish(path, version, winner, conf);
                 LOG.fine(() -> "delta-mirror: version " + version + " of " + t.rootText + " taken by another writer");
                 throw new FileAlreadyExistsException(path.toString());
             }
-            default:
+            default: {
+                boolean gaveUp = CommitClient.isTransient(r.status);
+                if (r.afterLostAnswer && !gaveUp) {
+                    byte[] held;
+                    try {
+                        held = heldAt(client, t, version);
+                    } catch (java.io.InterruptedIOException e) {
+                        throw e;
+                    } catch (IOException e) {
+                        throw new IOException("delta-mirror: " + what + " failed: " + r.describe()
+                            + " after an attempt whose answer was lost, and checking the store failed too ("
+                            + e.getMessage() + ")" + maybeCommitted(version), e);
+                    }
+                    if (held != null && Arrays.equals(held, bytes)) {
+                        publish(path, version, bytes, conf);
+                        LOG.info(() -> "delta-mirror: version " + version + " of " + t.rootText + " holds our bytes"
+                            + " (an attempt whose answer was lost had committed it); later answer: " + r.describe());
+                        return;
+                    }
+                }
+                int replicas = t.settings.urls.size();
                 throw new IOException("delta-mirror: " + what + " failed: " + r.describe()
-                    + (CommitClient.isTransient(r.status) ? " (after " + t.settings.retries + " attempts)" : ""));
+                    + (gaveUp ? (replicas == 1 ? " (after " + t.settings.retries + " attempts)"
+                        : " (after " + t.settings.retries + " rounds over " + replicas + " replicas)") : "")
+                    + (gaveUp && r.afterLostAnswer ? maybeCommitted(version) : ""));
+            }
         }
     }
 
-    private static byte[] fetchCommit(CommitClient client, Target t, long version, int attempts) throws IOException {
+    private static String maybeCommitted(long version) {
+        return "; an earlier attempt's answer was lost, so version " + version + " may have been committed:"
+            + " the next listing of the table writes its file if so";
+    }
+
+    /** The bytes the store holds at {@code version}, or null when it is not committed (404). */
+    private static byte[] heldAt(CommitClient client, Target t, long version) throws IOException {
+        CommitClient.Response r = client.getCommit(version, t.rootText, t.settings.retries);
+        if (r.status == 404) {
+            return null;
+        }
+        if (r.status != 200) {
+            throw new IOException("delta-mirror: reading committed version " + version + " of " + t.rootText
+                + " failed: " + r.describe());
+        }
+        return r.body;
+    }
+
+    private static byte[] fetchCommit(CommitClient client, Target t, long version, int rounds) throws IOException {
         String what = "reading committed version " + version + " of " + t.rootText;
-        CommitClient.Response r = client.withRetries(what, attempts, () -> client.getCommit(version, t.rootText));
+        CommitClient.Response r = client.getCommit(version, t.rootText, rounds);
         if (r.status != 200) {
             throw new IOException("delta-mirror: " + what + " failed: " + r.describe());
         }
@@ -373,7 +444,7 @@ public class SqlAuthorityLogStore extends HadoopFileSystemLogStore {
 
     /**
      * Writes the {@code <v>.json} of versions the store committed above the highest one on storage.
-     * Best effort against an unreachable service (one attempt; the listing goes on, and a later
+     * Best effort against an unreachable service (one round over the replicas; the listing goes on, and a later
      * commit at a taken version is still answered 409 by the service); a conflicting existing file
      * is an error.
      */
@@ -381,7 +452,7 @@ public class SqlAuthorityLogStore extends HadoopFileSystemLogStore {
         CommitClient client = new CommitClient(t.settings);
         long latest;
         try {
-            CommitClient.Response r = client.latest(t.rootText);
+            CommitClient.Response r = client.latest(t.rootText, 1);
             if (r.status == 404) {
                 return; // a table the store does not know (yet): just list
             }
@@ -399,8 +470,7 @@ public class SqlAuthorityLogStore extends HadoopFileSystemLogStore {
             if (e instanceof java.io.InterruptedIOException) {
                 throw e;
             }
-            LOG.warning("delta-mirror: could not check " + t.rootText + " for unpublished commits: the commit service at "
-                + t.settings.url + " is unreachable (" + e + ")");
+            LOG.warning("delta-mirror: could not check " + t.rootText + " for unpublished commits: " + e.getMessage());
             return;
         }
         FileSystem fs = logDir.getFileSystem(conf);

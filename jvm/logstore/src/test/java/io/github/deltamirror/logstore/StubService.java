@@ -27,7 +27,8 @@ import com.sun.net.httpserver.HttpServer;
 final class StubService implements AutoCloseable {
     final HttpServer server;
     final String url;
-    final Map<Long, byte[]> commits = Collections.synchronizedMap(new TreeMap<>());
+    /** The store: shared by replicas of one service (see {@link #StubService(Map)}). */
+    final Map<Long, byte[]> commits;
     final List<String> requests = Collections.synchronizedList(new ArrayList<>());
     final List<String> authorizations = Collections.synchronizedList(new ArrayList<>());
     /** Statuses answered to the next POSTs instead of handling them, with the code and message. */
@@ -35,11 +36,21 @@ final class StubService implements AutoCloseable {
     /** POSTs that are committed but whose answer comes only after this many ms (a lost response). */
     volatile int stallNextCommits;
     volatile long stallMs = 2_000;
+    /** POSTs answered by closing the connection: committed first (a replica killed after the store's commit). */
+    volatile int dropAfterCommit;
+    /** POSTs answered by closing the connection without committing (a replica killed before it). */
+    volatile int dropBeforeCommit;
     /** Whether GET /v1/latest knows the table before its first commit. */
     volatile boolean known = true;
     private final ExecutorService pool = Executors.newCachedThreadPool();
 
     StubService() throws IOException {
+        this(Collections.synchronizedMap(new TreeMap<>()));
+    }
+
+    /** A replica over {@code store} (a synchronized map), e.g. another StubService's {@link #commits}. */
+    StubService(Map<Long, byte[]> store) throws IOException {
+        commits = store;
         server = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 0);
         server.createContext("/", this::handle);
         server.setExecutor(pool);
@@ -95,6 +106,10 @@ final class StubService implements AutoCloseable {
                 }
                 return;
             }
+            if (dropBeforeCommit > 0) {
+                dropBeforeCommit--;
+                return; // closing the exchange unanswered closes the connection
+            }
             Object[] forced;
             synchronized (this) {
                 forced = scripted.poll();
@@ -112,6 +127,10 @@ final class StubService implements AutoCloseable {
                 } else {
                     status = Arrays.equals(existing, body) ? 200 : 409;
                 }
+            }
+            if (dropAfterCommit > 0) {
+                dropAfterCommit--;
+                return;
             }
             if (status == 409) {
                 error(ex, 409, "version_taken", "version " + version + " of t was committed by another writer");
