@@ -61,12 +61,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 # The task layout of each table's DAG, as table-config lines under `defaults:` (helper `sync`'s key
 # `tasks`): "steps" = publish → checkpoint → validate → metrics, four task processes per run (the
-# layout before issue 15 item 3); "single" = one `sync` task per run (the default for event tables);
-# "triggerer" = `publish_in: triggerer`: the triggerer's watcher publishes, a run starts only when a
-# checkpoint is due or publishing failed (validation is the monitor's fleet-wide task, on its cadence).
+# layout before issue 15 item 3); "single" = one `sync` task per run that publishes (`publish_in:
+# task`); "triggerer" = `publish_in: triggerer` (the default for event tables since issue 27): the
+# triggerer's watcher publishes, a run starts only when a checkpoint is due or publishing failed
+# (validation is the monitor's fleet-wide task, on its cadence).
 LAYOUTS: dict[str, list[str]] = {
-    "steps": ["  tasks: steps"],
-    "single": ["  tasks: single"],
+    "steps": ["  tasks: steps", "  publish_in: task"],
+    "single": ["  tasks: single", "  publish_in: task"],
     "triggerer": ["  tasks: single", "  publish_in: triggerer"],
 }
 

@@ -35,9 +35,10 @@ defaults:
                                    # metrics (null: single for `schedule: event`, steps otherwise)
   validate_every: 10m              # `sync` validates the versions published since the last
                                    # validation at most this often (0: every run; a failure: next run)
-  publish_in: task                 # `schedule: event` only. task: the DAG run publishes each commit;
-                                   # triggerer: the watcher publishes it (no run unless a checkpoint
-                                   # is due or publishing failed; validation: the monitor DAG)
+  publish_in: null                 # `schedule: event` only. triggerer (the default for event tables):
+                                   # the watcher publishes each commit (no run unless a checkpoint is
+                                   # due or publishing failed; validation: the monitor DAG); task: the
+                                   # DAG run publishes it (one task process per commit)
 tables:
   sales:
     schedule: event
@@ -141,8 +142,9 @@ class TableConfig:
     # the per-run work: one `sync` task or the four steps (None: by schedule, see ``task_layout``)
     tasks: str | None = None
     validate_every: timedelta = timedelta(minutes=10)
-    # who publishes an event-driven table's commits: its DAG run (task) or its watcher (triggerer)
-    publish_in: str = "task"
+    # who publishes an event-driven table's commits: its watcher (triggerer) or its DAG run (task);
+    # None: by schedule, see ``publisher``
+    publish_in: str | None = None
 
     @property
     def event_driven(self) -> bool:
@@ -155,6 +157,14 @@ class TableConfig:
         if self.tasks is not None:
             return self.tasks
         return "single" if self.event_driven else "steps"
+
+    @property
+    def publisher(self) -> str:
+        """``triggerer`` or ``task``; unset: the triggerer for an event-driven table (a task process
+        per commit costs ~1 CPU-s and seconds of latency, docs/scaling.md), the task otherwise."""
+        if self.publish_in is not None:
+            return self.publish_in
+        return "triggerer" if self.event_driven else "task"
 
     @property
     def dag_id(self) -> str:
@@ -349,14 +359,14 @@ def _tasks(val: Any, at: str) -> str | None:
 PUBLISH_IN = ("task", "triggerer")
 
 
-def _publish_in(val: Any, at: str) -> str:
-    if val not in PUBLISH_IN:
+def _publish_in(val: Any, at: str) -> str | None:
+    if val is not None and val not in PUBLISH_IN:
         raise ConfigError(
             f"{at}: expected task or triggerer, got {val!r}",
             hint="task: the DAG run publishes each commit; triggerer: the event watcher publishes it "
-            "(schedule: event tables only)",
+            "(schedule: event tables only); null: triggerer for schedule: event tables",
         )
-    return str(val)
+    return None if val is None else str(val)
 
 
 def _tags(val: Any, at: str) -> tuple[str, ...]:

@@ -279,7 +279,16 @@ def test_a_missing_config_file_is_an_import_error_saying_where_it_was_looked_for
 def test_an_event_driven_table_is_scheduled_by_an_asset_watcher_on_the_store(
     dm_config: Callable[..., Path],
 ) -> None:
-    dm_config({"t1": {"schedule": "event", "poll_interval": "2s", "store_conn_id": "dm_store"}})
+    dm_config(
+        {
+            "t1": {
+                "schedule": "event",
+                "poll_interval": "2s",
+                "store_conn_id": "dm_store",
+                "publish_in": "task",
+            }
+        }
+    )
     from airflow.sdk import Asset
 
     dag = parse().dags["delta_mirror__t1"]
@@ -321,7 +330,7 @@ def test_a_triggerer_publishing_table_has_a_publishing_watcher_and_is_validated_
                 "reader": "spark",
                 "aws_conn_id": "s3b",
             },
-            "plain": {"schedule": "event"},
+            "plain": {"schedule": "event", "publish_in": "task"},
             "unchecked": {"schedule": "event", "publish_in": "triggerer", "validate": False},
         }
     )

@@ -218,13 +218,18 @@ def test_the_task_layout_follows_the_schedule_unless_set_and_both_keys_are_inher
     assert inherited["fast"].validate_every == timedelta(0)
 
 
-def test_publish_in_defaults_to_the_task_and_is_inherited_by_event_tables() -> None:
+def test_publish_in_is_inherited_and_unset_means_the_triggerer_for_event_tables_only() -> None:
     tables = parse_config(
         "defaults: {schedule: event, publish_in: triggerer}\n"
         "tables: {a: {}, b: {publish_in: task}, c: {schedule: 5m, publish_in: task}}"
     ).tables
-    assert [tables[n].publish_in for n in "abc"] == ["triggerer", "task", "task"]
-    assert parse_config("tables: {t: {schedule: event}}").tables["t"].publish_in == "task"
+    assert [tables[n].publisher for n in "abc"] == ["triggerer", "task", "task"]
+    unset = parse_config("tables: {ev: {schedule: event}, cron: {}, manual: {schedule: null}}").tables
+    assert [unset[n].publish_in for n in ("ev", "cron", "manual")] == [None, None, None]
+    assert [unset[n].publisher for n in ("ev", "cron", "manual")] == ["triggerer", "task", "task"]
+    # a default of `task` stays the choice of the event tables that inherit it
+    kept = parse_config("defaults: {publish_in: task}\ntables: {ev: {schedule: event}}").tables
+    assert kept["ev"].publisher == "task"
 
 
 def test_asking_for_an_unconfigured_table_lists_the_configured_ones() -> None:

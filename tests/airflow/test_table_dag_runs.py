@@ -130,14 +130,14 @@ def test_the_table_dag_runs_on_postgres_and_s3_through_airflow_connections(
 def test_an_event_table_runs_one_sync_task_that_publishes_validates_and_records_the_lag(
     dm_config: Callable[..., Path], sqlite_store: str, local_location: Path
 ) -> None:
-    """``schedule: event`` with ``tasks`` unset: the run is one ``sync`` task (one task start-up per
+    """``schedule: event``, ``publish_in: task``, ``tasks`` unset: the run is one ``sync`` task (one task start-up per
     commit batch). It publishes the new commit; validation waits for its cadence (10 min)."""
     from delta_mirror.dev.datafiles import write_data_file
     from delta_mirror.jobs.sync import sync_table
 
     store = SqlStore(sqlite_store)
     make_table(store, "ev", local_location.as_uri(), versions=2, checkpoint_interval=3)
-    dm_config({"ev": {"schedule": "event", "poll_interval": "1s"}})
+    dm_config({"ev": {"schedule": "event", "poll_interval": "1s", "publish_in": "task"}})
     sync_table(store, "ev")  # an earlier run: versions 0..1 published and validated, one lag sample
 
     store.commit("ev", [("add", write_data_file(local_location, pa.table({"id": [9], "city": ["Oslo"]})))])

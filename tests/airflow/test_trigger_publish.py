@@ -204,8 +204,10 @@ def test_the_checkpoint_run_meeting_the_trigger_publishing_waits_for_its_lease_a
     assert (summary["published"], summary["last_published"], summary["checkpoints"]) == (0, 4, [4])
     assert (summary["published_elsewhere"], summary["checkpoint_not_written"]) == (False, None)
     assert store.last_checkpoint_version(store.get_table("t1").id) == 4
-    task_table = table_dag(TableConfig(name="t1", schedule="event")).get_task("sync")
+    task_table = table_dag(TableConfig(name="t1", schedule="event", publish_in="task")).get_task("sync")
     assert getattr(task_table, "publish_in", None) == "task"  # its run alone publishes: no wait
+    by_default = table_dag(TableConfig(name="t1", schedule="event")).get_task("sync")
+    assert getattr(by_default, "publish_in", None) == "triggerer"  # event tables: the triggerer
 
 
 def test_a_publishing_trigger_serializes_its_storage_connection() -> None:

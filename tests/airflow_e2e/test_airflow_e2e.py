@@ -64,12 +64,13 @@ tables:
   {EVENTS}:
     schedule: event
     poll_interval: 1s
+    publish_in: task
   {BACKFILL}: {{}}
   {IN_TRIGGERER}:
     schedule: event
     poll_interval: 1s
     publish_in: triggerer
-""" + "".join(f"  {t}: {{schedule: event, poll_interval: 1s}}\n" for t in FLEET)
+""" + "".join(f"  {t}: {{schedule: event, poll_interval: 1s, publish_in: task}}\n" for t in FLEET)
 DAG_IDS = {f"delta_mirror__{t}" for t in (LATE, EVENTS, BACKFILL, IN_TRIGGERER, *FLEET)} | {
     BACKFILL_DAG,
     "delta_mirror_reconcile",

@@ -8,7 +8,8 @@
 - ``delta_mirror_reconcile``: re-drives failed/stuck/lagging versions; escalates persistent failures;
 - ``delta_mirror_backfill``: manual, a ``Param`` form (table, version range, steps);
 - ``delta_mirror_monitor``: lag metrics and lag-SLO breach emails; ``validate``: the tables published
-  in the triggerer (``publish_in: triggerer``), each on its ``validate_every`` cadence;
+  in the triggerer (``publish_in: triggerer``, the default for event tables), each on its
+  ``validate_every`` cadence;
 - ``delta_mirror_maintenance``: log cleanup by retention (dry-run by default).
 """
 
@@ -93,7 +94,7 @@ def _schedule(cfg: TableConfig) -> Any:
     process load every provider's URI handlers (the Amazon provider's S3 hooks among them), about
     1.4 s of each DAG-file parse and of each event-driven task's start-up."""
     if cfg.event_driven:
-        in_triggerer = cfg.publish_in == "triggerer"
+        in_triggerer = cfg.publisher == "triggerer"
         trigger = StoreCommitTrigger(
             table=cfg.name,
             store_conn_id=cfg.store_conn_id,
@@ -150,7 +151,7 @@ def _doc(cfg: TableConfig) -> str:
             "publish → checkpoint (when due) "
             f"→ validate the versions just published ({cfg.reader}) → lag metrics"
         )
-    if cfg.event_driven and cfg.publish_in == "triggerer":
+    if cfg.event_driven and cfg.publisher == "triggerer":
         what = (
             "the event watcher publishes each commit in the triggerer; a run starts only when a checkpoint "
             f"is due or publishing there failed ({what}); the monitor DAG validates on the table's cadence"
@@ -199,7 +200,7 @@ def _single_tasks(cfg: TableConfig) -> list[Any]:
         validate_every=cfg.validate_every.total_seconds() if cfg.validate else None,
         reader=cfg.reader,
         lag_history_retention=cfg.lag_history_retention.total_seconds(),
-        publish_in=cfg.publish_in,  # triggerer: a lease its trigger holds is waited for
+        publish_in=cfg.publisher,  # triggerer: a lease its trigger holds is waited for
         **conn_args(cfg),
     )
     return [sync, _checkpoint_task(cfg)] if engine == "spark" else [sync]
@@ -429,7 +430,7 @@ def _fleet_validate_tasks(config: MirrorConfig) -> list[Any]:
     task per store and storage connection, each table on its own cadence (``validate_every``)."""
     groups: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
     for name, cfg in sorted(config.tables.items()):
-        if cfg.event_driven and cfg.publish_in == "triggerer" and cfg.validate:
+        if cfg.event_driven and cfg.publisher == "triggerer" and cfg.validate:
             key = (cfg.store_conn_id or "", cfg.aws_conn_id or "")
             every = cfg.validate_every.total_seconds()
             groups.setdefault(key, {})[name] = {"every": every, "reader": cfg.reader}
