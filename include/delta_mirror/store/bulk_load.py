@@ -25,11 +25,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import select
+
 from delta_mirror.delta.actions import render_commit
 from delta_mirror.delta.line_facts import DV_ID, KIND, PATH, FileAction, LineFacts
 from delta_mirror.delta.protocol import now_ms
-from delta_mirror.store.schema import ANALYZE_STATEMENTS, PART_COMMIT
+from delta_mirror.store.schema import ANALYZE_STATEMENTS, PART_COMMIT, dl_tables
 from delta_mirror.store.states import Artifact, CommitSource, PublishState
+from delta_mirror.store.tables import refuse_if_halted, table_info
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -177,6 +180,8 @@ class BulkImport:
     """The rows of one import into the new table ``table_id`` (see the module docstring)."""
 
     def __init__(self, conn: Connection, table_id: int) -> None:
+        row = conn.execute(select(dl_tables).where(dl_tables.c.id == table_id)).one()
+        refuse_if_halted(table_info(row), None)  # a halted table takes no commits, imported ones neither
         self.conn = conn
         self.table_id = table_id
         self.postgres = conn.dialect.name == "postgresql"

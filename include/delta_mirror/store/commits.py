@@ -38,7 +38,7 @@ from delta_mirror.store.log_rows import (
 from delta_mirror.store.reads import latest_action, latest_version_in
 from delta_mirror.store.schema import PART_COMMIT, dl_commits, dl_mirror_status
 from delta_mirror.store.states import Artifact, CommitSource, PublishState
-from delta_mirror.store.tables import TableInfo, Tables, check_table_name
+from delta_mirror.store.tables import TableInfo, Tables, check_table_name, get_table, refuse_if_halted
 
 # Without an expected version a writer that loses a race retries on the next version this often.
 _NEXT_VERSION_ATTEMPTS = 50
@@ -144,6 +144,7 @@ class Commits(Tables):
         latest = latest_version_in(conn, table.id)
         next_version = table.first_version if latest is None else latest + 1
         version = next_version if expected_version is None else expected_version
+        refuse_if_halted(table, version)  # read in this transaction, before any other refusal
         name = table.name
         if version < next_version:
             raise CommitConflictError(
@@ -236,6 +237,7 @@ class Commits(Tables):
         ``index_files=False`` stores a commit whose effect is already in the base snapshot.
         ``published_sha256`` marks the version as already present at the location (in-place import).
         """
+        refuse_if_halted(get_table(conn, table.name), version)  # its state now, not the caller's copy
         ts = committed_at or now_ms()
         if part == PART_COMMIT:
             data = render_commit(lines)

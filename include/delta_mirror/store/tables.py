@@ -17,7 +17,13 @@ from sqlalchemy import Connection, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from delta_mirror.delta.protocol import now_ms
-from delta_mirror.errors import CommitConflictError, PermanentError, TableExistsError, TableNotFoundError
+from delta_mirror.errors import (
+    CommitConflictError,
+    PermanentError,
+    TableExistsError,
+    TableHaltedError,
+    TableNotFoundError,
+)
 from delta_mirror.store import db
 from delta_mirror.store.base import StoreBase
 from delta_mirror.store.schema import (
@@ -86,6 +92,20 @@ def table_info(row: Any) -> TableInfo:
         settings=json.loads(row.settings or "{}"),
         lease_owner=row.lease_owner,
         lease_expires_at=row.lease_expires_at,
+    )
+
+
+def refuse_if_halted(table: TableInfo, version: int | None) -> None:
+    """Every commit path (native, verbatim, import) refuses a halted table with the one error type:
+    ``halt_table`` promises no commits until ``delta-mirror resume``."""
+    if table.state != TableState.HALTED:
+        return
+    at = f" at version {table.halted_version}" if table.halted_version is not None else ""
+    raise TableHaltedError(
+        f"the table is halted{at}: {table.halted_reason or 'no reason recorded'}",
+        table=table.name,
+        version=version,
+        hint=f"fix the cause, then `delta-mirror resume {table.name}`",
     )
 
 

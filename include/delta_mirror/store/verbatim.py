@@ -26,7 +26,6 @@ from delta_mirror.errors import (
     InvalidActionError,
     MirrorError,
     PermanentError,
-    TableHaltedError,
     TableNotFoundError,
 )
 from delta_mirror.store import db
@@ -40,12 +39,13 @@ from delta_mirror.store.log_rows import (
     write_actions,
 )
 from delta_mirror.store.schema import PART_COMMIT, dl_commits, dl_tables
-from delta_mirror.store.states import CommitSource, TableState
+from delta_mirror.store.states import CommitSource
 from delta_mirror.store.tables import (
     TableInfo,
     Tables,
     check_location,
     check_table_name,
+    refuse_if_halted,
     table_and_latest_at,
 )
 
@@ -340,14 +340,7 @@ class VerbatimCommits(Tables):
                 exc.version = version
                 raise
             return self._create_verbatim(conn, location, create_name), None
-        if table.state == TableState.HALTED:
-            raise TableHaltedError(
-                f"the table is halted{f' at version {table.halted_version}' if table.halted_version is not None else ''}:"
-                f" {table.halted_reason or 'no reason recorded'}",
-                table=table.name,
-                version=version,
-                hint=f"fix the cause, then `delta-mirror resume {table.name}`",
-            )
+        refuse_if_halted(table, version)
         return table, latest
 
     def _create_verbatim(self, conn: Connection, location: str, create_name: str) -> TableInfo:
