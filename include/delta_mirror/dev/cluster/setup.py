@@ -1,0 +1,112 @@
+"""One-time setup steps of a cluster's services: data folders, databases and roles, the bucket,
+the Airflow admin's password file. Each is idempotent: a second ``up`` on the same folder reuses them."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from delta_mirror.dev.cluster.processes import ClusterError, log_tail
+
+if TYPE_CHECKING:
+    from delta_mirror.dev.cluster.services import Stack
+
+
+def initdb(bindir: Path, datadir: Path, user: str | None, log: Path) -> None:
+    """A PostgreSQL data folder (once): superuser ``postgres`` trusted only on 127.0.0.1 from this
+    machine, every other role by password (scram)."""
+    if (datadir / "PG_VERSION").exists():
+        return
+    datadir.mkdir(parents=True, exist_ok=True)
+    if user is not None:
+        account = pwd.getpwnam(user)
+        for path in (datadir.parent, datadir):
+            os.chown(path, account.pw_uid, account.pw_gid)
+    datadir.chmod(0o700)
+    argv = [str(bindir / "initdb"), "-D", str(datadir), "-U", "postgres", "-E", "UTF8", "--locale=C"]
+    argv += ["--auth-local=trust", "--auth-host=scram-sha-256", "--no-sync"]
+    with open(log, "ab") as out:
+        proc = subprocess.run(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={"PATH": "/usr/bin:/bin", "LC_ALL": "C", "LANG": "C"},
+            user=user,
+            group=user,
+            extra_groups=[] if user else None,
+            cwd="/",
+            timeout=300,
+            check=False,
+        )
+    if proc.returncode != 0:
+        raise ClusterError(f"postgres: initdb failed (code {proc.returncode}): {log_tail(log)} [log: {log}]")
+    hba = datadir / "pg_hba.conf"
+    hba.write_text(
+        "# written by delta_mirror.dev.cluster: the launcher connects as postgres, everyone else by password\n"
+        "host all postgres 127.0.0.1/32 trust\n"
+        "host all all 127.0.0.1/32 scram-sha-256\n"
+    )
+    if user is not None:
+        account = pwd.getpwnam(user)
+        os.chown(hba, account.pw_uid, account.pw_gid)
+
+
+def _ensure_role_and_db(conn: object, role: str, password: str, db: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    assert isinstance(conn, psycopg.Connection)
+    exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+    verb = sql.SQL("ALTER ROLE") if exists else sql.SQL("CREATE ROLE")
+    conn.execute(sql.SQL("{} {} LOGIN PASSWORD {}").format(verb, sql.Identifier(role), sql.Literal(password)))
+    if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (db,)).fetchone():
+        conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(db), sql.Identifier(role)))
+
+
+def create_databases(stack: Stack) -> None:
+    """The Airflow metadata database and the delta-mirror store database, each with its own role."""
+    import psycopg
+
+    s = stack.s
+    with psycopg.connect(**stack.pg_admin(), autocommit=True, connect_timeout=10) as conn:
+        _ensure_role_and_db(conn, s["POSTGRES_USER"], s["POSTGRES_PASSWORD"], s["AIRFLOW_DB"])
+        _ensure_role_and_db(conn, s["STORE_DB_USER"], s["STORE_DB_PASSWORD"], s["STORE_DB"])
+
+
+def create_bucket(stack: Stack) -> None:
+    """The bucket the tables publish to (exists already: fine)."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import ClientError
+
+    s = stack.s
+    client = boto3.client(
+        "s3",
+        endpoint_url=f"http://127.0.0.1:{stack.port('MINIO_PORT')}",
+        aws_access_key_id=s["MINIO_ROOT_USER"],
+        aws_secret_access_key=s["MINIO_ROOT_PASSWORD"],
+        region_name=s["MINIO_REGION"],
+        config=Config(retries={"max_attempts": 5, "mode": "standard"}, proxies={}),
+    )
+    try:
+        client.create_bucket(Bucket=s["BUCKET"])
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in (
+            "BucketAlreadyOwnedByYou",
+            "BucketAlreadyExists",
+        ):
+            raise ClusterError(f"minio: cannot create bucket {s['BUCKET']}: {exc}") from None
+
+
+def airflow_home(stack: Stack) -> None:
+    """AIRFLOW_HOME and the Simple auth manager's password file (the admin of stack.env)."""
+    stack.airflow_home.mkdir(parents=True, exist_ok=True)
+    passwords = stack.airflow_home / "passwords.json"
+    user, password = stack.s["AIRFLOW_ADMIN_USER"], stack.s["AIRFLOW_ADMIN_PASSWORD"]
+    fd = os.open(passwords, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({user: password}, f)
