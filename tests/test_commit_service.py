@@ -17,9 +17,10 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, make_url, select
 from support.builders import action, add_body, log_line, metadata_body, protocol_body, remove_body
 from support.commit_service import TOKEN_ENV, CommitService
 from support.commit_service import cli_path as cli
@@ -272,6 +273,71 @@ def test_an_unreachable_store_is_503_with_retry_after(lake: Path, tmp_path: Path
         assert b"hunter2" not in answer.body
     assert post.json()["code"] == "unavailable"
     assert "hunter2" not in service.log() and service.token not in service.log()
+
+
+def test_health_with_a_stopped_store_never_names_the_store(
+    pg_server: Any, pg_store_url: str, lake: Path, tmp_path: Path
+) -> None:
+    """The compose healthcheck curls /health without a token: it gets the status and nothing else;
+    with the token the kind of failure and what to do, but never the URL, user, host, port or
+    database (the service's log has them)."""
+    if not pg_server.owned:
+        pytest.skip("stopping PostgreSQL needs the throwaway server")
+    SqlStore(pg_store_url).init()
+    url = make_url(pg_store_url)
+    secrets = [str(url.username), str(url.host), str(url.port), str(url.database), "postgresql"]
+    service = Service(pg_store_url, [f"file:{lake}/"], log_path=tmp_path / "serve.log").start()
+    try:
+        up = service.request("GET", "/health", token=None)
+        assert (up.status, up.json()) == (200, {"status": "ok"})
+        pg_server.stop("fast")
+        try:
+            anonymous = service.request("GET", "/health", token=None)
+            detailed = service.request("GET", "/health")
+            wrong = service.request("GET", "/health", token="not-the-token")
+        finally:
+            pg_server.start()
+        back = service.request("GET", "/health", token=None)
+    finally:
+        service.stop()
+    assert (anonymous.status, anonymous.json()) == (503, {"status": "unavailable"})
+    assert (wrong.status, wrong.json()) == (503, {"status": "unavailable"})
+    assert anonymous.headers["retry-after"].isdigit()
+    assert detailed.status == 503 and detailed.json()["status"] == "unavailable"
+    assert "TRANSIENT" in detailed.json()["error"] and "retried automatically" in detailed.json()["error"]
+    for answer in (anonymous, detailed, wrong):
+        assert answer.body.count(b"\n") == 0
+        for secret in secrets:
+            assert secret not in answer.body.decode(), (secret, answer.body)
+    assert back.status == 200
+
+
+BAD_VERSIONS = ["9223372036854775808", "99999999999999999999999999", "-1", "1.5", "one", "0x10"]
+
+
+@pytest.mark.parametrize("raw", BAD_VERSIONS)
+def test_a_version_outside_0_to_2_63_is_one_400_on_post_and_get(
+    service: Service, store: SqlStore, lake: Path, raw: str
+) -> None:
+    root = hadoop_root(lake / "t")
+    created(service, root)
+    before = rows_and_files(store, lake)
+    query = f"?root={quote(root, safe='')}"
+    for method, body in (("POST", commit_file(add("b.parquet"))), ("GET", None)):
+        answer = service.request(method, f"/v1/commits/{raw}{query}", body)
+        assert (answer.status, answer.json()["code"]) == (400, "bad_request"), (method, answer.body)
+        assert answer.body.count(b"\n") == 0
+        assert "a version is an integer from 0 to 9223372036854775807" in answer.json()["error"]
+        anonymous = service.request(method, f"/v1/commits/{raw}{query}", body, token=None)
+        assert anonymous.status == 401  # the token is checked before anything else
+    assert rows_and_files(store, lake) == before
+
+
+def test_the_largest_version_is_valid_on_get(service: Service, lake: Path) -> None:
+    root = hadoop_root(lake / "t")
+    created(service, root)
+    answer = service.get(root, (1 << 63) - 1)
+    assert (answer.status, answer.json()["code"]) == (404, "not_committed")
 
 
 # -- concurrency and restarts -----------------------------------------------------------------------

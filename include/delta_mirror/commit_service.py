@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 64 << 20
 RETRY_AFTER_SECONDS = 1
+#: The largest Delta version (a Java ``long``, as the LogStore and the store's BIGINT hold it).
+MAX_VERSION = (1 << 63) - 1
 # Store calls in flight at once, at most: no more than the store's connection pool keeps open
 # (``_store_threads``), so no call waits for a connection and none opens and closes an overflow
 # connection per request; more requests queue here without holding a thread.
@@ -164,17 +166,40 @@ class CommitService:
             chunks.append(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
+    def authorized(self, request: Request) -> bool:
+        try:
+            self.authorize(request)
+        except UnauthorizedError:
+            return False
+        return True
+
+    @staticmethod
+    def version(request: Request) -> int:
+        """The path's version: a Delta version is a non-negative 64-bit integer (Spark's ``long``)."""
+        raw = request.path_params["version"]
+        if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_VERSION:
+            shown = raw if len(raw) <= 40 else raw[:40] + "..."
+            raise BadRequestError(
+                f"invalid version {shown!r}: a version is an integer from 0 to {MAX_VERSION}",
+                hint="send /v1/commits/<version> with the decimal version of the commit file",
+            )
+        return int(raw)
+
     # -- routes -----------------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
+        """Liveness for probes: without the token only ``{"status": ...}``; with it, what kind of
+        failure, never the store's URL, host, user or database (those are in the service's log)."""
         try:
             await self._run(self.store.ensure_initialised)
         except MirrorError as exc:
             log.warning("health: %s", exc.message)
-            return JSONResponse(
-                {"status": "unavailable", "error": " ".join(exc.message.split())},
-                503,
-                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-            )
+            body = {"status": "unavailable"}
+            if self.authorized(request):
+                body["error"] = (
+                    f"the store cannot be used ({exc.error_class.value}); the service's log names the cause"
+                    + (f"; {exc.hint}" if exc.hint else "")
+                )
+            return JSONResponse(body, 503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
         return JSONResponse({"status": "ok"})
 
     async def latest(self, request: Request) -> Response:
@@ -189,7 +214,7 @@ class CommitService:
 
     async def get_commit(self, request: Request) -> Response:
         self.authorize(request)
-        root, version = self.root(request), int(request.path_params["version"])
+        root, version = self.root(request), self.version(request)
 
         def read() -> tuple[bytes, str]:
             table = self.store.table_at(root)
@@ -210,7 +235,7 @@ class CommitService:
 
     async def post_commit(self, request: Request) -> Response:
         self.authorize(request)
-        root, version = self.root(request), int(request.path_params["version"])
+        root, version = self.root(request), self.version(request)
         data = await self.body(request, version)
         allowed = self.allowed(root)
 
@@ -296,8 +321,8 @@ def create_app(
         routes=[
             Route("/health", _handled(service.health), methods=["GET"]),
             Route("/v1/latest", _handled(service.latest), methods=["GET"]),
-            Route("/v1/commits/{version:int}", _handled(service.get_commit), methods=["GET"]),
-            Route("/v1/commits/{version:int}", _handled(service.post_commit), methods=["POST"]),
+            Route("/v1/commits/{version}", _handled(service.get_commit), methods=["GET"]),
+            Route("/v1/commits/{version}", _handled(service.post_commit), methods=["POST"]),
         ],
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
