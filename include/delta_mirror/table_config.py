@@ -15,6 +15,8 @@ defaults:
   max_retry_delay: 10m
   lag_slo: 15m                     # monitor emails / `delta-mirror health` fails when lag exceeds this
   lag_history_retention: 14d       # lag samples (dl_lag_samples) older than this are pruned
+  failure_grace: 5m                # `health` fails once publish attempts have failed this long...
+  failure_grace_attempts: 2        # ...or this many times in a row (whichever comes first)
   deadline: 30m                    # DeadlineAlert: the table's DAG run must finish within this
   notify:
     email: [oncall@example.com]
@@ -126,6 +128,10 @@ class TableConfig:
     max_retry_delay: timedelta = timedelta(minutes=10)
     lag_slo: timedelta = timedelta(minutes=15)
     lag_history_retention: timedelta = timedelta(days=14)
+    # `health` fails once the table's publish attempts have failed for this long or this many times
+    # in a row (whichever comes first), not only once its lag breaches the lag SLO
+    failure_grace: timedelta = timedelta(minutes=5)
+    failure_grace_attempts: int = 2
     deadline: timedelta | None = timedelta(minutes=30)
     validate: bool = True
     reader: str = "deltalake"
@@ -390,6 +396,8 @@ _TABLE_VALUES: dict[str, Callable[[Any, str], Any]] = {
     "max_retry_delay": parse_duration,
     "lag_slo": parse_duration,
     "lag_history_retention": parse_duration,
+    "failure_grace": parse_duration,
+    "failure_grace_attempts": _positive_int,
     "deadline": lambda val, at: None if val is None else parse_duration(val, at),
     "retries": lambda val, at: _positive_int(val, at, minimum=0),
     "retry_exponential_backoff": _backoff,

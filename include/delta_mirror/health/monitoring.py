@@ -4,8 +4,12 @@
   unpublished version, and versions behind), stores it in ``dl_lag_samples`` and prunes samples
   older than the retention (``lag_history_retention`` in the table config, default 14 days).
 - ``table_health(...)`` / ``health_report(...)`` judge each table: unhealthy when its lag breaches
-  its lag SLO (``lag_slo``, default 15 minutes), when it is halted, or when it has failed or
-  conflicting versions.
+  its lag SLO (``lag_slo``, default 15 minutes), when it is halted, when it has failed or
+  conflicting versions, or when its publish attempts have kept failing past the failure grace
+  (``failure_grace`` / ``failure_grace_attempts``, default 5 minutes or 2 attempts in a row).
+- Latency is per version, from the store (``store/latency.py``): the percentiles per window, the
+  table page's chart (commit-to-readable seconds per version, versions behind over time) and the
+  overview's sparkline; the lag samples only say how far behind a table was when measured.
 """
 
 from __future__ import annotations
@@ -17,11 +21,28 @@ from typing import Any
 
 from delta_mirror.delta.protocol import now_ms
 from delta_mirror.health.status import TableStatus, fleet_status, table_status
+from delta_mirror.store.latency import versions_behind_series
 from delta_mirror.store.sql_store import SqlStore, TableInfo
 from delta_mirror.store.states import Artifact, CircuitState, TableState
 
 DEFAULT_LAG_SLO = timedelta(minutes=15)
 DEFAULT_LAG_RETENTION = timedelta(days=14)
+
+
+@dataclass(frozen=True)
+class FailureGrace:
+    """How long a table's publish attempts may fail in a row before ``health`` calls it unhealthy:
+    ``duration`` since the first failed attempt or ``attempts`` failed attempts, whichever first."""
+
+    duration: timedelta = timedelta(minutes=5)
+    attempts: int = 2
+
+    def passed(self, failure: dict[str, Any], now: int) -> bool:
+        age = now - int(failure["first_failed_at"])
+        return int(failure["attempts"]) >= self.attempts or age >= self.duration.total_seconds() * 1000
+
+
+DEFAULT_FAILURE_GRACE = FailureGrace()
 
 
 @dataclass(frozen=True)
@@ -97,6 +118,7 @@ class TableHealth:
     lag_slo_seconds: float
     problems: list[str] = field(default_factory=list)
     status: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # e.g. a failed attempt still within the grace
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -104,14 +126,40 @@ class TableHealth:
             "healthy": self.healthy,
             "lag_slo_seconds": self.lag_slo_seconds,
             "problems": list(self.problems),
+            "warnings": list(self.warnings),
             "status": dict(self.status),
         }
 
 
-def judge(status: TableStatus, lag_slo: timedelta = DEFAULT_LAG_SLO) -> TableHealth:
-    """Healthy unless lag > SLO, halted, an open circuit breaker, or failed / conflicting versions."""
+def failure_text(failure: dict[str, Any], now: int | None = None) -> str:
+    """ "publishing failed 3 attempt(s) in a row, for 412 s: [PERMANENT] ..." """
+    age = max(0.0, ((now_ms() if now is None else now) - int(failure["first_failed_at"])) / 1000)
+    return (
+        f"publishing failed {failure['attempts']} attempt(s) in a row, for {age:.0f} s: "
+        f"[{failure['error_class']}] {failure['error']}"
+    )
+
+
+def judge(
+    status: TableStatus,
+    lag_slo: timedelta = DEFAULT_LAG_SLO,
+    grace: FailureGrace = DEFAULT_FAILURE_GRACE,
+    now: int | None = None,
+) -> TableHealth:
+    """Healthy unless lag > SLO, halted, an open circuit breaker, failed / conflicting versions, or
+    publish attempts failing past the failure grace (within it: a warning)."""
     slo = lag_slo.total_seconds()
     problems: list[str] = []
+    warnings: list[str] = []
+    if status.failure is not None:
+        at = now_ms() if now is None else now
+        if grace.passed(status.failure, at):
+            problems.append(failure_text(status.failure, at))
+        else:
+            warnings.append(
+                f"{failure_text(status.failure, at)} (unhealthy after {grace.attempts} attempt(s) "
+                f"or {grace.duration.total_seconds():.0f} s)"
+            )
     if status.state == TableState.HALTED:
         problems.append(f"halted: {status.halted_reason or 'no reason recorded'}")
     if status.breaker != CircuitState.CLOSED:
@@ -128,7 +176,7 @@ def judge(status: TableStatus, lag_slo: timedelta = DEFAULT_LAG_SLO) -> TableHea
         if status.last_error:
             what += f"; last error [{status.last_error_class}]: {status.last_error}"
         problems.append(what)
-    return TableHealth(status.table, not problems, slo, problems, status.to_json())
+    return TableHealth(status.table, not problems, slo, problems, status.to_json(), warnings)
 
 
 @dataclass
@@ -152,18 +200,35 @@ def lag_slo_for(config: Any, name: str) -> timedelta:
     return slo
 
 
+def failure_grace_for(config: Any, name: str) -> FailureGrace:
+    """The table's ``failure_grace`` / ``failure_grace_attempts`` from a ``MirrorConfig``."""
+    if config is None:
+        return DEFAULT_FAILURE_GRACE
+    cfg = config.tables.get(name) or config.defaults
+    return FailureGrace(cfg.failure_grace, cfg.failure_grace_attempts)
+
+
 def health_report(
-    store: SqlStore, names: Sequence[str | TableInfo] | None = None, config: Any = None
+    store: SqlStore,
+    names: Sequence[str | TableInfo] | None = None,
+    config: Any = None,
+    *,
+    grace: Callable[[str], FailureGrace] | None = None,
 ) -> HealthReport:
-    """Health of every table in the store (or of ``names``: names or ``TableInfo``s), SLOs from
-    ``config`` (a ``MirrorConfig``); a constant number of queries for any number of tables."""
+    """Health of every table in the store (or of ``names``: names or ``TableInfo``s), SLOs and
+    failure graces from ``config`` (a ``MirrorConfig``) unless ``grace`` says otherwise; with the
+    latency percentiles; a constant number of queries for any number of tables."""
     tables = (
         [n if isinstance(n, TableInfo) else store.get_table(n) for n in names]
         if names
         else store.list_tables()
     )
-    statuses = fleet_status(store, tables)
-    return HealthReport([judge(st, lag_slo_for(config, st.table)) for st in statuses])
+    statuses = fleet_status(store, tables, latency=True)
+    grace_of = grace or (lambda name: failure_grace_for(config, name))
+    now = now_ms()
+    return HealthReport(
+        [judge(st, lag_slo_for(config, st.table), grace_of(st.table), now) for st in statuses]
+    )
 
 
 def _troubleshooting(error_class: str | None) -> str | None:
@@ -176,19 +241,30 @@ def _troubleshooting(error_class: str | None) -> str | None:
         return None
 
 
-def overview_row(store: SqlStore, table: TableInfo, lag_slo: timedelta = DEFAULT_LAG_SLO) -> dict[str, Any]:
-    """One row of the UI overview: versions, lag, checkpoint, state, last error with what to do."""
-    return overview_row_of(table_status(store, table), lag_slo)
+def overview_row(
+    store: SqlStore,
+    table: TableInfo,
+    lag_slo: timedelta = DEFAULT_LAG_SLO,
+    grace: FailureGrace = DEFAULT_FAILURE_GRACE,
+) -> dict[str, Any]:
+    """One row of the UI overview: versions, lag, latency, checkpoint, state, failures, what to do."""
+    return overview_row_of(fleet_status(store, [table], latency=True)[0], lag_slo, grace)
 
 
 def overview_rows(store: SqlStore, tables: Sequence[TableInfo], config: Any = None) -> list[dict[str, Any]]:
     """The overview rows of ``tables`` (their order) from a constant number of statements."""
-    return [overview_row_of(st, lag_slo_for(config, st.table)) for st in fleet_status(store, tables)]
+    return [
+        overview_row_of(st, lag_slo_for(config, st.table), failure_grace_for(config, st.table))
+        for st in fleet_status(store, tables, latency=True)
+    ]
 
 
-def overview_row_of(st: TableStatus, lag_slo: timedelta = DEFAULT_LAG_SLO) -> dict[str, Any]:
+def overview_row_of(
+    st: TableStatus, lag_slo: timedelta = DEFAULT_LAG_SLO, grace: FailureGrace = DEFAULT_FAILURE_GRACE
+) -> dict[str, Any]:
     """The overview row of a measured status."""
-    health = judge(st, lag_slo)
+    health = judge(st, lag_slo, grace)
+    failure = st.failure
     return {
         "table": st.table,
         "location": st.location,
@@ -206,14 +282,19 @@ def overview_row_of(st: TableStatus, lag_slo: timedelta = DEFAULT_LAG_SLO) -> di
         "last_error_class": st.last_error_class,
         "last_error": st.last_error,
         "troubleshooting": _troubleshooting(st.last_error_class),
+        "failure": failure,
+        "failure_troubleshooting": _troubleshooting(failure["error_class"]) if failure else None,
+        "failure_grace": {"seconds": grace.duration.total_seconds(), "attempts": grace.attempts},
+        "latency": st.latency,
         "lag_slo_seconds": health.lag_slo_seconds,
         "healthy": health.healthy,
         "problems": health.problems,
+        "warnings": health.warnings,
         "dag_id": f"delta_mirror__{st.table}",
     }
 
 
-WINDOWS = {"24h": 24 * 3600 * 1000, "7d": 7 * 24 * 3600 * 1000}
+WINDOWS = {"1h": 3600 * 1000, "24h": 24 * 3600 * 1000, "7d": 7 * 24 * 3600 * 1000}
 
 
 def record_validation(store: SqlStore, name: str, report: dict[str, Any]) -> None:
@@ -234,6 +315,41 @@ def record_validation(store: SqlStore, name: str, report: dict[str, Any]) -> Non
     store.update_table(table.id, settings=settings)
 
 
+LATENCY_POINTS = 20_000  # the table page's chart: the newest this many versions of the window
+
+
+def version_latency(
+    store: SqlStore,
+    table: TableInfo,
+    window: str = "24h",
+    now: int | None = None,
+    limit: int = LATENCY_POINTS,
+) -> dict[str, Any]:
+    """The table page's "lag over time", from the store's commit and publish times: each version
+    committed in the window with its commit-to-readable seconds (an unpublished one: so far), and
+    the versions behind over the window, reconstructed — no gaps where nothing sampled."""
+    now = now_ms() if now is None else now
+    since = now - WINDOWS.get(window, WINDOWS["24h"])
+    times, cut = store.version_times(table.id, since, limit)
+    return {
+        "since": since,
+        "until": now,
+        "truncated": cut,
+        "versions": [
+            {
+                "version": v.version,
+                "committed_at": v.committed_at,
+                "published_at": v.published_at,
+                "latency_seconds": round(max(0, (v.published_at or now) - v.committed_at) / 1000, 3),
+                "published": v.published_at is not None,
+            }
+            for v in times
+            if v.committed_at >= since or v.published_at is None
+        ],
+        "behind": versions_behind_series(times, since, now),
+    }
+
+
 def table_detail(
     store: SqlStore,
     table: TableInfo,
@@ -242,12 +358,14 @@ def table_detail(
     samples: int = 2000,
     window: str = "24h",
     checkpoints: int = 50,
+    grace: FailureGrace = DEFAULT_FAILURE_GRACE,
 ) -> dict[str, Any]:
-    """The UI table page: overview row, lag history, the latest ``versions`` versions (failures,
-    retries), the latest ``checkpoints`` checkpoints (with their ``writes``: a commit file is written
-    once unless retried, a checkpoint also on request); ``versions_total`` / ``checkpoints_total``
-    count them all, so a long history shows "latest 200 of 1,000,000" and reads only what it shows."""
-    row = overview_row(store, table, lag_slo)
+    """The UI table page: overview row, per-version latency over the window, the latest ``versions``
+    versions (failures, retries), the latest ``checkpoints`` checkpoints (with their ``writes``: a
+    commit file is written once unless retried, a checkpoint also on request); ``versions_total`` /
+    ``checkpoints_total`` count them all, so a long history shows "latest 200 of 1,000,000" and reads
+    only what it shows. ``lag_history``: the lag samples (how far behind when measured)."""
+    row = overview_row(store, table, lag_slo, grace)
     latest = row["latest_committed"]
     since = None if latest is None else max(table.first_version, int(latest) - versions + 1)
     json_rows = store.status_rows(table.id, artifact=Artifact.JSON, from_version=since)
@@ -288,6 +406,7 @@ def table_detail(
     return {
         **row,
         "lag_window": window if window in WINDOWS else "24h",
+        "version_latency": version_latency(store, table, window if window in WINDOWS else "24h"),
         "lag_history": lag_history(
             store, table, since=now_ms() - WINDOWS.get(window, WINDOWS["24h"]), limit=samples
         ),
@@ -300,11 +419,15 @@ def table_detail(
 
 
 __all__ = [
+    "DEFAULT_FAILURE_GRACE",
     "DEFAULT_LAG_RETENTION",
     "DEFAULT_LAG_SLO",
+    "FailureGrace",
     "HealthReport",
     "LagSample",
     "TableHealth",
+    "failure_grace_for",
+    "failure_text",
     "health_report",
     "judge",
     "lag_history",
@@ -315,4 +438,5 @@ __all__ = [
     "record_lag_sample",
     "record_lag_samples",
     "table_detail",
+    "version_latency",
 ]

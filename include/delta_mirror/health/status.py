@@ -1,9 +1,16 @@
-"""Per-table mirror status and lag, computed from the store (the raw material of metrics)."""
+"""Per-table mirror status and lag, computed from the store (the raw material of metrics).
+
+"How far behind right now" is measured (now − commit time of the oldest unpublished version);
+"how long versions took" is per version, from the store's commit and publish times
+(``store/latency.py``): p50 / p95 / p99 per window. A failed publish attempt is the table's
+``failure`` (``store/table_failures.py``) until the next success.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from delta_mirror.delta.protocol import now_ms
 from delta_mirror.health.breaker import ENDPOINT_PREFIX, endpoint_key, table_key
@@ -29,9 +36,15 @@ class TableStatus:
     last_error_class: str | None
     last_error: str | None
     breaker: str = CircuitState.CLOSED.value  # the worse of the table's and its storage endpoint's breaker
+    # the failed publish attempts in a row (error_class, error, first_failed_at, last_failed_at,
+    # attempts), None once an attempt succeeded
+    failure: dict[str, Any] | None = None
+    # per window ("1h", "24h", "7d"): versions, p50, p95, p99, max seconds from commit to readable;
+    # None when not asked for (``fleet_status(latency=True)``)
+    latency: dict[str, dict[str, Any] | None] | None = None
 
     def to_json(self) -> dict[str, object]:
-        return dict(vars(self))  # every field is a scalar: no deep copy (asdict) per table
+        return dict(vars(self))  # scalars and small dicts that are not shared: no deep copy per table
 
 
 def table_status(store: SqlStore, table: TableInfo) -> TableStatus:
@@ -39,18 +52,32 @@ def table_status(store: SqlStore, table: TableInfo) -> TableStatus:
     return fleet_status(store, [table])[0]
 
 
-def fleet_status(store: SqlStore, tables: Sequence[TableInfo]) -> list[TableStatus]:
+#: The windows of the latency percentiles (``status --json``, ``health --json``, the UI's API).
+LATENCY_WINDOWS = {"1h": 3_600_000, "24h": 86_400_000, "7d": 7 * 86_400_000}
+
+
+def fleet_status(store: SqlStore, tables: Sequence[TableInfo], *, latency: bool = False) -> list[TableStatus]:
     """The status of each of ``tables`` (in their order) from a constant number of statements,
-    however many tables and versions the store holds (``MirrorStatus.fleet_rows``)."""
+    however many tables and versions the store holds (``MirrorStatus.fleet_rows``); ``latency``:
+    also the per-version latency percentiles of each window (one statement per window and 500 tables)."""
     if not tables:
         return []
     ids = None if len(tables) > _FEW else [t.id for t in tables]
-    rows = store.fleet_rows(ids)
+    rows = store.fleet_rows(ids)  # with each table's failed publish attempts
     breakers = store.breakers_not_closed()
     # Endpoint keys are worked out (a URL parse per table) only when an endpoint breaker is not closed.
     endpoints = any(key.startswith(ENDPOINT_PREFIX) for key in breakers)
     now = now_ms()
-    return [_status(t, rows.get(t.id), breakers, endpoints, now) for t in tables]
+    out = [_status(t, rows.get(t.id), breakers, endpoints, now) for t in tables]
+    for t, st in zip(tables, out, strict=True):
+        row = rows.get(t.id)
+        st.failure = None if row is None or row.failure is None else row.failure.to_json()
+    if latency:
+        all_ids = [t.id for t in tables]
+        stats = {w: store.latency_stats(all_ids, now - ms) for w, ms in LATENCY_WINDOWS.items()}
+        for t, st in zip(tables, out, strict=True):
+            st.latency = {w: (s[t.id].to_json() if t.id in s else None) for w, s in stats.items()}
+    return out
 
 
 _FEW = 50  # more tables than this: read every table's row (one scan) rather than a long IN list
@@ -103,4 +130,4 @@ def _breaker(table: TableInfo, not_closed: dict[str, str], endpoints: bool) -> s
     return CircuitState.CLOSED.value
 
 
-__all__ = ["TableStatus", "fleet_status", "table_status"]
+__all__ = ["LATENCY_WINDOWS", "TableStatus", "fleet_status", "table_status"]

@@ -35,11 +35,13 @@ from delta_mirror.delta.protocol import (
 from delta_mirror.delta.stored_commit import check_stored_commit
 from delta_mirror.errors import (
     DataError,
+    ErrorClass,
     LeaseHeldError,
     MirrorError,
     PermanentError,
     PublishConflictError,
     TransientError,
+    first_line,
 )
 from delta_mirror.failpoints import failpoint
 from delta_mirror.health.breaker import BreakerPolicy, CircuitBreakers, endpoint_key, table_key
@@ -241,16 +243,31 @@ class Publisher:
         try:
             self.store.reset_in_progress(table.id)
             result = self._publish(table, to_version, progress)
-        except TransientError as exc:
-            if not isinstance(exc, LeaseHeldError):
+        except BaseException as exc:
+            if isinstance(exc, TransientError) and not isinstance(exc, LeaseHeldError):
                 for key in keys:
                     breakers.record_failure(key, exc.message)
+            if isinstance(exc, Exception):
+                self._record_table_failure(table, exc)
             raise
         finally:
             self.store.release_lease(table.id, self.owner)
         for key in keys:
             breakers.record_success(key)
+        self.store.clear_table_failure(table.id)
         return result
+
+    def _record_table_failure(self, table: TableInfo, exc: Exception) -> None:
+        """The attempt failed, whatever failed (location, listing, credentials, store, a put): the
+        table's failure row says so at once (``status``, ``health`` after its grace, the UI). The
+        store may be what failed: then nothing can be recorded, and the error is raised as it is."""
+        if isinstance(exc, LeaseHeldError):
+            return  # another publisher is at work: not a failure of the table
+        error_class = exc.error_class.value if isinstance(exc, MirrorError) else ErrorClass.PERMANENT.value
+        try:
+            self.store.record_table_failure(table.id, error_class, first_line(exc, 1000))
+        except Exception:  # the original error is the one to raise
+            log.warning("table '%s': the failed attempt could not be recorded in the store", table.name)
 
     def _take_lease(self, table: TableInfo, version: int | None = None) -> None:
         """Take the lease, polling a held one for up to ``lease_wait`` seconds (50 ms doubling to

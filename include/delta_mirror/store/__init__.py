@@ -9,7 +9,8 @@ composed of a mixin per topic:
 - ``log_rows.py``: the rows every write path writes (commit claim, actions, file index, queue);
 - ``reads.py``: commits, snapshots and active file sets (also as id ranges for Spark over JDBC);
 - ``mirror_status.py``: the per-version publish states (the publisher's queue);
-- ``lag.py``: lag history; ``breakers.py``: circuit-breaker rows.
+- ``lag.py``: lag samples; ``latency.py``: per-version latency (commit to publish);
+- ``table_failures.py``: failed publish attempts per table; ``breakers.py``: circuit-breaker rows.
 
 ``schema.py`` names the tables, ``states.py`` the values of their state columns, ``db.py`` makes
 engines, runs migrations and turns database errors into the core's error classes.

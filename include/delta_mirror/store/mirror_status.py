@@ -20,6 +20,7 @@ from delta_mirror.store import db
 from delta_mirror.store.base import StoreBase
 from delta_mirror.store.schema import dl_mirror_status, dl_tables
 from delta_mirror.store.states import Artifact, PublishState
+from delta_mirror.store.table_failures import TableFailure
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class FleetRow:
     conflicts: int  # versions (any artifact) CONFLICT
     last_error_class: str | None  # of the failed or conflicting row that finished last
     last_error: str | None
+    failure: TableFailure | None = None  # its failed publish attempts in a row (dl_table_failures)
 
 
 # The fleet queries: a constant number of statements for any number of tables, each an index lookup
@@ -68,8 +70,9 @@ SELECT t.id,
     ORDER BY m.version DESC LIMIT 1) AS last_json,
   (SELECT m.version FROM dl_mirror_status m
     WHERE m.table_id = t.id AND m.artifact = 'checkpoint' AND m.state = 'SUCCESS'
-    ORDER BY m.version DESC LIMIT 1) AS last_checkpoint
-FROM dl_tables t {where}
+    ORDER BY m.version DESC LIMIT 1) AS last_checkpoint,
+  f.error_class, f.message, f.first_failed_at, f.last_failed_at, f.attempts
+FROM dl_tables t LEFT JOIN dl_table_failures f ON f.table_id = t.id {where}
 """
 _FLEET_OPEN = """
 SELECT m.table_id, m.artifact, m.state, count(*) AS n, min(m.version) AS first
@@ -125,8 +128,11 @@ class MirrorStatus(StoreBase):
             elif state == PublishState.CONFLICT:
                 c["conflicts"] += int(n)
         out: dict[int, FleetRow] = {}
-        for table_id, latest, last_json, last_cp in tops:
+        for table_id, latest, last_json, last_cp, f_class, f_message, f_first, f_last, f_attempts in tops:
             c = counts.get(table_id, {"pending": 0, "failed": 0, "conflicts": 0})
+            failure = None
+            if f_class is not None:
+                failure = TableFailure(f_class, f_message, int(f_first), int(f_last), int(f_attempts))
             error_class, last_error = errors.get(table_id, (None, None))
             out[table_id] = FleetRow(
                 table_id=table_id,
@@ -140,6 +146,7 @@ class MirrorStatus(StoreBase):
                 conflicts=c["conflicts"],
                 last_error_class=error_class,
                 last_error=last_error,
+                failure=failure,
             )
         return out
 

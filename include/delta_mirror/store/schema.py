@@ -67,6 +67,8 @@ dl_commits = Table(
     Column("has_json", Boolean, nullable=False, server_default="1"),
     Column("source", String(16), nullable=False, server_default="native"),
 )
+# The versions committed in a window, per table (migration 0006): latency percentiles and the lag chart.
+Index("ix_dl_commits_committed", dl_commits.c.table_id, dl_commits.c.committed_at)
 
 dl_actions = Table(
     "dl_actions",
@@ -147,6 +149,19 @@ dl_lag_samples = Table(
 )
 Index("ix_dl_lag_samples_table_time", dl_lag_samples.c.table_id, dl_lag_samples.c.sampled_at)
 
+# A table's failed publish attempts (migration 0006): what failed outside any version's put (the
+# location, its listing, credentials, the store), cleared by the next successful attempt.
+dl_table_failures = Table(
+    "dl_table_failures",
+    metadata,
+    Column("table_id", Integer, primary_key=True, autoincrement=False),
+    Column("error_class", String(16), nullable=False),
+    Column("message", Text, nullable=False),
+    Column("first_failed_at", BigInteger, nullable=False),
+    Column("last_failed_at", BigInteger, nullable=False),
+    Column("attempts", Integer, nullable=False, server_default="1"),
+)
+
 dl_breakers = Table(
     "dl_breakers",
     metadata,
@@ -178,6 +193,7 @@ __all__ = [
     "dl_files",
     "dl_lag_samples",
     "dl_mirror_status",
+    "dl_table_failures",
     "dl_tables",
     "metadata",
 ]

@@ -18,13 +18,17 @@ from delta_mirror.store import db
 from delta_mirror.store.breakers import Breakers, BreakerState
 from delta_mirror.store.commits import Commits
 from delta_mirror.store.lag import LagHistory
+from delta_mirror.store.latency import VersionLatency
 from delta_mirror.store.mirror_status import MirrorStatus, StatusRow
 from delta_mirror.store.reads import CommitRow, FileEntry, FileIdRange, Reads, Snapshot
+from delta_mirror.store.table_failures import TableFailures
 from delta_mirror.store.tables import TABLE_NAME, TableInfo, check_table_name, default_table_name
 from delta_mirror.store.verbatim import CommitResult, VerbatimCommits
 
 
-class SqlStore(VerbatimCommits, Commits, Reads, MirrorStatus, LagHistory, Breakers):
+class SqlStore(
+    VerbatimCommits, Commits, Reads, MirrorStatus, LagHistory, VersionLatency, TableFailures, Breakers
+):
     """The authority for every table's Delta log, on SQLite or PostgreSQL."""
 
     def __init__(self, url: str | None = None, *, shared_engine: bool = False) -> None:

@@ -32,6 +32,7 @@ from delta_mirror.store.schema import (
     dl_files,
     dl_lag_samples,
     dl_mirror_status,
+    dl_table_failures,
     dl_tables,
 )
 from delta_mirror.store.states import TableState
@@ -256,7 +257,7 @@ class Tables(StoreBase):
     def delete_table(self, table_id: int) -> None:
         """Forget a table (its published files stay where they are)."""
         with db.translated(self.url, "dropping a table"), self.engine.begin() as conn:
-            for t in (dl_lag_samples, dl_mirror_status, dl_files, dl_actions, dl_commits):
+            for t in (dl_lag_samples, dl_table_failures, dl_mirror_status, dl_files, dl_actions, dl_commits):
                 conn.execute(delete(t).where(t.c.table_id == table_id))
             conn.execute(delete(dl_tables).where(dl_tables.c.id == table_id))
 
