@@ -52,6 +52,9 @@ LOGSTORE_CLASS = "io.github.deltamirror.logstore.SqlAuthorityLogStore"
 LOGSTORE_SCHEMES: tuple[str, ...] = ("file", "s3a", "s3")
 COMMIT_URL_ENV = "DELTA_MIRROR_COMMIT_URL"
 COMMIT_ROOTS_ENV = "DELTA_MIRROR_COMMIT_ROOTS"  # comma-separated root prefixes
+# Another LogStore jar to use: the Compose image keeps its build outside include/, which the stack
+# mounts over the installed package (docker/Dockerfile.airflow)
+LOGSTORE_JAR_ENV = "DELTA_MIRROR_LOGSTORE_JAR"
 OUTSIDE_MODES = ("passthrough", "refuse")
 
 
@@ -96,8 +99,12 @@ class AuthorityConfig:
 
 
 def logstore_jar() -> Path:
-    """The built LogStore jar (``include/delta_mirror/spark/jars/``), else ``LogStoreJarMissing``."""
-    jar = Path(__file__).resolve().parent / "jars" / "delta-mirror-logstore.jar"
+    """The built LogStore jar: ``$DELTA_MIRROR_LOGSTORE_JAR``, else ``include/delta_mirror/spark/jars/``;
+    ``LogStoreJarMissing`` when it is not a file."""
+    override = os.environ.get(LOGSTORE_JAR_ENV)
+    jar = (
+        Path(override) if override else Path(__file__).resolve().parent / "jars" / "delta-mirror-logstore.jar"
+    )
     if not jar.is_file():
         raise LogStoreJarMissing(
             f"the delta-mirror LogStore jar is not built ({jar})",
