@@ -1,11 +1,18 @@
 """The Docker Compose stack (docker-compose.yaml, docker/), checked by parsing: no Docker engine needed.
 
-The file is loaded with PyYAML (``<<:`` merge keys resolved) and Compose's ``${VAR:-default}``
-interpolation is applied with the defaults, i.e. what ``docker compose up`` uses without a ``.env``.
-The checks are about consistency: the connections point at services and ports that exist, the store
-database is the one the init script creates, the bucket is the one the tables use, the mounts exist
-in the repository, the example table config validates. When a ``docker compose`` CLI is installed,
+The file is loaded with PyYAML (``<<:`` merge keys resolved), Compose's ``${VAR:-default}``
+interpolation is applied with the defaults, i.e. what ``docker compose up`` uses without a ``.env``,
+and each service's ``env_file`` is read under its ``environment`` as Compose does. The checks are
+about consistency: the connections point at services and ports that exist, the store database is the
+one the init script creates, the bucket is the one the tables use, the mounts exist in the
+repository, the example table config validates. When a ``docker compose`` CLI is installed,
 ``docker compose config`` (a parser; it needs no engine) must accept the file too.
+
+One topology, two launchers: the last sections compare this file with what the process launcher
+(``make cluster``, delta_mirror.dev.cluster) reads and starts from the same docker/stack.yaml and
+docker/stack.env, service by service: the services and replicas, the image versions (and the pinned
+pyspark, delta-spark and jars), every Airflow process's environment, the host ports, the mounts, and
+the Airflow image's Java and jars.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -22,6 +30,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 import yaml
 
+from delta_mirror.dev.cluster.topology import Topology, load_topology, parse_env
 from delta_mirror.table_config import MirrorConfig, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,28 +38,25 @@ COMPOSE_FILE = ROOT / "docker-compose.yaml"
 DOCKERFILE = ROOT / "docker" / "Dockerfile.airflow"
 EXAMPLE_CONFIG = ROOT / "docker" / "delta_mirror.compose.yaml"
 POSTGRES_INIT = ROOT / "docker" / "postgres-init"
+INIT_SCRIPT = ROOT / "docker" / "airflow-init.sh"
 README = ROOT / "README.md"
 README_SECTION = "## Docker Compose stack"
 
-AIRFLOW_SERVICES = (
-    "airflow-api-server",
-    "airflow-scheduler",
-    "airflow-dag-processor",
-    "airflow-triggerer",
-    "airflow-worker",
-)
-ONE_SHOTS = ("airflow-init", "minio-init")
-REQUIRED_SERVICES = (
-    *AIRFLOW_SERVICES,
-    *ONE_SHOTS,
-    "postgres",
-    "redis",
-    "minio",
-    "mailpit",
-    "spark-master",
-    "spark-worker",
-    "commit-service",
-)
+# docker/stack.yaml + docker/stack.env through the launcher's own parser: the services both launchers
+# start (a replicated service is <name>-1, <name>-2, ...).
+TOPOLOGY: Topology = load_topology(ROOT / "docker")
+
+
+def instances_of(*kinds: str) -> tuple[str, ...]:
+    return tuple(
+        name for spec in TOPOLOGY.services.values() if spec.kind in kinds for name in spec.instance_names()
+    )
+
+
+AIRFLOW_SERVICES = instances_of("airflow")  # the long-running Airflow processes
+ONE_SHOTS = tuple(n for s in TOPOLOGY.services.values() if s.oneshot for n in s.instance_names())
+COMMIT_SERVICES = instances_of("commit-service")
+REQUIRED_SERVICES = tuple(n for spec in TOPOLOGY.services.values() for n in spec.instance_names())
 CONNECTION_IDS = ("delta_mirror_store", "minio", "smtp_default")
 
 _VAR = re.compile(
@@ -105,11 +111,23 @@ def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return compose["services"]  # type: ignore[no-any-return]
 
 
+def env_files_of(service: dict[str, Any]) -> list[Path]:
+    files = service.get("env_file") or []
+    files = [files] if isinstance(files, (str, dict)) else files
+    return [ROOT / (f["path"] if isinstance(f, dict) else f) for f in files]
+
+
 def env_of(service: dict[str, Any]) -> dict[str, str]:
+    """The container's environment as Compose builds it: the ``env_file`` entries (read with the
+    launcher's parser of stack.env), then ``environment`` over them."""
+    out: dict[str, str] = {}
+    for path in env_files_of(service):
+        out.update(parse_env(path.read_text(encoding="utf-8"), str(path)))
     env = service.get("environment") or {}
     if isinstance(env, list):
         env = dict(item.split("=", 1) if "=" in item else (item, "") for item in env)
-    return {str(k): "" if v is None else str(v) for k, v in env.items()}
+    out.update({str(k): "" if v is None else str(v) for k, v in env.items()})
+    return out
 
 
 def volumes_of(service: dict[str, Any]) -> list[dict[str, Any]]:
@@ -194,7 +212,7 @@ def url_parts(url: str) -> dict[str, Any]:
 
 
 def airflow_env(services_: dict[str, dict[str, Any]]) -> dict[str, str]:
-    return env_of(services_["airflow-worker"])
+    return env_of(services_[instances_of("airflow")[-1]])  # a Celery worker
 
 
 def conn_env_name(conn_id: str) -> str:
@@ -218,14 +236,15 @@ def store_sql() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def bucket(services: dict[str, dict[str, Any]]) -> str:
-    script = command_text(services["minio-init"])
-    alias = re.search(r"mc\s+alias\s+set\s+(\S+)\s+(\S+)", script)
-    assert alias, "minio-init sets an mc alias for the minio service"
-    parts = url_parts(alias[2])
-    assert (parts["host"], parts["port"]) == ("minio", 9000), alias[2]
-    made = re.findall(rf"mc\s+mb\s+(?:--?\S+\s+)*{re.escape(alias[1])}/([a-z0-9][a-z0-9.-]+)", script)
-    assert len(made) == 1, f"minio-init creates exactly one bucket: {made}"
-    return str(made[0])
+    """The bucket airflow-init creates: BUCKET of stack.env, in its environment."""
+    script = INIT_SCRIPT.read_text(encoding="utf-8")
+    assert re.search(r"create_bucket\(Bucket=os\.environ\[\"BUCKET\"\]\)", script), (
+        f"{INIT_SCRIPT.name} does not create the bucket named by BUCKET"
+    )
+    env = env_of(services["airflow-init"])
+    assert env["BUCKET"] == TOPOLOGY.settings["BUCKET"]
+    assert url_parts(env["AWS_ENDPOINT_URL"])["host"] == "minio"
+    return env["BUCKET"]
 
 
 @pytest.fixture(scope="module")
@@ -253,7 +272,6 @@ def test_required_services_have_images(services: dict[str, dict[str, Any]]) -> N
         "postgres": r"^postgres:\d+",
         "redis": r"^redis:\d+",
         "minio": r"^(quay\.io/)?minio/minio:",
-        "minio-init": r"^(quay\.io/)?minio/mc:",
         "mailpit": r"^axllent/mailpit:",
         "spark-master": r"^apache/spark:\d+\.\d+",
         "spark-worker": r"^apache/spark:\d+\.\d+",
@@ -367,8 +385,14 @@ def test_airflow_init_script(services: dict[str, dict[str, Any]]) -> None:
     script = container_to_host(services, "airflow-init", cmd[0])
     assert script is not None and script.is_file(), f"airflow-init runs {cmd[0]}, not a mounted file"
     text = script.read_text(encoding="utf-8")
-    for step in ("airflow db migrate", "airflow users create", "delta-mirror init"):
+    for step in (
+        "airflow db migrate",
+        "delta-mirror init",
+        "SIMPLE_AUTH_MANAGER_PASSWORDS_FILE",
+        "create_bucket",
+    ):
         assert step in text, f"{script.name} does not run '{step}'"
+    assert "airflow users create" not in text, "a FAB command: the stack runs the Simple auth manager"
     assert init.get("restart") in (None, "no")
 
 
@@ -426,8 +450,8 @@ def test_minio_connection_matches_minio(services: dict[str, dict[str, Any]]) -> 
     # The CLI inside the containers uses the same endpoint and keys.
     assert env["AWS_ENDPOINT_URL"] == conn["extra"]["endpoint_url"]
     assert (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) == (conn["login"], conn["password"])
-    init = env_of(services["minio-init"])
-    assert (init["MINIO_ROOT_USER"], init["MINIO_ROOT_PASSWORD"]) == (conn["login"], conn["password"])
+    init = env_of(services["airflow-init"])  # it creates the bucket with these keys
+    assert (init["AWS_ACCESS_KEY_ID"], init["AWS_SECRET_ACCESS_KEY"]) == (conn["login"], conn["password"])
 
 
 def test_smtp_connection_is_mailpit(services: dict[str, dict[str, Any]]) -> None:
@@ -508,7 +532,7 @@ def test_bucket_matches_table_locations(bucket: str) -> None:
     seen = 0
     for name, text in sources.items():
         for found in re.findall(r"s3://([a-z0-9][a-z0-9.-]+)/", text):
-            assert found == bucket, f"{name} uses s3://{found}/ but minio-init creates '{bucket}'"
+            assert found == bucket, f"{name} uses s3://{found}/ but airflow-init creates '{bucket}'"
             seen += 1
     assert seen, "no s3:// table location in the example config or the README section"
 
@@ -521,11 +545,12 @@ def test_create_table_example_actions() -> None:
     assert "docker/examples/create-sales.jsonl" in readme_section()
 
 
+@pytest.mark.parametrize("name", COMMIT_SERVICES)
 def test_commit_service_serves_the_store_with_a_token(
-    services: dict[str, dict[str, Any]], bucket: str
+    services: dict[str, dict[str, Any]], bucket: str, name: str
 ) -> None:
     """``delta-mirror serve`` on the store the CLI and DAGs use, reachable, authenticated, probed."""
-    svc = services["commit-service"]
+    svc = services[name]
     argv = [*svc["entrypoint"], *svc["command"]]
     assert argv[:2] == ["delta-mirror", "serve"] and "--no-auth" not in argv
     port = int(argv[argv.index("--port") + 1])
@@ -565,7 +590,7 @@ def test_depends_on_references_existing_services(services: dict[str, dict[str, A
         assert deps.get("airflow-init", {}).get("condition") == "service_completed_successfully", name
         assert deps.get("postgres", {}).get("condition") == "service_healthy", name
         assert deps.get("redis", {}).get("condition") == "service_healthy", name
-    assert depends_on(services["airflow-init"])["minio-init"]["condition"] == "service_completed_successfully"
+    assert depends_on(services["airflow-init"])["minio"]["condition"] == "service_healthy", "the bucket"
 
 
 def test_no_dependency_cycle(services: dict[str, dict[str, Any]]) -> None:
@@ -598,7 +623,7 @@ def test_published_ports_are_unique(services: dict[str, dict[str, Any]]) -> None
 
 
 def test_healthchecks(services: dict[str, dict[str, Any]]) -> None:
-    for name in ("postgres", "redis", "minio", "mailpit", "commit-service", *AIRFLOW_SERVICES):
+    for name in ("postgres", "redis", "minio", "mailpit", *COMMIT_SERVICES, *AIRFLOW_SERVICES):
         check = services[name].get("healthcheck") or {}
         assert check.get("test") and not check.get("disable"), f"{name} has no healthcheck"
     assert "pg_isready" in str(services["postgres"]["healthcheck"]["test"])
@@ -669,3 +694,563 @@ def test_docker_compose_config_accepts_the_file(tmp_path: Path, services: dict[s
     for name in (*AIRFLOW_SERVICES, "airflow-init"):
         theirs = {k: str(v) for k, v in (resolved[name].get("environment") or {}).items()}
         assert theirs == env_of(services[name]), f"{name}: docker compose resolves a different environment"
+
+
+# --------------------------------------------------------------------------------------------------
+# one topology, two launchers: docker-compose.yaml against what `make cluster` starts
+#
+# The launcher is delta_mirror.dev.cluster: Cluster(...) reads docker/stack.yaml + docker/stack.env
+# and gives each process a launch recipe (argv, environment) without starting anything. Its
+# addresses are 127.0.0.1:<stack.env port>; in Compose the same service is <service>:<container
+# port>, published on the host at that stack.env port. So a launcher value, with each 127.0.0.1
+# address replaced by the Compose service that publishes that host port, must be the Compose value.
+
+# Launcher environment that Compose has no use for: the caller's variables passed through, the
+# cluster's marker and its folder (AIRFLOW_HOME, DELTA_MIRROR_HOME, the mail catcher's folder; in the
+# image AIRFLOW_HOME and JAVA_HOME are the image's own).
+LAUNCHER_ONLY_ENV = frozenset(
+    {
+        *("PATH", "HOME", "LANG", "LC_ALL", "TZ", "JAVA_HOME", "TMPDIR", "USER", "LOGNAME"),
+        *("NO_PROXY", "no_proxy", "DELTA_MIRROR_CLUSTER"),
+        *("AIRFLOW_HOME", "DELTA_MIRROR_HOME", "DELTA_MIRROR_CLUSTER_MAIL"),
+    }
+)
+# Compose sets both log servers' ports in every Airflow container (one block for all); the launcher
+# sets each on the processes that serve it (the Nth replica on the key's port + N - 1).
+COMPOSE_ALL_CONTAINERS_ENV = frozenset(
+    {"AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT", "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT"}
+)
+# Secrets the launcher generates per cluster (.cluster/secrets.env); Compose's defaults are
+# stack.env's (None: no default, Airflow then runs without a Fernet key).
+SECRET_ENV = {
+    "AIRFLOW__API_AUTH__JWT_SECRET": "AIRFLOW_JWT_SECRET",
+    "AIRFLOW__API__SECRET_KEY": "AIRFLOW_API_SECRET_KEY",
+    "AIRFLOW__CORE__FERNET_KEY": None,
+    "DELTA_MIRROR_COMMIT_TOKEN": "DELTA_MIRROR_COMMIT_TOKEN",
+}
+# Paths: the launcher's are files of the checkout, Compose's the same files through a bind mount.
+PATH_ENV = frozenset({"AIRFLOW__CORE__DAGS_FOLDER", "AIRFLOW__CORE__PLUGINS_FOLDER", "DELTA_MIRROR_CONFIG"})
+# Different on purpose: the password file lives in the cluster's folder vs a volume; a container
+# listens on all its interfaces (published on the host's 127.0.0.1 only), the launcher on 127.0.0.1.
+MACHINE_ENV = frozenset(
+    {
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST",
+    }
+)
+# The address a browser on the host uses (links in the UI and in emails): localhost, the host port.
+BROWSER_URL_ENV = frozenset({"AIRFLOW__API__BASE_URL"})
+# Environment prefixes of the stack's own settings (what the reverse check looks at).
+STACK_PREFIXES = ("AIRFLOW__", "AIRFLOW_CONN_", "DELTA_MIRROR_", "AWS_", "SPARK_")
+
+_PUBLISHED = re.compile(
+    r"^(?:(?P<ip>[0-9.]+):)?(?P<host>\$\{(?P<var>[A-Z0-9_]+):-(?P<default>\d+)\}|\d+):(?P<container>\d+)(?:/tcp)?$"
+)
+
+
+@dataclass(frozen=True)
+class Published:
+    ip: str | None
+    host: int
+    container: int
+    variable: str | None  # the ${VAR:-default} that sets the host port, if any
+
+
+def published_ports(raw_service: dict[str, Any]) -> list[Published]:
+    """The raw (uninterpolated) ``ports`` entries: bind address, host port (its variable), container port."""
+    out = []
+    for entry in raw_service.get("ports") or []:
+        m = _PUBLISHED.match(str(entry))
+        assert m, f"port mapping {entry!r}: expected [IP:]${{KEY:-PORT}}:CONTAINER_PORT"
+        host = int(m["default"] or m["host"])
+        out.append(Published(m["ip"], host, int(m["container"]), m["var"]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def raw_services(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return raw["services"]  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The launcher for this checkout on stack.env's ports, built but never started."""
+    from delta_mirror.dev.cluster import Cluster
+
+    return Cluster(tmp_path_factory.mktemp("cluster") / ".cluster", repo=ROOT)
+
+
+@pytest.fixture(scope="module")
+def launcher_env(cluster: Any) -> dict[str, dict[str, str]]:
+    """The environment the launcher gives each Airflow and commit-service process."""
+    stack = cluster.stack()
+    replicas = cluster.replicas["commit_replicas"]
+    return {
+        inst.name: stack.recipe(inst, replicas).env
+        for inst in cluster.instances
+        if inst.spec.kind in ("airflow", "airflow-init", "commit-service")
+    }
+
+
+@pytest.fixture(scope="module")
+def host_ports(raw_services: dict[str, dict[str, Any]]) -> dict[int, tuple[str, int]]:
+    """Host port → (the Compose service that publishes it, its container port)."""
+    out: dict[int, tuple[str, int]] = {}
+    for name, svc in raw_services.items():
+        for p in published_ports(svc):
+            out[p.host] = (name, p.container)
+    return out
+
+
+def as_compose(key: str, value: str, host_ports: dict[int, tuple[str, int]]) -> Any:
+    """A launcher value as Compose must have it: 127.0.0.1:<port> → <service>:<container port>, a
+    bare port → the container port, a JSON connection's host and port alike."""
+
+    def address(m: re.Match[str]) -> str:
+        port = int(m[1])
+        assert port in host_ports, (
+            f"{key}: the launcher uses 127.0.0.1:{port}, which Compose does not publish"
+        )
+        service, container = host_ports[port]
+        return f"{service}:{container}"
+
+    if key.endswith("_PORT") and value.isdigit():
+        assert int(value) in host_ports, f"{key}={value}: a port Compose does not publish"
+        return str(host_ports[int(value)][1])
+    if value.lstrip().startswith("{"):
+        doc = json.loads(value)
+
+        def walk(node: Any) -> Any:
+            if isinstance(node, dict):
+                node = {k: walk(v) for k, v in node.items()}
+                if node.get("host") == "127.0.0.1" and isinstance(node.get("port"), int):
+                    node["host"], node["port"] = host_ports[node["port"]]
+                return node
+            return re.sub(r"127\.0\.0\.1:(\d+)", address, node) if isinstance(node, str) else node
+
+        return walk(doc)
+    return re.sub(r"127\.0\.0\.1:(\d+)", address, value)
+
+
+def compose_value(value: str) -> Any:
+    return json.loads(value) if value.lstrip().startswith("{") else value
+
+
+def test_compose_runs_the_services_the_launcher_runs(
+    services: dict[str, dict[str, Any]], cluster: Any
+) -> None:
+    """Service by service: stack.yaml's services (replicas expanded) are Compose's and the launcher's."""
+    from_yaml = set(REQUIRED_SERVICES)
+    assert set(cluster.names()) == from_yaml, "the launcher starts what stack.yaml lists"
+    assert set(services) == from_yaml, (
+        f"only in docker-compose.yaml: {sorted(set(services) - from_yaml)}; "
+        f"only in docker/stack.yaml: {sorted(from_yaml - set(services))}"
+    )
+    for spec in TOPOLOGY.services.values():
+        for name in spec.instance_names():
+            svc = services[name]
+            if spec.replicas > 1:
+                assert svc.get("hostname") == name, f"{name}: a replica names itself (logs, job checks)"
+            if spec.kind == "airflow":
+                argv = svc["command"].split() if isinstance(svc["command"], str) else svc["command"]
+                assert tuple(argv) == spec.command, f"{name}: runs `airflow {' '.join(argv)}`"
+            if spec.kind in ("spark-master", "spark-worker"):
+                assert spec.command[0] in command_text(svc), name
+            if spec.kind == "minio":
+                assert command_text(svc).replace('"', "").split() == [c.strip('"') for c in spec.command]
+            if spec.kind == "commit-service":
+                assert svc["command"][0] == spec.command[0] == "serve", name
+
+
+def test_compose_waits_for_what_stack_yaml_says_each_service_needs(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for spec in TOPOLOGY.services.values():
+        for name in spec.instance_names():
+            deps = depends_on(services[name])
+            for needed in spec.after:
+                for dep in TOPOLOGY.services[needed].instance_names():
+                    assert dep in deps, f"{name} starts before {dep} (stack.yaml: after {needed})"
+                    wanted = "service_completed_successfully" if dep in ONE_SHOTS else "service_healthy"
+                    assert deps[dep]["condition"] == wanted, f"{name} → {dep}"
+
+
+def test_image_versions_are_stack_env_versions(
+    raw_services: dict[str, dict[str, Any]], services: dict[str, dict[str, Any]]
+) -> None:
+    s = TOPOLOGY.settings
+    airflow_base = f"apache/airflow:{s['AIRFLOW_VERSION']}-python{s['AIRFLOW_PYTHON_VERSION']}"
+    dockerfile = DOCKERFILE.read_text(encoding="utf-8")
+    arg = re.search(r"^ARG\s+AIRFLOW_BASE_IMAGE=(\S+)", dockerfile, re.M)
+    assert arg and arg[1] == airflow_base, (
+        f"Dockerfile.airflow's base {arg and arg[1]}, stack.env {airflow_base}"
+    )
+    for name in (*AIRFLOW_SERVICES, *ONE_SHOTS, *COMMIT_SERVICES):
+        svc = services[name]
+        assert svc["build"]["args"]["AIRFLOW_BASE_IMAGE"] == airflow_base, name
+        assert (
+            svc["image"] == f"delta-mirror-airflow:{s['AIRFLOW_VERSION']}-python{s['AIRFLOW_PYTHON_VERSION']}"
+        )
+    assert services["postgres"]["image"] == f"postgres:{s['POSTGRES_VERSION']}"
+    assert re.fullmatch(rf"redis:{re.escape(s['REDIS_VERSION'])}(-[a-z]+)?", services["redis"]["image"]), (
+        f"redis image {services['redis']['image']}: not the {s['REDIS_VERSION']} minor the launcher runs"
+    )
+    for name in instances_of("spark-master", "spark-worker"):
+        assert services[name]["image"] == f"apache/spark:{s['SPARK_VERSION']}-python3", name
+        # the version is the shared setting's, so one override moves both sides
+        assert "${SPARK_VERSION:-" in raw_services[name]["image"], name
+    for name, key in (("postgres", "POSTGRES_VERSION"), ("redis", "REDIS_VERSION")):
+        assert f"${{{key}:-{s[key]}}}" in raw_services[name]["image"], name
+
+
+def requirement_pins() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "requirements.txt").read_text(encoding="utf-8").splitlines():
+        m = re.match(r"^([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==(\S+)", line.strip())
+        if m:
+            pins[m[1].lower()] = m[2]
+    return pins
+
+
+def test_spark_and_delta_versions_match_everywhere() -> None:
+    """stack.env = requirements.txt's pins = the installed pyspark / delta-spark = the jars' poms."""
+    import importlib.metadata
+
+    s, pins = TOPOLOGY.settings, requirement_pins()
+    assert s["SPARK_VERSION"] == pins["pyspark"] == importlib.metadata.version("pyspark")
+    assert s["DELTA_SPARK_VERSION"] == pins["delta-spark"] == importlib.metadata.version("delta-spark")
+    assert s["AIRFLOW_VERSION"] == pins["apache-airflow"]
+    assert s["AIRFLOW_CELERY_PROVIDER_VERSION"] == pins["apache-airflow-providers-celery"]
+    pyspark = importlib.util.find_spec("pyspark")
+    assert pyspark is not None and pyspark.origin is not None
+    jars = Path(pyspark.origin).parent / "jars"
+    assert (jars / f"spark-core_2.13-{s['SPARK_VERSION']}.jar").is_file(), "pyspark.__version__ and its jars"
+    hadoop = {
+        p.name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+        for p in jars.glob("hadoop-client-api-*.jar")
+    }
+    for pom in sorted(ROOT.glob("jvm/*/pom.xml")):
+        text = pom.read_text(encoding="utf-8")
+        delta = re.search(r"<delta\.version>([^<]+)</delta\.version>", text)
+        assert delta and delta[1] == s["DELTA_SPARK_VERSION"], (
+            f"{pom.relative_to(ROOT)}: delta {delta and delta[1]}"
+        )
+        hv = re.search(r"<hadoop\.version>([^<]+)</hadoop\.version>", text)
+        assert hv is None or {hv[1]} == hadoop, (
+            f"{pom.relative_to(ROOT)}: hadoop {hv[1]}, pyspark ships {hadoop}"
+        )
+
+
+def test_pyspark_reports_the_stack_spark_version() -> None:
+    pyspark = pytest.importorskip("pyspark")
+    assert pyspark.__version__ == TOPOLOGY.settings["SPARK_VERSION"]
+
+
+def test_every_airflow_option_of_stack_env_reaches_every_airflow_container(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    options = TOPOLOGY.airflow_options()
+    assert options, "stack.env has AIRFLOW__ options"
+    for name in (*AIRFLOW_SERVICES, *ONE_SHOTS):
+        env = env_of(services[name])
+        differing = {k: (env.get(k), v) for k, v in options.items() if env.get(k) != v}
+        assert not differing, f"{name}: (compose, stack.env) differ: {differing}"
+
+
+def test_compose_defaults_are_stack_env_values() -> None:
+    """Every ${KEY:-default} whose KEY is a stack.env setting defaults to stack.env's value."""
+    seen = set()
+
+    def check(text: str) -> None:
+        for m in _VAR.finditer(text):
+            key, op, default = m[1], m[2], m[3]
+            if default:
+                check(default)  # ${SPARK_IMAGE:-apache/spark:${SPARK_VERSION:-...}-python3}
+            if key in TOPOLOGY.settings and op in (":-", "-"):
+                assert interpolate(default) == TOPOLOGY.settings[key], (
+                    f"${{{key}:-{default}}}: stack.env has {TOPOLOGY.settings[key]!r}"
+                )
+                seen.add(key)
+
+    check(COMPOSE_FILE.read_text(encoding="utf-8"))
+    assert {"AIRFLOW_ADMIN_USER", "POSTGRES_PASSWORD", "MINIO_ROOT_PASSWORD", "SPARK_VERSION"} <= seen
+
+
+def test_airflow_processes_get_the_launchers_environment(
+    services: dict[str, dict[str, Any]],
+    launcher_env: dict[str, dict[str, str]],
+    host_ports: dict[int, tuple[str, int]],
+) -> None:
+    """Each Airflow process, launcher against Compose: the same variables, the same values once the
+    addresses are the containers' (secrets, paths and listen addresses compared as noted above)."""
+    names = (*AIRFLOW_SERVICES, *ONE_SHOTS)
+    assert set(names) <= set(launcher_env)
+    for name in names:
+        theirs, ours = launcher_env[name], env_of(services[name])
+        for key, value in theirs.items():
+            if key in LAUNCHER_ONLY_ENV:
+                continue
+            assert key in ours, f"{name}: the launcher sets {key}, docker-compose.yaml does not"
+            if key in SECRET_ENV:
+                default = SECRET_ENV[key]
+                assert ours[key] == (TOPOLOGY.settings[default] if default else ""), f"{name}: {key}"
+            elif key in PATH_ENV:
+                host = container_to_host(services, name, ours[key])
+                assert host is not None and host.resolve() == Path(value).resolve(), (
+                    f"{name}: {key} is {value} for the launcher, {ours[key]} (→ {host}) in Compose"
+                )
+            elif key in BROWSER_URL_ENV:
+                assert ours[key] == value.replace("127.0.0.1", "localhost"), f"{name}: {key}"
+            elif key not in MACHINE_ENV:
+                assert compose_value(ours[key]) == as_compose(key, value, host_ports), (
+                    f"{name}: {key} is {ours[key]!r} in Compose, {value!r} for the launcher"
+                )
+        extra = {
+            k for k in ours if k.startswith(STACK_PREFIXES) and k not in theirs and k not in TOPOLOGY.settings
+        } - COMPOSE_ALL_CONTAINERS_ENV
+        assert not extra, f"{name}: only Compose sets {sorted(extra)}"
+
+
+def test_commit_service_replicas_get_the_launchers_settings(
+    services: dict[str, dict[str, Any]],
+    cluster: Any,
+    launcher_env: dict[str, dict[str, str]],
+    host_ports: dict[int, tuple[str, int]],
+) -> None:
+    from delta_mirror.storage import normalize_commit_root
+
+    stack = cluster.stack()
+    for inst in cluster.instances:
+        if inst.spec.kind != "commit-service":
+            continue
+        ours = env_of(services[inst.name])
+        for key, value in launcher_env[inst.name].items():
+            if key in LAUNCHER_ONLY_ENV:
+                continue
+            assert key in ours, f"{inst.name}: the launcher sets {key}, docker-compose.yaml does not"
+            if key in SECRET_ENV:
+                assert ours[key] == TOPOLOGY.settings[SECRET_ENV[key] or key], f"{inst.name}: {key}"
+            else:
+                assert ours[key] == as_compose(key, value, host_ports), f"{inst.name}: {key}"
+        argv = stack.recipe(inst, cluster.replicas["commit_replicas"]).argv
+        theirs = {normalize_commit_root(argv[i + 1]) for i, a in enumerate(argv) if a == "--allow-root"}
+        mine = {normalize_commit_root(r) for r in ours["DELTA_MIRROR_COMMIT_ALLOW_ROOTS"].split(",") if r}
+        assert theirs == mine, (
+            f"{inst.name}: tables may be created under {mine} (Compose), {theirs} (launcher)"
+        )
+
+
+def test_host_ports_are_stack_env_ports_on_127_0_0_1(
+    raw_services: dict[str, dict[str, Any]], cluster: Any
+) -> None:
+    """Compose publishes each process's stack.env ports (replica N: the key's port + N - 1), on the
+    host's 127.0.0.1 as the launcher listens, and nothing else; the variable is the port key."""
+    expected: dict[str, set[tuple[int, str]]] = {name: set() for name in raw_services}
+    for inst in cluster.instances:
+        for role, key in inst.spec.ports.items():
+            port = int(TOPOLOGY.settings[key]) + inst.index - 1
+            if role not in inst.spec.compose_only:
+                assert inst.ports[role] == port, f"{inst.name}: the launcher's {role} port"
+            expected[inst.name].add((port, key if inst.index == 1 else f"{key}_{inst.index}"))
+    for name, svc in raw_services.items():
+        published = published_ports(svc)
+        assert {(p.host, p.variable) for p in published} == expected[name], f"{name}: published ports"
+        for p in published:
+            assert p.ip == "127.0.0.1", f"{name}: port {p.host} is published on every interface"
+
+
+def test_containers_listen_on_the_stack_env_port(
+    raw_services: dict[str, dict[str, Any]], services: dict[str, dict[str, Any]]
+) -> None:
+    """Inside its container each replica listens on its key's stack.env port; the processes Compose
+    configures say so in their command or environment."""
+    for spec in TOPOLOGY.services.values():
+        for name in spec.instance_names():
+            published = {
+                p.variable.removesuffix("_2") if p.variable else None: p
+                for p in published_ports(raw_services[name])
+            }
+            svc = services[name]
+            told = (
+                command_text(svc)
+                + " "
+                + " ".join(f"{k}={v}" for k, v in env_of(svc).items() if k.startswith("AIRFLOW__"))
+            )
+            for role, key in spec.ports.items():
+                p = published[key]
+                assert p.container == int(TOPOLOGY.settings[key]), f"{name}: {role} inside the container"
+                if spec.kind in ("spark-master", "spark-worker", "commit-service") or role in (
+                    "log",
+                    "health",
+                ):
+                    assert re.search(rf"(--\S*port\s+|_PORT=){p.container}\b", told), (
+                        f"{name}: nothing makes it listen on {p.container} ({role})"
+                    )
+
+
+def test_code_and_dags_are_mounted_where_the_launcher_reads_them(
+    raw: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    """The launcher runs the checkout (its editable install, dags/, plugins/, the compose table
+    config); every Airflow container mounts the same folders over the image's copy."""
+    import delta_mirror
+
+    assert Path(delta_mirror.__file__).resolve().is_relative_to(ROOT / "include"), (
+        "the launcher runs include/"
+    )
+    dockerfile = DOCKERFILE.read_text(encoding="utf-8")
+    project = PurePosixPath(re.search(r'-e\s+"([^"\[]+)', dockerfile)[1])  # type: ignore[index]
+    for name in (*AIRFLOW_SERVICES, *ONE_SHOTS, *COMMIT_SERVICES):
+        assert (
+            container_to_host(services, name, str(project / "include" / "delta_mirror"))
+            == ROOT / "include" / "delta_mirror"
+        )
+        env = env_of(services[name])
+        for key, folder in (
+            ("AIRFLOW__CORE__DAGS_FOLDER", "dags"),
+            ("AIRFLOW__CORE__PLUGINS_FOLDER", "plugins"),
+        ):
+            if key in env:
+                assert container_to_host(services, name, env[key]) == ROOT / folder, f"{name}: {key}"
+
+
+# --------------------------------------------------------------------------------------------------
+# the Airflow image: Java 17 and both jars, built from jvm/ in the image build
+
+
+def makefile_jar_paths() -> dict[str, str]:
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    return {k: v.strip() for k, v in re.findall(r"^(LOGSTORE_JAR|KERNEL_JAR)\s*:=\s*(\S+)", text, re.M)}
+
+
+def test_airflow_image_has_a_java_17_runtime() -> None:
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    final = text.split("\nFROM ${AIRFLOW_BASE_IMAGE}", 1)[1]
+    assert re.search(r"apt-get install[^\n]*\bopenjdk-17-jre-headless\b", final), "no JRE 17 in the image"
+    root_at = final.index("openjdk-17-jre-headless")
+    assert final.rfind("USER root", 0, root_at) > final.rfind("USER airflow", 0, root_at), (
+        "apt-get runs as root"
+    )
+    home = re.search(r"^ENV\s+JAVA_HOME=(\S+)", final, re.M)
+    assert home and re.search(
+        rf'ln -sfn\s+"?[^"\n]*java-17-openjdk[^"\n]*"?\s+{re.escape(home[1])}\s', final
+    ), "JAVA_HOME names the JRE 17 whatever the architecture"
+
+
+def test_airflow_image_builds_both_jars_from_jvm_and_the_package_finds_them(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from delta_mirror.jobs.validate import kernel_java
+    from delta_mirror.spark import session
+
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    stage = re.search(r"^FROM\s+maven:3\.9-eclipse-temurin-17\s+AS\s+(\w+)", text, re.M)
+    assert stage, "no Maven build stage"
+    modules = sorted(p.parent.name for p in ROOT.glob("jvm/*/pom.xml"))
+    assert modules == ["kernel-reader", "logstore"]
+    jar_paths = makefile_jar_paths()
+    env = dict(re.findall(r"(DELTA_MIRROR_\w+_JAR)=(\S+)", text))
+    readers = {"logstore": session.LOGSTORE_JAR_ENV, "kernel-reader": kernel_java.JAR_ENV}
+    makefile_key = {"logstore": "LOGSTORE_JAR", "kernel-reader": "KERNEL_JAR"}
+    for module in modules:
+        pom = (ROOT / "jvm" / module / "pom.xml").read_text(encoding="utf-8")
+        jar = re.search(r"<finalName>([^<]+)</finalName>", pom)[1] + ".jar"  # type: ignore[index]
+        assert PurePosixPath(jar_paths[makefile_key[module]]).name == jar, module
+        assert re.search(rf"^COPY\s+jvm/{module}\s+\S+", text, re.M), (
+            f"jvm/{module} is not in the build stage"
+        )
+        assert re.search(rf"cd\s+\S*jvm/{module}\s+&&\s+mvn\s+-B\b[^\n]*\bpackage\b", text), (
+            f"{module}: no mvn package"
+        )
+        copied = re.search(
+            rf"^COPY\s+--from={stage[1]}\s+(?:--\S+\s+)*\S*/jvm/{module}/target/{re.escape(jar)}\s+\\?\s*(\S+)",
+            text,
+            re.M,
+        )
+        assert copied, f"{jar} is not copied from the {stage[1]} stage"
+        # the package is pointed at it (Compose mounts include/ over the installed copy) ...
+        assert env.get(readers[module]) == copied[1], f"{readers[module]} does not name {copied[1]}"
+        # ... and the Makefile's place in the package links to it, for a container without the mount
+        assert re.search(
+            rf'ln -sf\s+"\$\{{{readers[module]}\}}"\s+\\?\s*/opt/delta-mirror/{re.escape(jar_paths[makefile_key[module]])}',
+            text,
+        ), module
+    # The package reads those variables (a jar elsewhere than include/ is found).
+    fake = tmp_path / "some.jar"
+    fake.write_bytes(b"PK")
+    monkeypatch.setenv(session.LOGSTORE_JAR_ENV, str(fake))
+    monkeypatch.setenv(kernel_java.JAR_ENV, str(fake))
+    assert session.logstore_jar() == fake
+    assert kernel_java.kernel_jar() == fake
+
+
+def dockerignore_includes(patterns: list[str], path: str) -> bool:
+    """Docker's rule: the last pattern matching the path or one of its parent folders decides."""
+
+    def regex(pattern: str) -> re.Pattern[str]:
+        out, i = "", 0
+        while i < len(pattern):
+            if pattern.startswith("**/", i):
+                out, i = out + "(?:.*/)?", i + 3
+            elif pattern.startswith("**", i):
+                out, i = out + ".*", i + 2
+            elif pattern[i] == "*":
+                out, i = out + "[^/]*", i + 1
+            elif pattern[i] == "?":
+                out, i = out + "[^/]", i + 1
+            else:
+                out, i = out + re.escape(pattern[i]), i + 1
+        return re.compile(out)
+
+    parts = path.split("/")
+    prefixes = ["/".join(parts[: n + 1]) for n in range(len(parts))]
+    included = True
+    for raw_pattern in patterns:
+        negate = raw_pattern.startswith("!")
+        pattern = raw_pattern.lstrip("!").strip("/")
+        if any(regex(pattern).fullmatch(p) for p in prefixes):
+            included = negate
+    return included
+
+
+def test_dockerignore_sends_the_jvm_sources_and_no_build_output() -> None:
+    lines = (ROOT / "docker" / "Dockerfile.airflow.dockerignore").read_text(encoding="utf-8").splitlines()
+    patterns = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    tracked = subprocess.run(
+        ["git", "ls-files", "jvm", "include", "requirements.txt", "pyproject.toml", "README.md"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    ).stdout.split()
+    assert any(p.startswith("jvm/kernel-reader/src/") for p in tracked)
+    for path in tracked:
+        assert dockerignore_includes(patterns, path), f"{path} is not in the image's build context"
+    for path in (
+        "jvm/logstore/target/delta-mirror-logstore.jar",
+        "jvm/kernel-reader/target/classes/x.class",
+        *(f"include/{p.removeprefix('include/')}" for p in makefile_jar_paths().values()),
+        "include/delta_mirror/__pycache__/x.pyc",
+        ".venv/bin/python",
+        "tests/test_compose.py",
+    ):
+        assert not dockerignore_includes(patterns, path), f"{path} would be sent to the image build"
+
+
+def test_no_jar_is_committed() -> None:
+    jars = subprocess.run(["git", "ls-files", "*.jar"], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert jars.stdout.split() == [], "jars are built (make jar, the image's Maven stage), never committed"
+
+
+def test_readme_says_the_image_has_java_and_names_compose_services(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    section = readme_section()
+    assert "has no Java runtime" not in section
+    assert re.search(r"Java 17", section), "the README says the Airflow image has Java"
+    named = [m[1] for m in re.finditer(r"docker compose (?:exec|logs)(?: -T)?\s+([a-z0-9-]+)", section)]
+    for m in re.finditer(r"docker compose restart\s+([a-z0-9\s-]+?)`", section):
+        named += m[1].split()
+    assert "airflow-worker-1" in named and "airflow-triggerer-2" in named
+    for word in named:
+        assert word in services, f"README: `docker compose ... {word}`, not a service of docker-compose.yaml"
