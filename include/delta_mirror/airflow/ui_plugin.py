@@ -7,9 +7,8 @@ Mounted by Airflow's API server under ``/delta-mirror``:
 - ``/delta-mirror/api/overview``, ``/delta-mirror/api/tables/<name>``: the same data as JSON;
 - ``/delta-mirror/api/health``: 200 when every table is healthy, 503 otherwise (for probes).
 
-Airflow 3 does not authenticate plugin apps: every route here depends on Airflow's own
-``requires_access_dag("GET")`` (a JWT in ``Authorization: Bearer`` or the UI's session cookie),
-so an anonymous request gets 401 and a user without DAG read access 403.
+The app, its login on every route and who may see which table (a table's own DAG decides) are
+``ui_app``; this module holds the data and the HTML.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ import html
 import math
 import os
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -93,7 +93,9 @@ OVERVIEW_MAX_PAGE = 1000
 _SPARK_POINTS = 48  # the sparkline: the highest lag of each half hour of the last 24 h
 
 
-def overview_data(page: int = 1, per_page: int = OVERVIEW_PAGE) -> dict[str, Any]:
+def overview_data(
+    page: int = 1, per_page: int = OVERVIEW_PAGE, visible: Callable[[str], bool] | None = None
+) -> dict[str, Any]:
     """One page of tables by name, each row with its 24 h sparkline; the verdict and the unhealthy
     count cover every table. A constant number of queries per store whatever the number of tables
     (``fleet_status``, ``lag_peaks`` of the page's tables only)."""
@@ -101,7 +103,8 @@ def overview_data(page: int = 1, per_page: int = OVERVIEW_PAGE) -> dict[str, Any
     per_page = max(1, min(int(per_page), OVERVIEW_MAX_PAGE))
     found: dict[str, tuple[int, Any]] = {}
     stores = _stores(config)
-    listed = [store.list_tables() for store in stores]
+    # only the tables the user may read (``ui_app.TableAccess``): rows, verdict and counts alike
+    listed = [[t for t in store.list_tables() if visible is None or visible(t.name)] for store in stores]
     for i, tables in enumerate(listed):
         for t in tables:
             found.setdefault(t.name, (i, t))
@@ -145,13 +148,15 @@ def table_data(name: str, window: str = "24h", versions: int = 200) -> dict[str,
     )
 
 
-def health_data() -> dict[str, Any]:
+def health_data(visible: Callable[[str], bool] | None = None) -> dict[str, Any]:
+    """The health of the tables ``visible`` accepts (all without it)."""
     config = _config()
     out: dict[str, Any] = {"healthy": True, "tables": []}
     for store in _stores(config):
         report = health_report(store, None, config)
-        out["healthy"] = out["healthy"] and report.healthy
-        out["tables"] += [t.to_json() for t in report.tables]
+        tables = [t for t in report.tables if visible is None or visible(t.table)]
+        out["healthy"] = out["healthy"] and all(t.healthy for t in tables)
+        out["tables"] += [t.to_json() for t in tables]
     return out
 
 
@@ -244,7 +249,10 @@ def sparkline(points: list[list[float]], slo_seconds: float, width: int = 120, h
     )
 
 
-def _dag_link(dag_id: str, text: str) -> str:
+def _dag_link(dag_id: str | None, text: str | None) -> str:
+    """A link to the table's DAG; a table without a config entry has none (no dead link)."""
+    if not dag_id:
+        return "<span class='muted no-dag' title='not in the table config: no DAG publishes it'>no DAG</span>"
     return f"<a class='af' href='/dags/{quote(dag_id, safe='')}'>{_e(text)}</a>"
 
 
@@ -497,48 +505,10 @@ def _validation_html(v: dict[str, Any] | None) -> str:
 
 
 def create_app() -> Any:
-    from airflow.api_fastapi.core_api.security import requires_access_dag
-    from fastapi import Depends, FastAPI, HTTPException
-    from fastapi.responses import HTMLResponse, JSONResponse
+    """The plugin's FastAPI app: routes, login and per-table authorization are ``ui_app``."""
+    from delta_mirror.airflow.ui_app import create_app as build
 
-    from delta_mirror.errors import MirrorError, TableNotFoundError
-
-    app = FastAPI(
-        title="Delta Mirror",
-        description="Mirror status, lag history and health of the Delta Mirror tables.",
-        dependencies=[Depends(requires_access_dag("GET"))],
-    )
-
-    def call(fn: Any, *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except TableNotFoundError as exc:
-            raise HTTPException(status_code=404, detail=exc.message) from None
-        except MirrorError as exc:
-            raise HTTPException(status_code=503, detail=exc.message) from None
-
-    @app.get("/", response_class=HTMLResponse)
-    def overview_page(page: int = 1, per_page: int = OVERVIEW_PAGE) -> str:
-        return overview_html(call(overview_data, page, per_page))
-
-    @app.get("/tables/{name}", response_class=HTMLResponse)
-    def table_page(name: str, window: str = "24h", versions: int = 200) -> str:
-        return table_html(call(table_data, name, window, versions))
-
-    @app.get("/api/overview")
-    def overview_api(page: int = 1, per_page: int = OVERVIEW_PAGE) -> dict[str, Any]:
-        return call(overview_data, page, per_page)  # type: ignore[no-any-return]
-
-    @app.get("/api/tables/{name}")
-    def table_api(name: str, window: str = "24h", versions: int = 200) -> dict[str, Any]:
-        return call(table_data, name, window, versions)  # type: ignore[no-any-return]
-
-    @app.get("/api/health")
-    def health_api() -> JSONResponse:
-        data = call(health_data)
-        return JSONResponse(data, status_code=200 if data["healthy"] else 503)
-
-    return app
+    return build()
 
 
 class DeltaMirrorPlugin(AirflowPlugin):

@@ -1,0 +1,263 @@
+"""The "Delta Mirror" page's FastAPI app: its routes and who may see what.
+
+Airflow 3 does not authenticate plugin apps: every route here, the OpenAPI schema and the docs
+included, depends on Airflow's ``get_user`` (a JWT in ``Authorization: Bearer`` or the UI's session
+cookie): anonymous requests get 401. What a user then sees follows the tables' own DAGs:
+
+- a table in the table config is visible to whoever may read its DAG (``delta_mirror__<name>``, the
+  id the DAG factory gives it: ``TableConfig.dag_id``), as the auth manager decides for that DAG;
+- a table in the store without a config entry has no DAG: it is visible by the Airflow setting
+  ``[delta_mirror] tables_without_dag`` (``AIRFLOW__DELTA_MIRROR__TABLES_WITHOUT_DAG``):
+  ``configuration`` (the default: who may read Airflow's configuration, Admin and Op with the FAB
+  auth manager), ``authenticated`` (every logged-in user) or ``nobody``.
+
+Nothing is read from the query string (Airflow's ``requires_access_dag`` takes ``?dag_id=``, which
+let a user of one DAG read every table). The overview and the health verdict cover only the
+tables the user may read; a table page the user may not read is 403, also for a name that does
+not exist unless the user may read tables without a DAG (the answer then says nothing about
+which names exist).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+from airflow.api_fastapi.core_api.security import GetUserDep, get_user
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
+
+log = logging.getLogger(__name__)
+
+#: The Airflow config section and option of the tables without a DAG.
+SECTION, OPTION = "delta_mirror", "tables_without_dag"
+TABLES_WITHOUT_DAG = ("configuration", "authenticated", "nobody")
+DEFAULT_TABLES_WITHOUT_DAG = "configuration"
+
+
+class SettingError(ValueError):
+    """``[delta_mirror] tables_without_dag`` holds a value this version does not know."""
+
+
+def tables_without_dag_setting(value: str | None = None) -> str:
+    """The setting (read from Airflow's config at each request: no restart needed)."""
+    if value is None:
+        from airflow.configuration import conf
+
+        value = conf.get(SECTION, OPTION, fallback=DEFAULT_TABLES_WITHOUT_DAG)
+    choice = (value or DEFAULT_TABLES_WITHOUT_DAG).strip().lower()
+    if choice not in TABLES_WITHOUT_DAG:
+        raise SettingError(
+            f"[{SECTION}] {OPTION} (AIRFLOW__{SECTION.upper()}__{OPTION.upper()}) is {value!r}: "
+            f"use one of {', '.join(TABLES_WITHOUT_DAG)}"
+        )
+    return choice
+
+
+class TableAccess:
+    """What one user may read, asked of Airflow's auth manager once per request and DAG."""
+
+    def __init__(self, user: Any, config: Any, auth_manager: Any, without_dag: str | None = None) -> None:
+        self.user = user
+        self.auth = auth_manager
+        self.dag_of: dict[str, str] = {n: t.dag_id for n, t in config.tables.items()} if config else {}
+        self._without_dag_setting = without_dag
+        self._readable_dags: set[str] | None = None
+        self._without_dag: bool | None = None
+
+    def dag_id(self, name: str) -> str | None:
+        """The table's DAG (from the table config, as the DAG factory names it), or ``None``."""
+        return self.dag_of.get(name)
+
+    def readable_dags(self) -> set[str]:
+        """The configured tables' DAGs this user may read: one batch question to the auth manager."""
+        if self._readable_dags is None:
+            self._readable_dags = set(
+                self.auth.filter_authorized_dag_ids(
+                    dag_ids=set(self.dag_of.values()), user=self.user, method="GET"
+                )
+            )
+        return self._readable_dags
+
+    def may_read_tables_without_dag(self) -> bool:
+        if self._without_dag is None:
+            setting = tables_without_dag_setting(self._without_dag_setting)
+            if setting == "authenticated":
+                self._without_dag = True
+            elif setting == "configuration":
+                self._without_dag = bool(self.auth.is_authorized_configuration(method="GET", user=self.user))
+            else:
+                self._without_dag = False
+        return self._without_dag
+
+    def may_read(self, name: str) -> bool:
+        """One table (a table page): the auth manager asked about its DAG alone."""
+        dag_id = self.dag_id(name)
+        if dag_id is None:
+            return self.may_read_tables_without_dag()
+        if self._readable_dags is not None:
+            return dag_id in self._readable_dags
+        return bool(self.auth.is_authorized_dag(method="GET", details=DagDetails(id=dag_id), user=self.user))
+
+    def visible(self, name: str) -> bool:
+        """Many tables (the overview, health): every configured DAG asked about in one batch."""
+        dag_id = self.dag_id(name)
+        return self.may_read_tables_without_dag() if dag_id is None else dag_id in self.readable_dags()
+
+
+def _access(user: GetUserDep) -> TableAccess:
+    from delta_mirror.airflow import ui_plugin as ui
+
+    try:
+        return TableAccess(user, ui._config(), get_auth_manager())
+    except Exception as exc:  # a broken table config: one line, not a stack trace in the browser
+        from delta_mirror.errors import MirrorError
+
+        if isinstance(exc, MirrorError):
+            raise HTTPException(status_code=503, detail=exc.message) from None
+        raise
+
+
+def _without_dag_links(rows: list[dict[str, Any]], access: TableAccess) -> None:
+    """A table without a config entry has no DAG: no ``dag_id`` (the page shows no dead link)."""
+    for row in rows:
+        if access.dag_id(row["table"]) is None:
+            row["dag_id"] = None
+
+
+def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """The data functions' errors as HTTP answers: one line each."""
+    from delta_mirror.errors import MirrorError, TableNotFoundError
+
+    try:
+        return fn(*args, **kwargs)
+    except TableNotFoundError as exc:
+        raise HTTPException(status_code=404, detail=exc.message) from None
+    except MirrorError as exc:
+        raise HTTPException(status_code=503, detail=exc.message) from None
+    except SettingError as exc:
+        log.error("%s", exc)
+        raise HTTPException(status_code=500, detail=str(exc)) from None
+
+
+def _check(access: TableAccess, name: str) -> None:
+    """403 unless the user may read the table's own DAG (or, without one, by the setting)."""
+    if not _call(access.may_read, name):
+        dag_id = access.dag_id(name)
+        raise HTTPException(
+            status_code=403,
+            detail=f"you may not read the DAG {dag_id}"
+            if dag_id
+            else f"reading tables without a DAG needs the [{SECTION}] {OPTION} permission",
+        )
+
+
+def _error_page(exc: HTTPException) -> HTMLResponse:
+    """A table page's refusal as a page (it shows inside Airflow's iframe), not raw JSON."""
+    from delta_mirror.airflow import ui_plugin as ui
+
+    title = {403: "Not allowed", 404: "No such table"}.get(exc.status_code, "Delta Mirror")
+    body = (
+        f"<p><a href='{ui.URL_PREFIX}/'>&larr; all tables</a></p><h1>{ui._e(title)}</h1>"
+        f"<p class='err' id='error'>{ui._e(exc.detail)}</p>"
+    )
+    return HTMLResponse(ui._page(f"Delta Mirror: {title}", body), status_code=exc.status_code)
+
+
+_ACCESS = Depends(_access)
+
+
+def _add_table_routes(app: FastAPI) -> None:
+    from delta_mirror.airflow import ui_plugin as ui
+
+    @app.get("/", response_class=HTMLResponse)
+    def overview_page(page: int = 1, per_page: int = ui.OVERVIEW_PAGE, access: TableAccess = _ACCESS) -> str:
+        data = _call(ui.overview_data, page, per_page, visible=access.visible)
+        _without_dag_links(data["tables"], access)
+        return ui.overview_html(data)
+
+    @app.get("/tables/{name}", response_class=HTMLResponse, response_model=None)
+    def table_page(
+        name: str, window: str = "24h", versions: int = 200, access: TableAccess = _ACCESS
+    ) -> str | HTMLResponse:
+        try:
+            _check(access, name)
+            data = _call(ui.table_data, name, window, versions)
+        except HTTPException as exc:
+            return _error_page(exc)
+        _without_dag_links([data], access)
+        return ui.table_html(data)
+
+    @app.get("/api/overview")
+    def overview_api(
+        page: int = 1, per_page: int = ui.OVERVIEW_PAGE, access: TableAccess = _ACCESS
+    ) -> dict[str, Any]:
+        data: dict[str, Any] = _call(ui.overview_data, page, per_page, visible=access.visible)
+        _without_dag_links(data["tables"], access)
+        return data
+
+    @app.get("/api/tables/{name}")
+    def table_api(
+        name: str, window: str = "24h", versions: int = 200, access: TableAccess = _ACCESS
+    ) -> dict[str, Any]:
+        _check(access, name)
+        data: dict[str, Any] = _call(ui.table_data, name, window, versions)
+        _without_dag_links([data], access)
+        return data
+
+    @app.get("/api/health", response_model=None)
+    def health_api(access: TableAccess = _ACCESS) -> JSONResponse:
+        data = _call(ui.health_data, visible=access.visible)
+        return JSONResponse(data, status_code=200 if data["healthy"] else 503)
+
+
+def _add_docs_routes(app: FastAPI) -> None:
+    """The schema and its two viewers, behind the app's login (FastAPI's own ignore the app's
+    dependencies). The viewers load their scripts from FastAPI's default CDN."""
+
+    @app.get("/openapi.json", include_in_schema=False, response_model=None)
+    def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, response_model=None)
+    def docs(request: Request) -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url=_schema_url(request), title="Delta Mirror - API")
+
+    @app.get("/redoc", include_in_schema=False, response_model=None)
+    def redoc(request: Request) -> HTMLResponse:
+        return get_redoc_html(openapi_url=_schema_url(request), title="Delta Mirror - API")
+
+
+def create_app() -> FastAPI:
+    """The app Airflow's API server mounts at ``/delta-mirror`` (``DeltaMirrorPlugin``)."""
+    app = FastAPI(
+        title="Delta Mirror",
+        description="Mirror status, lag history and health of the Delta Mirror tables. "
+        "A table is visible to the users who may read its DAG.",
+        dependencies=[Depends(get_user)],  # every route, the schema and the docs: 401 without a login
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    _add_table_routes(app)
+    _add_docs_routes(app)
+    return app
+
+
+def _schema_url(request: Request) -> str:
+    """``/delta-mirror/openapi.json`` where Airflow mounts the app (its root path)."""
+    return f"{request.scope.get('root_path', '').rstrip('/')}/openapi.json"
+
+
+__all__ = [
+    "DEFAULT_TABLES_WITHOUT_DAG",
+    "TABLES_WITHOUT_DAG",
+    "SettingError",
+    "TableAccess",
+    "create_app",
+    "tables_without_dag_setting",
+]
