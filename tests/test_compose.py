@@ -712,7 +712,10 @@ LAUNCHER_ONLY_ENV = frozenset(
     {
         *("PATH", "HOME", "LANG", "LC_ALL", "TZ", "JAVA_HOME", "TMPDIR", "USER", "LOGNAME"),
         *("NO_PROXY", "no_proxy", "DELTA_MIRROR_CLUSTER"),
-        *("AIRFLOW_HOME", "DELTA_MIRROR_HOME", "DELTA_MIRROR_CLUSTER_MAIL"),
+        *("AIRFLOW_HOME", "DELTA_MIRROR_HOME", "DELTA_MIRROR_CLUSTER_MAIL", "DELTA_MIRROR_CLUSTER_PROCESS"),
+        # Every launcher process runs on one host, so a callable gives each its process name; in
+        # Compose the container's hostname is that name (checked below).
+        "AIRFLOW__CORE__HOSTNAME_CALLABLE",
     }
 )
 # Compose sets both log servers' ports in every Airflow container (one block for all); the launcher
@@ -987,6 +990,8 @@ def test_airflow_processes_get_the_launchers_environment(
     assert set(names) <= set(launcher_env)
     for name in names:
         theirs, ours = launcher_env[name], env_of(services[name])
+        if "AIRFLOW__CORE__HOSTNAME_CALLABLE" in theirs:
+            assert services[name].get("hostname") == name, f"{name}: Airflow would know it by another name"
         for key, value in theirs.items():
             if key in LAUNCHER_ONLY_ENV:
                 continue
