@@ -143,6 +143,30 @@ def test_a_conflict_halts_the_table_and_names_both_hashes(store_url: str, tmp_pa
     assert row.state == "CONFLICT"
 
 
+def test_a_folder_where_a_commit_file_belongs_is_a_permanent_error_saying_what_to_do(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Not "[TRANSIENT] ... retried automatically" forever: no retry removes a folder."""
+    store = _store(store_url)
+    _table(store, tmp_path.as_uri(), 3)
+    (tmp_path / LOG_DIR / commit_name(1)).mkdir(parents=True)
+
+    with pytest.raises(PermanentError) as caught:
+        Publisher(store).publish("t")
+
+    assert type(caught.value) is PermanentError and caught.value.version == 1
+    assert "is not a file" in caught.value.message and "folder" in caught.value.message
+    assert f"remove or rename what is at {LOG_DIR}/{commit_name(1)}" in caught.value.message
+    assert "delta-mirror mirror t" in caught.value.message
+    table = store.get_table("t")
+    (row,) = store.status_rows(table.id, artifact="json", from_version=1, to_version=1)
+    assert (row.state, row.error_class) == ("FAILED", "PERMANENT")
+    assert store.last_published_version(table.id) == 0
+    (tmp_path / LOG_DIR / commit_name(1)).rmdir()  # what the message says to do
+    Publisher(store).publish("t")
+    assert _log(tmp_path) == [commit_name(v) for v in range(3)]
+
+
 def test_commit_bytes_are_deterministic_and_a_rerun_is_idempotent(store_url: str, tmp_path: Path) -> None:
     store = _store(store_url)
     _table(store, tmp_path.as_uri(), 4)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from delta_mirror.delta.log_path import LOG_DIR, commit_name
-from delta_mirror.errors import PublishConflictError, TransientError
+from delta_mirror.errors import PermanentError, PublishConflictError, TransientError
 from delta_mirror.storage import ObjectExistsError, ObjectStore
 
 #: Prepared commits waiting for the writer, at most (a backlog batch fits, so the next batch is
@@ -213,6 +213,29 @@ def commit_digest(data: bytes) -> str:
     return h.hexdigest()
 
 
+def _existing_commit(table: str, objects: ObjectStore, version: int, path: str, data: bytes) -> bytes | None:
+    """The bytes at ``path`` after a put found it taken; ``None`` when it had vanished and a second
+    put wrote it. Taken yet unreadable twice is no file (a folder where the commit file belongs):
+    no retry fixes that, an operator does."""
+    existing = objects.get(path)
+    if existing is not None:
+        return existing
+    try:
+        objects.put_if_absent(path, data)
+        return None
+    except ObjectExistsError:
+        existing = objects.get(path)
+    if existing is None:
+        raise PermanentError(
+            f"{path} exists but is not a file that can be read (a folder where the commit file belongs?)",
+            table=table,
+            version=version,
+            hint=f"remove or rename what is at {path} in the table's location (only delta-mirror writes "
+            f"there), then run `delta-mirror mirror {table}`",
+        )
+    return existing
+
+
 def put_commit(table: str, objects: ObjectStore, version: int, data: bytes, digest: str) -> bool:
     """Put-if-absent one commit and read it back; True when an identical file was already there."""
     path = f"{LOG_DIR}/{commit_name(version)}"
@@ -220,15 +243,8 @@ def put_commit(table: str, objects: ObjectStore, version: int, data: bytes, dige
         objects.put_if_absent(path, data)
         present = False
     except ObjectExistsError:
-        existing = objects.get(path)
-        if existing is None:
-            raise TransientError(
-                "commit file vanished between write and read",
-                table=table,
-                version=version,
-                hint="retried automatically",
-            ) from None
-        if existing != data:
+        existing = _existing_commit(table, objects, version, path, data)
+        if existing is not None and existing != data:
             found = hashlib.sha256(existing).hexdigest()
             raise PublishConflictError(
                 f"a different file already exists at {path} (expected sha256 {digest}, found {found})",
@@ -239,7 +255,7 @@ def put_commit(table: str, objects: ObjectStore, version: int, data: bytes, dige
                 hint="an external writer or a split brain wrote to this log; the table is halted. Import the "
                 "foreign commit or restore the log, then `delta-mirror resume`",
             ) from None
-        present = True
+        present = existing is not None  # None: it had vanished, and the second put wrote it
     meta = objects.head(path)
     if meta is None or meta.size != len(data):
         raise TransientError(
