@@ -487,5 +487,8 @@ def test_a_table_with_nothing_published_is_refused(sqlite_url: str, tmp_path: Pa
     location = (tmp_path / "t").as_uri()
     store.create_table(NAME, location)
     store.commit(NAME, [PROTOCOL, METADATA])
-    with pytest.raises(PermanentError, match="nothing is published yet"):
+    with pytest.raises(PermanentError, match="nothing is published yet") as caught:
         validate_table(store, NAME)
+    message = caught.value.message
+    assert "the publisher" in message and "versions 0..0 are committed in the store" in message
+    assert f"run the publisher first: `delta-mirror mirror {NAME}`" in message

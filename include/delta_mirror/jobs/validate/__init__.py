@@ -123,8 +123,18 @@ def _published_range(
     ):
         last = table.base_checkpoint_version  # imported as a checkpoint alone: there is no JSON to publish
     if last is None or last < table.first_version:
+        latest = store.latest_version(table.id)
+        committed = (
+            f"; versions {table.first_version}..{latest} are committed in the store (a Spark job's "
+            "commit files count once the publisher has checked them)"
+            if latest is not None
+            else ""
+        )
         raise PermanentError(
-            "nothing is published yet", table=table.name, hint=f"run `delta-mirror mirror {table.name}` first"
+            f"nothing is published yet: validate checks what the publisher published, and it has not "
+            f"published this table{committed}",
+            table=table.name,
+            hint=f"run the publisher first: `delta-mirror mirror {table.name}` (or the table's DAG), then validate",
         )
     lo = start if from_version is None else from_version
     hi = last if to_version is None else to_version
