@@ -82,6 +82,7 @@ def test_the_monitor_dag_sends_lag_gauges_to_statsd(
         time.sleep(3.0 if name == "behind" else 0.0)
     Publisher(store).publish("current")
     store.commit("current", [("txn", {"appId": "loader", "version": 1})])  # one version behind, just now
+    store.record_table_failure(store.get_table("behind").id, "PERMANENT", "cannot open storage")
     dm_config({"behind": {}, "current": {}})
     time.sleep(1.0)
     listener = UdpListener()
@@ -104,6 +105,14 @@ def test_the_monitor_dag_sends_lag_gauges_to_statsd(
     assert behind == {"behind": 3.0, "current": 1.0}
     assert stat_values(listener.lines, "halted") == {"behind": 0.0, "current": 0.0}
     assert stat_values(listener.lines, "failed_versions") == {"behind": 0.0, "current": 0.0}
+    # a failed publish attempt is a table failure at once (issue 28)
+    assert stat_values(listener.lines, "failing") == {"behind": 1.0, "current": 0.0}
+    assert stat_values(listener.lines, "publish_failed_attempts") == {"behind": 1.0, "current": 0.0}
+    # per-version latency from the store: "current" has 3 published versions, "behind" none
+    for q in ("p50", "p95", "p99"):
+        for window in ("1h", "24h", "7d"):
+            got = stat_values(listener.lines, rf"version_latency_{q}_seconds\.{window}")
+            assert set(got) == {"current"} and 0 <= got["current"] < 60, (q, window, got)
     # plain StatsD has no tags: the tagged form arrives under the bare name as well
     assert any(re.fullmatch(r"airflow\.delta_mirror\.lag_seconds:[\d.]+\|g", x) for x in listener.lines)
     # ... and each measurement is kept as lag history (dl_lag_samples) for the UI and `health`.
@@ -155,3 +164,8 @@ def test_a_table_dag_sends_step_durations_and_failures_by_error_class(
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for step in ("publish", "checkpoint", "validate"):
         assert "sales" in stat_values(listener.lines, f"{step}_seconds", "ms"), (step, listener.lines)
+    # one timing per version this run published (version 2): commit to readable, from the store
+    latencies = [
+        x for x in listener.lines if x.startswith("airflow.delta_mirror.version_latency_seconds.sales:")
+    ]
+    assert len(latencies) == 1, latencies

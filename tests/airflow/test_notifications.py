@@ -109,6 +109,46 @@ def test_the_reconcile_dag_redrives_and_escalates_halted_and_persistently_failin
     assert len(mailbox.messages) == 2  # nothing about 'healthy'
 
 
+def test_the_reconcile_dag_escalates_a_table_whose_publish_attempts_fail_past_the_grace(
+    dm_config: Callable[..., Path], sqlite_store: str, tmp_path: Path, mailbox: MailBox
+) -> None:
+    """Issue 28: the location cannot even be opened (a folder inside a regular file), so no version's
+    put fails and no version row says so: the table's failure row does, and the e-mail says it."""
+    store = SqlStore(sqlite_store)
+    (tmp_path / "blocker").write_text("a regular file")
+    for name in ("unreachable", "patient"):
+        (tmp_path / name).mkdir()
+        make_table(store, name, (tmp_path / name).as_uri(), versions=1)
+        store.update_table(store.get_table(name).id, location=(tmp_path / "blocker" / name).as_uri())
+    with pytest.raises(Exception, match="Not a directory"):
+        Publisher(store).publish(
+            "unreachable"
+        )  # the first attempt, outside Airflow; the reconcile's is the 2nd
+    dm_config(
+        {
+            "unreachable": {"notify": {"email": ["owner@dm-tests.example"]}},
+            "patient": {"failure_grace_attempts": 5, "failure_grace": "1h"},
+        },
+        notify={"email": ["oncall@dm-tests.example"]},
+    )
+
+    run = run_dag("delta_mirror_reconcile")
+
+    assert run.states() == {"reconcile": "success", "escalate": "success"}
+    report = {t["table"]: t for t in run.xcom("reconcile")["tables"]}
+    assert report["unreachable"]["table_failure"]["attempts"] == 2
+    assert report["unreachable"]["persistent_failures"] == []  # no version row failed
+    assert report["patient"]["table_failure"]["attempts"] == 1  # within its own grace: no e-mail
+    assert run.xcom("escalate") == ["unreachable"]
+    msg = mailbox.wait_for(subject_is("[delta-mirror] unreachable: persistent publish failures"))
+    assert msg is not None, mailbox.subjects()
+    assert msg["to"] == "owner@dm-tests.example"
+    body = body_text(msg)
+    assert "Publishing: publishing failed 2 attempt(s) in a row" in body
+    assert "[PERMANENT]" in body and "Not a directory" in body and "What to do:" in body
+    assert len(mailbox.messages) == 1
+
+
 def test_a_task_failure_in_a_shared_dag_names_the_dag_and_what_to_do(
     dm_config: Callable[..., Path], sqlite_store: str, mailbox: MailBox, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -248,7 +248,8 @@ def reconcile_dag(config: MirrorConfig) -> DAG:
         tags=[*BASE_TAGS, "reconcile"],
         doc_md="Finds FAILED, stuck (lease expired) and lagging versions across the configured tables and "
         "re-drives them; emails the table's contacts when failures persist "
-        f"(≥ {config.escalate_after_attempts} attempts) or a table is halted.",
+        f"(≥ {config.escalate_after_attempts} attempts), a table's publish attempts keep failing past "
+        "its failure grace, or a table is halted.",
     ) as dag:
         reports = [
             DeltaMirrorReconcileOperator(
@@ -263,15 +264,24 @@ def reconcile_dag(config: MirrorConfig) -> DAG:
 
         @task(task_id="escalate")
         def escalate(results: list[dict[str, Any]]) -> list[str]:
+            from delta_mirror.delta.protocol import now_ms
+            from delta_mirror.health.monitoring import FailureGrace, failure_text
+
             cfg = load_config()
             sent = []
             for entry in [e for result in results for e in result["tables"]]:
-                if not entry["persistent_failures"] and entry["action"] != "halted":
-                    continue
                 table = cfg.tables.get(entry["table"], cfg.defaults)
+                # publish attempts failing past the table's failure grace (location, credentials, ...)
+                failing = entry.get("table_failure")
+                grace = FailureGrace(table.failure_grace, table.failure_grace_attempts)
+                failing = failing if failing and grace.passed(failing, now_ms()) else None
+                if not entry["persistent_failures"] and entry["action"] != "halted" and not failing:
+                    continue
                 lines = [f"Table: {entry['table']}", f"State: {entry['action']}"]
                 if entry.get("error"):
                     lines.append(f"Error: {entry['error']}")
+                if failing:
+                    lines.append(f"Publishing: {failure_text(failing)}")
                 for f in entry["persistent_failures"]:
                     lines.append(
                         f"- version {f['version']} ({f['artifact']}): {f['attempts']} attempt(s), "

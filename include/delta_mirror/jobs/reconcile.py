@@ -36,6 +36,9 @@ class TableReconcile:
     error: str | None = None
     persistent_failures: list[dict[str, object]] = field(default_factory=list)
     audit: dict[str, object] | None = None  # what the full listing found (full / smart)
+    # the table's failed publish attempts in a row after this run (``store/table_failures.py``):
+    # error_class, error, first_failed_at, last_failed_at, attempts; None when its last attempt worked
+    table_failure: dict[str, object] | None = None
 
 
 @dataclass
@@ -180,6 +183,10 @@ def reconcile(
         entry = _reconcile_table(store, publisher, table, strategy)
         entry.persistent_failures = _persistent_failures(store, table, escalate_after_attempts)
         report.tables.append(entry)
+    failures = store.table_failures([t.id for t in tables])
+    for table, entry in zip(tables, report.tables, strict=True):
+        failure = failures.get(table.id)
+        entry.table_failure = None if failure is None else failure.to_json()
     return report
 
 

@@ -103,7 +103,7 @@ class DeltaMirrorLagOperator(DeltaMirrorBaseOperator):
         else:
             tables = store.list_tables()
         # Every table's status from a constant number of queries, the samples in one insert.
-        statuses = fleet_status(store, tables)
+        statuses = fleet_status(store, tables, latency=True)  # + the per-version latency percentiles
         if self.record_samples:
             record_lag_samples(store, tables, self._retention, statuses)
         out = []

@@ -59,7 +59,7 @@ class DeltaMirrorSyncOperator(DeltaMirrorTableOperator):
     def run(self, context: Any) -> dict[str, Any]:
         from datetime import timedelta
 
-        from delta_mirror.airflow.metrics import emit_table_metrics
+        from delta_mirror.airflow.metrics import emit_table_metrics, emit_version_latencies
         from delta_mirror.health.monitoring import DEFAULT_LAG_RETENTION
         from delta_mirror.jobs.sync import sync_table
 
@@ -77,6 +77,8 @@ class DeltaMirrorSyncOperator(DeltaMirrorTableOperator):
             publish_in=self.publish_in,
         )
         emit_table_metrics(result.status)
+        table_id = self.hook.store.get_table(self.table).id
+        emit_version_latencies(self.table, self.hook.store.latencies_of(table_id, result.publish.published))
         summary = result.to_json()
         self.log.info(
             "%s: published %d version(s) through %s%s; checkpoint %s; validation %s; lag %.1f s",

@@ -59,6 +59,12 @@ class DeltaMirrorPublishOperator(DeltaMirrorTableOperator):
     def run(self, context: Any) -> dict[str, object]:
         publisher = self.publisher(cadence_checkpoints=self.cadence_checkpoints)
         result = publisher.publish(self.table, optional_int(self.to_version, "to_version"))
+        from delta_mirror.airflow.metrics import emit_version_latencies
+
+        store = self.hook.store
+        emit_version_latencies(
+            self.table, store.latencies_of(store.get_table(self.table).id, result.published)
+        )
         self.log.info(
             "published %d version(s) of %s through %s",
             len(result.published),
