@@ -15,7 +15,7 @@ KERNEL_SRC := jvm/kernel-reader/pom.xml $(shell find jvm/kernel-reader/src -type
 # which installs a client-only `pyspark` package over the full pyspark 4.2.0 we need (README, Spark).
 SPARK_PROVIDER := apache-airflow-providers-apache-spark==6.3.4
 
-.PHONY: venv jar kernel-jar emulators test lint demo airflow print-local-env bench chaos clean distclean
+.PHONY: venv jar kernel-jar emulators services test lint demo airflow print-local-env bench chaos clean distclean
 
 # Re-installs only when pyproject.toml or requirements.txt changed (or the venv is new).
 # Also builds the LogStore and kernel reader jars, so `make test` and `make demo` have them.
@@ -59,10 +59,20 @@ $(KERNEL_JAR): $(KERNEL_SRC) | $(LOGSTORE_JAR)
 		mkdir -p $(@D) && cp jvm/kernel-reader/target/delta-mirror-kernel-reader.jar $@.tmp && mv -f $@.tmp $@; \
 	fi
 
-# Azurite and fake-gcs-server for the Azure and GCS tests, into .cache/npm and .cache/go/bin (pinned
-# versions; skipped when present). Without npm or Go it warns and those tests skip (fail under CI).
+# A service install that failed: under CI=true the run fails with the reason (every test must run
+# there); elsewhere a warning, and the tests that need the service skip with the reason.
+CI_OR_WARN = || if [ "$${CI:-}" = true ] || [ "$${CI:-}" = 1 ]; then \
+	echo "error: $(1) (CI=true: the tests that need it cannot run)" >&2; exit 1; \
+	else echo "warning: $(1): the tests that need it are skipped" >&2; fi
+
+# Azurite, fake-gcs-server and MinIO for the Azure, GCS and MinIO tests, into .cache/npm and
+# .cache/go/bin (pinned versions; skipped when present). Needs npm and Go >= 1.26.
 emulators:
-	-bash scripts/install-emulators.sh
+	@bash scripts/install-emulators.sh $(call CI_OR_WARN,make emulators: a storage server is not installed)
+
+# What `make cluster` runs beyond the venv: redis-server from Debian (as root) and the storage servers.
+services:
+	@bash scripts/install-services.sh $(call CI_OR_WARN,make services: a cluster service is not installed)
 
 test: venv emulators
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
