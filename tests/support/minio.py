@@ -1,0 +1,156 @@
+"""MinIO (a real S3 server, the one the cluster and Compose run) for the tests that want more than moto.
+
+One server per session on 127.0.0.1 and a free port, its data in a temporary folder; buckets are
+made fresh per test. The same interface as ``services.S3Server`` (``endpoint``, keys, ``region``,
+``client()``, ``make_bucket()``, ``env()``, ``stop()``), so a test written for moto runs on MinIO
+unchanged. Built by ``scripts/install-emulators.sh`` into ``.cache/go/bin`` (``make test`` runs
+it); ``DELTA_MIRROR_MINIO`` names another ``minio`` executable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from support.services import ServiceUnavailable, find_tool, free_port, session_service
+from support.waiting import load_scaled, wait_until
+
+MINIO_ENV = "DELTA_MIRROR_MINIO"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def find_minio() -> str | None:
+    """``DELTA_MIRROR_MINIO``, else the project's ``.cache/go/bin`` build, else ``minio`` on PATH."""
+    return find_tool(MINIO_ENV, REPO / ".cache" / "go" / "bin" / "minio", "minio")
+
+
+class MinioServer:
+    """``minio server`` on one folder (a single-drive deployment) in its own process group."""
+
+    access_key = "dm-test-user"
+    secret_key = "dm-test-secret-key"  # MinIO wants at least 8 characters
+    region = "us-east-1"
+
+    def __init__(self) -> None:
+        binary = find_minio()
+        if binary is None:
+            raise ServiceUnavailable(
+                "MinIO (minio) not found: run scripts/install-emulators.sh (make test does) "
+                f"or set {MINIO_ENV}"
+            )
+        self.port = free_port()
+        self._workdir = Path(tempfile.mkdtemp(prefix="dm-minio-"))
+        (self._workdir / "data").mkdir()
+        self._log = open(self._workdir / "minio.log", "wb")  # noqa: SIM115 - closed in stop()
+        env = {
+            **os.environ,
+            "MINIO_ROOT_USER": self.access_key,
+            "MINIO_ROOT_PASSWORD": self.secret_key,
+            "MINIO_REGION": self.region,
+            "MINIO_BROWSER": "off",  # no console: the tests speak S3 only
+            "MINIO_UPDATE": "off",  # no update check over the network
+        }
+        self._proc = subprocess.Popen(
+            [
+                binary,
+                "server",
+                "--quiet",
+                "--address",
+                f"127.0.0.1:{self.port}",
+                "--certs-dir",
+                str(self._workdir / "certs"),  # not ~/.minio
+                str(self._workdir / "data"),
+            ],
+            cwd=self._workdir,
+            env=env,
+            stdout=self._log,
+            stderr=self._log,
+            start_new_session=True,
+        )
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._client: Any = None
+        try:
+            # ready (not only listening): the drive is formatted and S3 requests are served
+            wait_until(self._ready, 60, "MinIO to be ready", interval=0.2, alive=self._exited)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.endpoint}/minio/health/ready", timeout=2) as response:
+                return int(response.status) == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def _exited(self) -> str | None:
+        if self._proc.poll() is None:
+            return None
+        return f"exit {self._proc.returncode}: {self.log_tail()}"
+
+    def log_tail(self) -> str:
+        try:
+            return (self._workdir / "minio.log").read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
+
+    def client(self) -> Any:
+        if self._client is None:
+            import boto3
+
+            self._client = boto3.client(
+                "s3",
+                endpoint_url=self.endpoint,
+                aws_access_key_id=self.access_key,
+                aws_secret_access_key=self.secret_key,
+                region_name=self.region,
+            )
+        return self._client
+
+    def make_bucket(self, prefix: str = "dm-") -> str:
+        name = f"{prefix}{uuid.uuid4().hex[:16]}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def env(self) -> dict[str, str]:
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_REGION": self.region,
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_ALLOW_HTTP": "true",
+        }
+
+    def stop(self) -> None:
+        """SIGTERM to the server's process group (MinIO shuts down in well under a second), SIGKILL
+        if it is still there after a load-scaled wait; then the data folder goes."""
+        if self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGTERM)
+            try:
+                self._proc.wait(timeout=load_scaled(15))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self._proc.pid, signal.SIGKILL)
+                self._proc.wait(timeout=30)
+        self._log.close()
+        shutil.rmtree(self._workdir, ignore_errors=True)
+
+
+def minio_session() -> Iterator[MinioServer]:
+    """The body of a session fixture: skipped without MinIO, failed under CI (``.ci/run`` builds it)."""
+    return session_service(MinioServer, MinioServer.stop)
+
+
+__all__ = ["MINIO_ENV", "MinioServer", "find_minio", "minio_session"]
