@@ -154,11 +154,13 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def spark() -> object:
     """The run's one SparkSession (``support.spark``) for DAGs whose tasks run Spark in-process."""
+    from support.services import skip_or_fail
+
     from delta_mirror.spark.session import spark_missing
 
     why = spark_missing()
     if why is not None:
-        pytest.skip(f"this DAG runs Spark: {why}")
+        skip_or_fail(f"this DAG runs Spark: {why}")
     from support.spark import shared_spark
 
     return shared_spark()

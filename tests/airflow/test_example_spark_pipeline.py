@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from dm_airflow_kit import run_dag
 from support.commit_service import commit_service
+from support.services import skip_or_fail
 
 from delta_mirror.store import SqlStore
 
@@ -28,7 +29,7 @@ def _needs_the_logstore(spark: Any) -> None:
     from support.spark import runs_logstore
 
     if not runs_logstore(spark):
-        pytest.skip("the authority LogStore jar is not built (`make jar` needs Maven and a JDK 17)")
+        skip_or_fail("the authority LogStore jar is not built (`make jar` needs Maven and a JDK 17)")
 
 
 def test_the_example_job_dag_commits_through_the_service_then_publishes_and_validates(

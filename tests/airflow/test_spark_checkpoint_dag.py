@@ -18,15 +18,21 @@ from pathlib import Path
 
 import pytest
 from dm_airflow_kit import DagRunResult, make_table, read_rows, run_dag
+from support.services import skip_or_fail
 
 from delta_mirror.jobs.validate import validate_table
 from delta_mirror.spark.session import spark_missing
 from delta_mirror.store import SqlStore
 
-pytestmark = [
-    pytest.mark.usefixtures("airflow_db"),
-    pytest.mark.skipif(spark_missing() is not None, reason=f"needs Spark: {spark_missing()}"),
-]
+pytestmark = pytest.mark.usefixtures("airflow_db")
+
+
+@pytest.fixture(autouse=True)
+def _needs_spark() -> None:
+    why = spark_missing()
+    if why is not None:
+        skip_or_fail(f"needs Spark: {why}")
+
 
 TASKS = ["publish", "checkpoint", "validate", "metrics"]
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 from dm_airflow_kit import config_yaml, make_table
+from support.services import skip_or_fail
 from support.waiting import load_scaled, wait_until
 
 from delta_mirror.health.monitoring import record_lag_sample
@@ -286,9 +287,7 @@ def test_a_headless_browser_finds_the_page_in_airflow_and_follows_its_links(api_
     entry, the embedded overview, a table page and its chart's axes, and the link to the DAG."""
     sync_api = pytest.importorskip("playwright.sync_api")
     if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail("/usr/bin/chromium is missing: .ci/run installs the Debian package")
-        pytest.skip("/usr/bin/chromium is missing (apt-get install chromium)")
+        skip_or_fail(f"{CHROMIUM} is missing (apt-get install chromium; .ci/run installs it)")
     out = REPO / "test-artifacts" / "ui_plugin"
     out.mkdir(parents=True, exist_ok=True)
     base = api_server.base_url

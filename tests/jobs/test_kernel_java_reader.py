@@ -38,11 +38,13 @@ NO_JAR = (
 
 @pytest.fixture
 def kernel() -> None:
-    """Skip (with the reason) where the jar or java is missing; everything else must work."""
+    """Skip (with the reason; fail under CI) where the jar or java is missing; all else must work."""
+    from support.services import skip_or_fail
+
     if kernel_java.kernel_jar() is None:
-        pytest.skip(NO_JAR)
+        skip_or_fail(NO_JAR)
     if kernel_java.java_binary() is None:
-        pytest.skip("no java on PATH or in JAVA_HOME: the kernel-java reader needs Java 17")
+        skip_or_fail("no java on PATH or in JAVA_HOME: the kernel-java reader needs Java 17")
 
 
 # -- deltalake's own view ------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support.services import skip_or_fail
 from support.spark import runs_logstore, shared_spark
 
 from delta_mirror.spark.session import spark_missing, stop_spark
@@ -31,7 +32,7 @@ def logstore_loaded(spark: Any) -> bool:
 def spark() -> Iterator[Any]:
     why = spark_missing()
     if why is not None:
-        pytest.skip(f"Spark tests need Spark: {why}")
+        skip_or_fail(f"Spark tests need Spark: {why}")
     session = shared_spark()
     try:
         yield session

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.services import skip_or_fail
 
 KEYS = (
     "delta.mirror.commit.url",
@@ -32,7 +33,7 @@ V0 = "00000000000000000000.json"
 @pytest.fixture(autouse=True)
 def _needs_logstore(logstore_loaded: bool) -> None:
     if not logstore_loaded:
-        pytest.skip("the delta-mirror LogStore jar is not built: run `make jar` (needs Maven and a JDK 17)")
+        skip_or_fail("the delta-mirror LogStore jar is not built: run `make jar` (needs Maven and a JDK 17)")
 
 
 def free_port() -> int:

@@ -19,6 +19,7 @@ import pytest
 from authority_kit import WriterProcess, go, governed, spark_root
 from support.builders import action, protocol_body
 from support.commit_service import cli_path, commit_service
+from support.services import skip_or_fail
 from support.waiting import load_scaled
 
 from delta_mirror.jobs.publisher import Publisher
@@ -33,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(autouse=True)
 def _needs_the_logstore(logstore_loaded: bool) -> None:
     if not logstore_loaded:
-        pytest.skip("the authority LogStore jar is not built (`make jar` needs Maven and a JDK 17)")
+        skip_or_fail("the authority LogStore jar is not built (`make jar` needs Maven and a JDK 17)")
 
 
 SAMPLE = REPO / "examples" / "events.csv"

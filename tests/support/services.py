@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import psycopg
 from sqlalchemy.engine import URL, make_url
@@ -38,6 +38,22 @@ PG_SERVER_OPTIONS = (
 
 class ServiceUnavailable(RuntimeError):
     """A service binary or external server the tests need is not there."""
+
+
+def in_ci() -> bool:
+    """Whether this is a CI run (``CI=true``, as ``.ci/run`` sets), where every service is installed."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1")
+
+
+def skip_or_fail(reason: str) -> NoReturn:
+    """A service or tool the test needs is missing (PostgreSQL, Redis, MinIO, an emulator, Chromium,
+    Java, a jar): under CI that is a broken run, so the test fails with ``reason``; elsewhere the
+    machine may simply lack it, so the test is skipped with ``reason`` (shown by ``-ra``)."""
+    import pytest
+
+    if in_ci():
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason)
 
 
 def free_port() -> int:
@@ -70,14 +86,13 @@ _Service = TypeVar("_Service")
 def session_service(start: Callable[[], _Service], stop: Callable[[_Service], None]) -> Iterator[_Service]:
     """The body of a session fixture: the service from ``start()``, stopped at the end; skipped when
     it is unavailable here, failed under CI (``.ci/run`` installs every service)."""
-    import pytest
-
+    missing: str | None = None
     try:
         server = start()
     except ServiceUnavailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(str(exc), pytrace=False)
-        pytest.skip(str(exc))
+        missing = str(exc)
+    if missing is not None:  # outside the except: the report is the reason, not a chained traceback
+        skip_or_fail(missing)
     try:
         yield server
     finally:
