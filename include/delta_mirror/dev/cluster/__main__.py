@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from delta_mirror.dev.cluster import Cluster, ClusterError, TopologyError
 
@@ -54,6 +55,7 @@ def _up(args: argparse.Namespace) -> None:
         workers=args.workers,
         commit_replicas=args.commit_replicas,
         skip=args.skip,
+        table_config=args.table_config,
     )
     _out(f"starting {len(cluster.names())} processes under {cluster.root} (logs in {cluster.root / 'logs'})")
     # Ctrl-C or SIGTERM while starting: up() stops what it started before the error propagates.
@@ -101,6 +103,12 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--workers", type=int, default=2, help="Celery workers")
     up.add_argument("--commit-replicas", type=int, default=2)
     up.add_argument("--skip", action="append", default=[], help="a service not to start (repeatable)")
+    up.add_argument(
+        "--table-config",
+        type=Path,
+        default=None,
+        help="DELTA_MIRROR_CONFIG of the cluster (default: docker/delta_mirror.compose.yaml)",
+    )
     sub.add_parser("down", help="stop everything the cluster started")
     sub.add_parser("status", help="which processes are alive (exit 3 if one is not)")
     return p

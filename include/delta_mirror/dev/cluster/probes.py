@@ -68,19 +68,20 @@ def postgres_ok(conninfo: dict[str, Any]) -> bool:
         return False
 
 
-def airflow_job_alive(conninfo: dict[str, Any], job_type: str, pids: list[int], within_s: float) -> bool:
-    """Whether one of ``pids`` runs an Airflow job of ``job_type`` (TriggererJob, DagProcessorJob)
-    that beat in the last ``within_s`` seconds: read from the metadata database, no Airflow import."""
+def airflow_job_alive(
+    conninfo: dict[str, Any], job_type: str, hostname: str, since: float, within_s: float
+) -> bool:
+    """Whether a job of ``job_type`` (TriggererJob, DagProcessorJob) of ``hostname`` (the cluster's
+    hostname_callable gives each process its name), started after ``since`` (epoch s), beat in the
+    last ``within_s`` seconds: read from the metadata database, no Airflow import."""
     import psycopg
 
-    if not pids:
-        return False
     try:
         with psycopg.connect(**conninfo, connect_timeout=3) as conn:
             row = conn.execute(
-                "SELECT count(*) FROM job WHERE job_type = %s AND state = 'running' AND pid = ANY(%s)"
-                " AND latest_heartbeat > now() - make_interval(secs => %s)",
-                (job_type, pids, within_s),
+                "SELECT count(*) FROM job WHERE job_type = %s AND state = 'running' AND hostname = %s"
+                " AND start_date >= to_timestamp(%s) AND latest_heartbeat > now() - make_interval(secs => %s)",
+                (job_type, hostname, since, within_s),
             ).fetchone()
         return bool(row and row[0])
     except psycopg.Error:

@@ -14,13 +14,14 @@ import re
 import shlex
 import shutil
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from delta_mirror.dev.cluster import probes
-from delta_mirror.dev.cluster.processes import ClusterError, group_pids, log_tail
+from delta_mirror.dev.cluster.processes import ClusterError
 from delta_mirror.dev.cluster.topology import ServiceSpec, Topology
 
 # Environment passed through from the caller to every service (the rest is built here).
@@ -204,6 +205,7 @@ class Stack:
             "AIRFLOW__API_AUTH__JWT_SECRET": self.secrets["AIRFLOW_JWT_SECRET"],
             "AIRFLOW__API__SECRET_KEY": self.secrets["AIRFLOW_API_SECRET_KEY"],
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.airflow_home / "passwords.json"),
+            "AIRFLOW__CORE__HOSTNAME_CALLABLE": "delta_mirror.dev.cluster.hostname.hostname",
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.repo / "dags"),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(self.repo / "plugins"),
             "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST": "127.0.0.1",
@@ -432,21 +434,25 @@ class Stack:
             ready, what = (lambda _p: probes.http_ok(health)), "scheduler /health"
         elif sub == "triggerer":
             argv += ["--skip-serve-logs"]  # its log server would bind every interface (stack.yaml)
-            ready, what = self._job_ready("TriggererJob"), "a running TriggererJob heartbeat"
+            ready, what = self._job_ready("TriggererJob", inst.name), "a running TriggererJob heartbeat"
         elif sub == "dag-processor":
-            ready, what = self._job_ready("DagProcessorJob"), "a running DagProcessorJob heartbeat"
+            ready, what = self._job_ready("DagProcessorJob", inst.name), "a running DagProcessorJob heartbeat"
         elif sub == "worker":
             argv += ["-H", f"{inst.name}@%h", "--skip-serve-logs"]
             log = self.logs / f"{inst.name}.log"
+            start = _size(log)  # the log is appended to: only this run's lines count
             pattern = re.compile(rf"{re.escape(inst.name)}@\S+ ready\.")
-            ready, what = (lambda _p: bool(pattern.search(_read(log)))), "Celery worker 'ready.'"
+            ready, what = (lambda _p: bool(pattern.search(_read(log, start)))), "Celery worker 'ready.'"
         else:
             raise ClusterError(f"{inst.name}: no launch recipe for `airflow {' '.join(inst.spec.command)}`")
         return Recipe(argv=argv, env=env, ready=ready, what=what, timeout=timeout)
 
-    def _job_ready(self, job_type: str) -> Callable[[list[int]], bool]:
+    def _job_ready(self, job_type: str, name: str) -> Callable[[list[int]], bool]:
+        """Its job row (hostname = ``name``, see hostname.py) beats; rows of an earlier run of the same
+        process (killed, not yet timed out) started before this recipe was made, so they do not count."""
         within = float(self.s.get("AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD", "30"))
-        return lambda pids: probes.airflow_job_alive(self.airflow_db(), job_type, pids, within)
+        since = time.time() - 1.0
+        return lambda _p: probes.airflow_job_alive(self.airflow_db(), job_type, name, since, within)
 
     def _commit_service(self, inst: Instance, _replicas: int) -> Recipe:
         port = inst.ports["http"]
@@ -466,13 +472,18 @@ class Stack:
         )
 
 
-def _read(path: Path) -> str:
+def _size(path: Path) -> int:
     try:
-        return path.read_text(errors="replace")
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _read(path: Path, start: int = 0) -> str:
+    """The text of ``path`` from byte ``start`` on ("" when it is missing)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            return f.read().decode(errors="replace")
     except OSError:
         return ""
-
-
-def describe_failure(name: str, pgid: int, log: Path) -> str:
-    """One line: what is left of ``name``'s processes and the last log lines."""
-    return f"{name}: {len(group_pids(pgid))} process(es) left; {log_tail(log)}"
