@@ -259,6 +259,11 @@ public class SqlAuthorityLogStore extends HadoopFileSystemLogStore {
             case 201:
                 t.settings.failpoint("halt-after-commit");
                 publish(path, version, bytes, conf);
+                if (r.afterLostAnswer) {
+                    LOG.info("delta-mirror: version " + version + " of " + t.rootText + (r.status == 200
+                        ? " was committed by an attempt whose answer was lost (HTTP 200 existing from " + r.replica + ")"
+                        : " committed through " + r.replica + " (an attempt whose answer was lost had not committed it)"));
+                }
                 if (LOG.isLoggable(Level.FINE)) {
                     LOG.fine(String.format("delta-mirror: committed version %d of %s through %s (%d bytes, HTTP %d, %d ms)",
                         version, t.rootText, r.replica, bytes.length, r.status, (System.nanoTime() - started) / 1_000_000));
