@@ -38,6 +38,7 @@ from delta_mirror.dev.cluster.processes import (
     ClusterError,
     Proc,
     alive,
+    descendants,
     group_pids,
     marked_pids,
     port_taken,
@@ -414,70 +415,117 @@ class Cluster:
         with os.fdopen(fd, "w") as f:
             f.write("\n".join(lines) + "\n")
 
-    def start(self, name: str) -> None:
-        """Start one (stopped) process again and wait until it is ready."""
-        inst = self.instance(name)
-        if name in self._procs and self._alive(name, self._procs[name]):
-            raise ClusterError(f"{name} is running already (pid {self._procs[name].pid})")
-        recipe = self.stack().recipe(inst, self.replicas["commit_replicas"])
-        for role, port in inst.ports.items():
-            if port_taken(port):
-                raise ClusterError(f"{name}: port 127.0.0.1:{port} ({role}) is still taken")
-        self._spawn(inst, recipe)
-        deadline = time.monotonic() + recipe.timeout * self.timeout_scale
-        while not self._check_ready(inst, recipe, deadline):
-            time.sleep(0.5)
+    def start(self, *names: str) -> None:
+        """Start stopped processes again (at once) and wait until each is ready."""
+        recipes: dict[str, Recipe] = {}
+        for name in names:
+            inst = self.instance(name)
+            if name in self._procs and self._alive(name, self._procs[name]):
+                raise ClusterError(f"{name} is running already (pid {self._procs[name].pid})")
+            for role, port in inst.ports.items():
+                if port_taken(port):
+                    raise ClusterError(f"{name}: port 127.0.0.1:{port} ({role}) is still taken")
+            recipes[name] = self.stack().recipe(inst, self.replicas["commit_replicas"])
+        waiting = {}
+        for name, recipe in recipes.items():
+            self._spawn(self.instance(name), recipe)
+            waiting[name] = time.monotonic() + recipe.timeout * self.timeout_scale
+        while waiting:
+            for name, deadline in list(waiting.items()):
+                if self._check_ready(self.instance(name), recipes[name], deadline):
+                    del waiting[name]
+            if waiting:
+                time.sleep(0.5)
+
+    def heal(self) -> list[str]:
+        """Start again every long-running process that has died (as Compose's ``restart:
+        unless-stopped`` would; e.g. Airflow's scheduler, dag-processor and triggerers exit when
+        PostgreSQL restarts), leftovers killed first; the names started, in start order."""
+        dead = [
+            inst.name
+            for inst in self.instances
+            if inst.name in self._procs
+            and not inst.spec.oneshot
+            and not self._alive(inst.name, self._procs[inst.name])
+        ]
+        for name in dead:
+            self._stop([name], grace=5.0)
+        infra = [n for n in dead if self.instance(n).spec.kind in _INFRA_KINDS]
+        if infra:
+            self.start(*infra)
+        rest = [n for n in dead if n not in infra]
+        if rest:
+            self.start(*rest)
+        return dead
 
     def kill(self, name: str, sig: int = signal.SIGKILL, wait: float = 30.0) -> None:
-        """``sig`` to process ``name``: its process group and every process carrying its marker (a
-        container dying). Waits up to ``wait`` s for them to go when ``sig`` is SIGKILL/SIGTERM."""
+        """``sig`` to every process of ``name`` (its group, descendants and marked processes: a
+        container dying). For SIGKILL/SIGTERM, waits up to ``wait`` s for all of them to be gone
+        (then SIGKILL), so its ports are free for ``start(name)``."""
         proc = self._procs.get(self.instance(name).name)
         if proc is None:
             raise ClusterError(f"{name} was not started by this cluster")
+        targets = self._pids_of([name])
         signal_group(proc.pid, sig)
-        for pid in marked_pids(self._token, name):
+        for pid in targets:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         if sig in (signal.SIGKILL, signal.SIGTERM):
-            self._stop([name], grace=wait * self.timeout_scale)
+            self._stop([name], grace=wait * self.timeout_scale, sig=sig, seen=targets)
 
-    def restart(self, name: str, sig: int = signal.SIGTERM) -> None:
-        """Stop ``name`` (``sig``, then SIGKILL after a grace period) and start it again."""
-        self.kill(name, sig)
+    def restart(self, name: str, sig: int | None = None) -> None:
+        """Stop ``name`` (``sig``, default its clean stop: SIGINT for PostgreSQL, else SIGTERM; then
+        SIGKILL after a grace period) and start it again on the same ports; waits until ready."""
+        self.instance(name)
+        if name not in self._procs:
+            raise ClusterError(f"{name} was not started by this cluster")
+        self._stop([name], grace=30.0 * self.timeout_scale, sig=sig)
         self.start(name)
 
     def _pids_of(self, names: Collection[str]) -> list[int]:
+        """Live processes of ``names``: process group, descendants (PostgreSQL's backends leave the
+        group) and processes carrying the instance marker."""
         pids: set[int] = set()
         for name in names:
             proc = self._procs[name]
             pids.update(group_pids(proc.pid))
             if alive(proc.pid):
                 pids.add(proc.pid)
+                pids.update(descendants(proc.pid))
             if self._token:
                 pids.update(marked_pids(self._token, name))
         return sorted(pids)
 
-    def _stop(self, names: list[str], grace: float) -> list[int]:
-        """Signal ``names`` (SIGINT for PostgreSQL: fast shutdown; SIGTERM otherwise), wait up to
-        ``grace`` s, then SIGKILL what is left; the PIDs that needed SIGKILL."""
+    def _stop(
+        self, names: list[str], grace: float, sig: int | None = None, seen: Collection[int] = ()
+    ) -> list[int]:
+        """Signal ``names`` (``sig``, default SIGINT for PostgreSQL: fast shutdown; SIGTERM
+        otherwise), wait up to ``grace`` s, then SIGKILL what is left, including processes seen
+        before (``seen``: orphans lose their parent and group); the PIDs that needed SIGKILL."""
         procs = [self._procs[n] for n in names if n in self._procs]
+        snapshot = set(seen) | set(self._pids_of(names))
         for proc in procs:
             kind = self.instance(proc.name).spec.kind if proc.name in self.names() else ""
-            signal_group(proc.pid, signal.SIGINT if kind == "postgres" else signal.SIGTERM)
-        if wait_gone(lambda: self._pids_of(names), grace, reap=procs):
+            default = signal.SIGINT if kind == "postgres" else signal.SIGTERM
+            signal_group(proc.pid, sig if sig is not None else default)
+
+        def left() -> list[int]:
+            return sorted({p for p in snapshot if alive(p)} | set(self._pids_of(names)))
+
+        if wait_gone(left, grace, reap=procs):
             return []
         killed: list[int] = []
         for _ in range(5):
-            left = self._pids_of(names)
-            if not left:
+            remaining = left()
+            if not remaining:
                 break
             for proc in procs:
                 signal_group(proc.pid, signal.SIGKILL)
-            for pid in left:
+            for pid in remaining:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
-            wait_gone(lambda: self._pids_of(names), 2.0, reap=procs)
+            wait_gone(left, 2.0, reap=procs)
         return sorted(set(killed))
 
     def down(self) -> list[str]:

@@ -25,6 +25,12 @@ def _table(rows: Sequence[Sequence[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
+def _state(cluster: Cluster, name: str, alive: bool) -> str:
+    if alive:
+        return "up"
+    return "done" if cluster.instance(name).spec.oneshot else "DOWN"
+
+
 def _print_status(cluster: Cluster, ready_after: dict[str, float] | None = None) -> None:
     rows = [["process", "pid", "state", "rss MiB", "ports", "ready after", "log"]]
     for st in cluster.status():
@@ -34,7 +40,7 @@ def _print_status(cluster: Cluster, ready_after: dict[str, float] | None = None)
             [
                 st.name,
                 str(st.pid),
-                "up" if st.alive else "DOWN",
+                _state(cluster, st.name, st.alive),
                 f"{st.rss_mib:.0f}",
                 ports,
                 after,
@@ -78,6 +84,12 @@ def _down(args: argparse.Namespace) -> None:
     _out(f"stopped {len(was)} running process(es): {', '.join(was) or 'none were running'}")
 
 
+def _heal(args: argparse.Namespace) -> None:
+    cluster = Cluster.attach(args.root)
+    started = cluster.heal()
+    _out(f"started again: {', '.join(started)}" if started else "every process is alive")
+
+
 def _status(args: argparse.Namespace) -> None:
     try:
         cluster = Cluster.attach(args.root)
@@ -85,7 +97,7 @@ def _status(args: argparse.Namespace) -> None:
         _out(f"no cluster: {exc}")
         raise SystemExit(3) from None
     _print_status(cluster)
-    if any(not st.alive for st in cluster.status()):
+    if any(_state(cluster, st.name, st.alive) == "DOWN" for st in cluster.status()):
         raise SystemExit(3)
 
 
@@ -111,13 +123,14 @@ def parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("down", help="stop everything the cluster started")
     sub.add_parser("status", help="which processes are alive (exit 3 if one is not)")
+    sub.add_parser("heal", help="start again every process that has died (Compose's restart policy)")
     return p
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     try:
-        {"up": _up, "down": _down, "status": _status}[args.command](args)
+        {"up": _up, "down": _down, "status": _status, "heal": _heal}[args.command](args)
     except (ClusterError, TopologyError) as exc:
         sys.stderr.write(f"cluster: {exc}\n")
         raise SystemExit(1) from None

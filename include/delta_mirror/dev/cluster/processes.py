@@ -179,6 +179,28 @@ def group_pids(pgid: int) -> list[int]:
     return found
 
 
+def descendants(pid: int) -> list[int]:
+    """Live children, grandchildren, ... of ``pid`` (from /proc/*/stat parent ids)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found: list[int] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, []))
+    return found
+
+
 def signal_group(pgid: int, sig: int) -> None:
     """``sig`` to the whole process group (gone already is fine)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -268,7 +268,7 @@ class Stack:
             ready=lambda _p: probes.postgres_ok(self.pg_admin()),
             what="accepting connections",
             timeout=60,
-            prepare=lambda: setup.initdb(bindir, datadir, user, self.logs / f"{inst.name}.log"),
+            prepare=lambda: setup.prepare_postgres(bindir, datadir, user, self.logs / f"{inst.name}.log"),
             after_ready=[lambda: setup.create_databases(self)],
         )
 

@@ -55,6 +55,27 @@ def initdb(bindir: Path, datadir: Path, user: str | None, log: Path) -> None:
         os.chown(hba, account.pw_uid, account.pw_gid)
 
 
+def clear_stale_pidfile(datadir: Path) -> None:
+    """Remove postmaster.pid left by a killed server whose PID no longer runs: PostgreSQL itself
+    refuses to start while that PID exists, and a killed postmaster may linger as a zombie until
+    something reaps it (the launcher that started it has exited)."""
+    from delta_mirror.dev.cluster.processes import alive
+
+    pidfile = datadir / "postmaster.pid"
+    try:
+        pid = int(pidfile.read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return
+    if not alive(pid):
+        pidfile.unlink(missing_ok=True)
+
+
+def prepare_postgres(bindir: Path, datadir: Path, user: str | None, log: Path) -> None:
+    """Before each start: the data folder (once), no stale lock file."""
+    initdb(bindir, datadir, user, log)
+    clear_stale_pidfile(datadir)
+
+
 def _ensure_role_and_db(conn: object, role: str, password: str, db: str) -> None:
     import psycopg
     from psycopg import sql
