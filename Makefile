@@ -15,7 +15,7 @@ KERNEL_SRC := jvm/kernel-reader/pom.xml $(shell find jvm/kernel-reader/src -type
 # which installs a client-only `pyspark` package over the full pyspark 4.2.0 we need (README, Spark).
 SPARK_PROVIDER := apache-airflow-providers-apache-spark==6.3.4
 
-.PHONY: venv jar kernel-jar emulators services test lint demo airflow print-local-env bench chaos clean distclean
+.PHONY: venv jar kernel-jar emulators services test lint demo airflow print-local-env cluster cluster-down cluster-status bench chaos clean distclean
 
 # Re-installs only when pyproject.toml or requirements.txt changed (or the venv is new).
 # Also builds the LogStore and kernel reader jars, so `make test` and `make demo` have them.
@@ -111,6 +111,20 @@ airflow: venv
 # LOCAL_ENV, one VAR=value a line (for tests and scripts that start what `make airflow` starts).
 print-local-env:
 	@printf '%s\n' $(LOCAL_ENV)
+
+# The docker-compose.yaml topology as plain processes on 127.0.0.1 (docker/stack.yaml, stack.env):
+# PostgreSQL, Redis, MinIO, an SMTP catcher, Spark master + worker, Airflow with CeleryExecutor
+# (2 triggerers, 2 Celery workers), 2 commit-service replicas. State, logs, data under .cluster/.
+# CLUSTER_ARGS: e.g. --port-base 23000, --workers 1, --skip mailpit.
+CLUSTER_ARGS ?=
+cluster: venv services
+	$(PY) -m delta_mirror.dev.cluster up $(CLUSTER_ARGS)
+
+cluster-down:
+	$(PY) -m delta_mirror.dev.cluster down
+
+cluster-status:
+	$(PY) -m delta_mirror.dev.cluster status
 
 bench: venv
 	PYTHONPATH=$(CURDIR)/tests $(PY) benchmarks/run.py
