@@ -94,9 +94,13 @@ lint: venv
 # definition: the browser test (tests/airflow/test_ui_plugin.py) reads it with `make -s print-local-env`.
 AIRFLOW_HOST ?= 127.0.0.1
 AIRFLOW_PORT ?= 8080
+# Tasks reach the API server's execution API at this URL (Airflow's default is localhost:8080, so
+# without it no task runs on another port); 127.0.0.1 when the UI listens on every interface.
+AIRFLOW_EXEC_HOST := $(if $(filter 0.0.0.0 ::,$(AIRFLOW_HOST)),127.0.0.1,$(AIRFLOW_HOST))
 LOCAL_ENV := AIRFLOW_HOME=$(CURDIR)/.airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
 	AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins AIRFLOW__CORE__LOAD_EXAMPLES=False \
 	AIRFLOW__API__HOST=$(AIRFLOW_HOST) AIRFLOW__API__PORT=$(AIRFLOW_PORT) \
+	AIRFLOW__CORE__EXECUTION_API_SERVER_URL=http://$(AIRFLOW_EXEC_HOST):$(AIRFLOW_PORT)/execution/ \
 	DELTA_MIRROR_HOME=$(CURDIR)/.delta-mirror \
 	DELTA_MIRROR_CONFIG=$(CURDIR)/config/delta_mirror.yaml PATH=$(CURDIR)/$(VENV)/bin:$$PATH
 

@@ -14,6 +14,13 @@ case "$host" in
 esac
 url="http://$browse:$port"
 
+# Airflow's scheduler and triggerer without their log servers, which would listen on every interface
+# (scripts/airflow-local-bin/airflow; the API server reads the log files on this machine).
+DELTA_MIRROR_REAL_AIRFLOW="$(command -v airflow)" || { echo "airflow is not on PATH: run make venv" >&2; exit 1; }
+export DELTA_MIRROR_REAL_AIRFLOW
+PATH="$(cd "$(dirname "$0")" && pwd)/airflow-local-bin:$PATH"
+export PATH
+
 airflow standalone &
 child=$!
 trap 'kill -TERM "$child" 2>/dev/null; wait "$child"; exit 130' INT TERM

@@ -21,6 +21,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -172,6 +173,8 @@ def api_server(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> It
         "DELTA_MIRROR_HOME": str(root / "dm-home"),
         "DELTA_MIRROR_STORE": url,
         "DELTA_MIRROR_CONFIG": str(config),
+        # a task's calls to the execution API wait longer on a loaded machine (default 5 s)
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": str(load_scaled(30)),
     }
     server = LocalAirflow(root, data_env)
     server.home.mkdir()
@@ -194,6 +197,9 @@ def test_make_airflow_is_what_runs_here(api_server: LocalAirflow) -> None:
     assert env["AIRFLOW__CORE__PLUGINS_FOLDER"] == str(REPO / "plugins")
     assert env["AIRFLOW__API__HOST"] == "127.0.0.1"
     assert env["AIRFLOW__CORE__DAGS_FOLDER"] == str(REPO / "dags")
+    # tasks reach the execution API on the port the UI listens on (not Airflow's default 8080)
+    assert api_server.port != 8080
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == f"http://127.0.0.1:{api_server.port}/execution/"
     log = api_server.log()
     assert f"==> Airflow UI: http://127.0.0.1:{api_server.port}" in log
     assert "user: admin" in log
@@ -368,3 +374,99 @@ def test_a_headless_browser_finds_the_page_in_airflow_and_follows_its_links(api_
     if os.environ.get("DELTA_MIRROR_UPDATE_SCREENSHOTS"):
         for shot, image in README_IMAGES.items():
             shutil.copy(out / shot, REPO / "docs" / "images" / image)
+
+
+def _listening(session: int) -> list[tuple[str, int]]:
+    """(address, port) of every TCP socket listening in the processes of ``session`` (from /proc)."""
+    inodes: set[str] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if os.getsid(int(proc.name)) != session:
+                continue
+            for fd in (proc / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except (OSError, ValueError):
+            continue  # gone meanwhile, or not ours to read
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                address, port = fields[1].split(":")
+                raw = bytes.fromhex(address)
+                if len(raw) == 4:
+                    host = socket.inet_ntop(socket.AF_INET, raw[::-1])
+                else:  # /proc prints IPv6 as four little-endian words
+                    host = socket.inet_ntop(
+                        socket.AF_INET6, b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+                    )
+                found.append((host, int(port, 16)))
+    return sorted(set(found))
+
+
+def test_a_dag_run_triggered_in_the_ui_succeeds_on_a_non_default_port(api_server: LocalAirflow) -> None:
+    """The Trigger button of a table's DAG, clicked in Chromium, under `make airflow` on a free port:
+    the run's tasks reach the execution API there and the run succeeds."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not CHROMIUM.exists():
+        skip_or_fail(f"{CHROMIUM} is missing (apt-get install chromium; .ci/run installs it)")
+    assert api_server.port != 8080
+    dag = "delta_mirror__current"
+    token = api_server.jwt()
+    auth = {"Authorization": f"Bearer {token}"}
+    wait_for(
+        f"the DAG {dag} parsed",
+        lambda: api_server.client.get(f"/api/v2/dags/{dag}", headers=auth).status_code == 200,
+        120,
+        api_server.exited,
+    )
+    before = {
+        r["dag_run_id"]
+        for r in api_server.client.get(f"/api/v2/dags/{dag}/dagRuns", headers=auth).json()["dag_runs"]
+    }
+    out = REPO / "test-artifacts" / "ui_plugin"
+    out.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            context = browser.new_context(viewport={"width": 1440, "height": 900})
+            context.add_cookies([{"name": "_token", "value": token, "url": api_server.base_url}])
+            page = context.new_page()
+            page.set_default_timeout(load_scaled(60) * 1000)
+            page.goto(f"{api_server.base_url}/dags/{dag}")
+            page.get_by_role("button", name="Trigger Dag").click()
+            dialog = page.get_by_role("dialog")
+            unpause = dialog.get_by_text(f"Unpause {dag} on trigger")
+            unpause.wait_for()  # checked by default: the DAGs start paused
+            assert dialog.get_by_role("checkbox").first.is_checked()
+            dialog.get_by_role("button", name="Trigger", exact=True).click()
+            dialog.wait_for(state="hidden")
+
+            runs: list[dict[str, object]] = []
+
+            def finished() -> bool:
+                nonlocal runs
+                answer = api_server.client.get(f"/api/v2/dags/{dag}/dagRuns", headers=auth).json()
+                runs = [r for r in answer["dag_runs"] if r["dag_run_id"] not in before]
+                assert not any(r["state"] == "failed" for r in runs), (runs, api_server.log()[-3000:])
+                return any(r["state"] == "success" for r in runs)
+
+            wait_for("the triggered run to succeed", finished, 300, api_server.exited)
+            (run,) = runs
+            assert run["run_type"] == "manual"
+            tasks = api_server.client.get(
+                f"/api/v2/dags/{dag}/dagRuns/{run['dag_run_id']}/taskInstances", headers=auth
+            ).json()["task_instances"]
+            assert tasks and all(t["state"] == "success" for t in tasks), tasks
+            page.goto(f"{api_server.base_url}/dags/{dag}/runs/{quote(str(run['dag_run_id']), safe='')}")
+            page.get_by_text("success").first.wait_for()
+            page.screenshot(path=str(out / "triggered_run.png"))
+        finally:
+            browser.close()
+    # The whole session of `make airflow` listens on the UI's address and port only: no log server
+    # (8793, 8794) on any interface, also after a task ran.
+    assert _listening(os.getsid(api_server.proc.pid)) == [("127.0.0.1", api_server.port)]
