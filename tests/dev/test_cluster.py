@@ -18,6 +18,7 @@ from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
+from support.services import skip_or_fail
 
 from delta_mirror.dev.cluster import Cluster, ClusterError, default_repo
 from delta_mirror.dev.cluster.processes import marked_pids, port_taken
@@ -263,3 +264,16 @@ def test_the_cli_reports_a_taken_port_in_one_line_and_exits_1(cluster_root: Path
         )
     assert run.returncode == 1
     assert run.stderr.count("\n") == 1 and run.stderr.startswith("cluster: mailpit: port 127.0.0.1:")
+
+
+def test_heal_starts_again_only_what_died(cluster_root: Path) -> None:
+    if shutil.which("redis-server") is None:
+        skip_or_fail("redis-server not found: make services (apt-get install redis-server)")
+    cluster = Cluster(cluster_root, repo=REPO, port_base=free_port_base(), skip=only("redis", "mailpit"))
+    cluster.up()
+    redis_pids = cluster.pids("redis")
+    cluster.kill("mailpit")
+    assert cluster.heal() == ["mailpit"]
+    assert cluster.pids("mailpit") and cluster.pids("redis") == redis_pids
+    assert cluster.heal() == []
+    assert sorted(cluster.down()) == ["mailpit", "redis"]
