@@ -30,6 +30,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 import yaml
 
+from delta_mirror.dev.cluster import Cluster
 from delta_mirror.dev.cluster.topology import Topology, load_topology, parse_env
 from delta_mirror.table_config import MirrorConfig, parse_config
 
@@ -718,8 +719,8 @@ LAUNCHER_ONLY_ENV = frozenset(
         "AIRFLOW__CORE__HOSTNAME_CALLABLE",
     }
 )
-# Compose sets both log servers' ports in every Airflow container (one block for all); the launcher
-# sets each on the processes that serve it (the Nth replica on the key's port + N - 1).
+# Compose sets both log servers' ports in every Airflow container (one block for all); the launcher's
+# workers and triggerers run without a log server (--skip-serve-logs: it binds every interface).
 COMPOSE_ALL_CONTAINERS_ENV = frozenset(
     {"AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT", "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT"}
 )
@@ -776,15 +777,13 @@ def raw_services(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Cluster:
     """The launcher for this checkout on stack.env's ports, built but never started."""
-    from delta_mirror.dev.cluster import Cluster
-
     return Cluster(tmp_path_factory.mktemp("cluster") / ".cluster", repo=ROOT)
 
 
 @pytest.fixture(scope="module")
-def launcher_env(cluster: Any) -> dict[str, dict[str, str]]:
+def launcher_env(cluster: Cluster) -> dict[str, dict[str, str]]:
     """The environment the launcher gives each Airflow and commit-service process."""
     stack = cluster.stack()
     replicas = cluster.replicas["commit_replicas"]
@@ -840,7 +839,7 @@ def compose_value(value: str) -> Any:
 
 
 def test_compose_runs_the_services_the_launcher_runs(
-    services: dict[str, dict[str, Any]], cluster: Any
+    services: dict[str, dict[str, Any]], cluster: Cluster
 ) -> None:
     """Service by service: stack.yaml's services (replicas expanded) are Compose's and the launcher's."""
     from_yaml = set(REQUIRED_SERVICES)
@@ -1018,7 +1017,7 @@ def test_airflow_processes_get_the_launchers_environment(
 
 def test_commit_service_replicas_get_the_launchers_settings(
     services: dict[str, dict[str, Any]],
-    cluster: Any,
+    cluster: Cluster,
     launcher_env: dict[str, dict[str, str]],
     host_ports: dict[int, tuple[str, int]],
 ) -> None:
@@ -1046,7 +1045,7 @@ def test_commit_service_replicas_get_the_launchers_settings(
 
 
 def test_host_ports_are_stack_env_ports_on_127_0_0_1(
-    raw_services: dict[str, dict[str, Any]], cluster: Any
+    raw_services: dict[str, dict[str, Any]], cluster: Cluster
 ) -> None:
     """Compose publishes each process's stack.env ports (replica N: the key's port + N - 1), on the
     host's 127.0.0.1 as the launcher listens, and nothing else; the variable is the port key."""
