@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import socket
 
+__all__ = ["ENV", "hostname"]
+
 ENV = "DELTA_MIRROR_CLUSTER_PROCESS"
 
 

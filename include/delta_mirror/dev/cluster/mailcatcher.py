@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+__all__ = ["EmlFolder", "main", "serve"]
+
 
 class EmlFolder:
     """aiosmtpd handler writing each message (as received, headers included) to ``folder``."""

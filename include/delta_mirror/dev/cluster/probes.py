@@ -8,6 +8,17 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+__all__ = [
+    "airflow_job_alive",
+    "http_json",
+    "http_ok",
+    "postgres_ok",
+    "redis_ping",
+    "smtp_banner",
+    "spark_worker_alive",
+    "spark_workers",
+]
+
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1 never via a proxy
 
 

@@ -9,13 +9,29 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+__all__ = [
+    "INSTANCE_MARKER",
+    "MARKER",
+    "ClusterError",
+    "Proc",
+    "alive",
+    "descendants",
+    "group_pids",
+    "log_tail",
+    "marked_pids",
+    "port_taken",
+    "rss_kib",
+    "signal_group",
+    "spawn",
+    "wait_gone",
+]
 
 MARKER = "DELTA_MIRROR_CLUSTER"
 INSTANCE_MARKER = "DELTA_MIRROR_CLUSTER_PROCESS"  # which of the cluster's processes started it
@@ -34,15 +50,6 @@ def port_taken(port: int) -> bool:
         except OSError:
             return True
     return False
-
-
-def listening(port: int) -> bool:
-    """Whether something accepts connections on 127.0.0.1:``port``."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
 
 
 def log_tail(path: Path, lines: int = 5) -> str:
@@ -110,36 +117,6 @@ def spawn(
         except OSError as exc:
             raise ClusterError(f"{name}: cannot run {argv[0]}: {exc.strerror or exc}") from None
     return Proc(name=name, pid=popen.pid, log=log, popen=popen)
-
-
-def wait_until(
-    proc: Proc,
-    ready: Callable[[], bool],
-    *,
-    timeout: float,
-    what: str,
-    exits_ok: bool = False,
-) -> None:
-    """Poll ``ready()`` until true; ClusterError when ``proc`` exits first (unless ``exits_ok``, for
-    one-shot jobs, whose exit code decides) or when ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
-    delay = 0.1
-    while True:
-        if ready():
-            return
-        if not proc.running():
-            code = proc.popen.returncode if proc.popen is not None else None
-            if exits_ok and code == 0:
-                return
-            raise ClusterError(
-                f"{proc.name} exited early (code {code}): {log_tail(proc.log)} [log: {proc.log}]"
-            )
-        if time.monotonic() > deadline:
-            raise ClusterError(
-                f"{proc.name} not ready after {timeout:.0f} s ({what}): {log_tail(proc.log)} [log: {proc.log}]"
-            )
-        time.sleep(delay)
-        delay = min(delay * 1.5, 1.0)
 
 
 def marked_pids(token: str, instance: str | None = None) -> list[int]:
@@ -231,6 +208,3 @@ def rss_kib(pids: Sequence[int]) -> int:
                     total += int(line.split()[1])
                     break
     return total
-
-
-STOP_SIGNALS = {"default": signal.SIGTERM, "postgres": signal.SIGINT}

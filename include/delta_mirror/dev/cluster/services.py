@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from delta_mirror.dev.cluster import probes
+from delta_mirror.dev.cluster import probes, setup
 from delta_mirror.dev.cluster.processes import ClusterError
 from delta_mirror.dev.cluster.topology import ServiceSpec, Topology
+
+__all__ = ["Instance", "Recipe", "Stack", "find_pg_bindir", "spark_home"]
 
 # Environment passed through from the caller to every service (the rest is built here).
 _PASSTHROUGH = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "JAVA_HOME", "TMPDIR", "USER", "LOGNAME")
@@ -240,8 +242,6 @@ class Stack:
         return build[kind](inst, commit_replicas)
 
     def _postgres(self, inst: Instance, _replicas: int) -> Recipe:
-        from delta_mirror.dev.cluster import setup
-
         bindir = find_pg_bindir()
         if bindir is None:
             raise ClusterError(
@@ -269,7 +269,7 @@ class Stack:
             what="accepting connections",
             timeout=60,
             prepare=lambda: setup.prepare_postgres(bindir, datadir, user, self.logs / f"{inst.name}.log"),
-            after_ready=[lambda: setup.create_databases(self)],
+            after_ready=[lambda: setup.create_databases(self.pg_admin(), self.s)],
         )
 
     def _redis(self, inst: Instance, _replicas: int) -> Recipe:
@@ -292,8 +292,6 @@ class Stack:
         )
 
     def _minio(self, inst: Instance, _replicas: int) -> Recipe:
-        from delta_mirror.dev.cluster import setup
-
         exe = self.repo / ".cache" / "go" / "bin" / "minio"
         if not exe.exists():
             exe_on_path = shutil.which("minio")
@@ -320,7 +318,7 @@ class Stack:
             what="/minio/health/ready",
             timeout=60,
             prepare=lambda: datadir.mkdir(parents=True, exist_ok=True),
-            after_ready=[lambda: setup.create_bucket(self)],
+            after_ready=[lambda: setup.create_bucket(f"http://127.0.0.1:{port}", self.s)],
         )
 
     def _smtp(self, inst: Instance, _replicas: int) -> Recipe:
@@ -398,8 +396,6 @@ class Stack:
         return str(exe)
 
     def _airflow_init(self, inst: Instance, replicas: int) -> Recipe:
-        from delta_mirror.dev.cluster import setup
-
         script = "; ".join(
             [
                 "set -e",
@@ -414,7 +410,9 @@ class Stack:
             what="airflow db migrate and delta-mirror init",
             timeout=600,
             oneshot=True,
-            prepare=lambda: setup.airflow_home(self),
+            prepare=lambda: setup.airflow_home(
+                self.airflow_home, self.s["AIRFLOW_ADMIN_USER"], self.s["AIRFLOW_ADMIN_PASSWORD"]
+            ),
         )
 
     def _airflow(self, inst: Instance, replicas: int) -> Recipe:

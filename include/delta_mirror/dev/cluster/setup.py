@@ -7,13 +7,20 @@ import json
 import os
 import pwd
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-from delta_mirror.dev.cluster.processes import ClusterError, log_tail
+from delta_mirror.dev.cluster.processes import ClusterError, alive, log_tail
 
-if TYPE_CHECKING:
-    from delta_mirror.dev.cluster.services import Stack
+__all__ = [
+    "airflow_home",
+    "clear_stale_pidfile",
+    "create_bucket",
+    "create_databases",
+    "initdb",
+    "prepare_postgres",
+]
 
 
 def initdb(bindir: Path, datadir: Path, user: str | None, log: Path) -> None:
@@ -59,8 +66,6 @@ def clear_stale_pidfile(datadir: Path) -> None:
     """Remove postmaster.pid left by a killed server whose PID no longer runs: PostgreSQL itself
     refuses to start while that PID exists, and a killed postmaster may linger as a zombie until
     something reaps it (the launcher that started it has exited)."""
-    from delta_mirror.dev.cluster.processes import alive
-
     pidfile = datadir / "postmaster.pid"
     try:
         pid = int(pidfile.read_text().split("\n", 1)[0])
@@ -88,26 +93,25 @@ def _ensure_role_and_db(conn: object, role: str, password: str, db: str) -> None
         conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(db), sql.Identifier(role)))
 
 
-def create_databases(stack: Stack) -> None:
-    """The Airflow metadata database and the delta-mirror store database, each with its own role."""
+def create_databases(admin: Mapping[str, Any], s: Mapping[str, str]) -> None:
+    """The Airflow metadata database and the delta-mirror store database, each with its own role
+    (``admin``: superuser conninfo; ``s``: stack.env's settings)."""
     import psycopg
 
-    s = stack.s
-    with psycopg.connect(**stack.pg_admin(), autocommit=True, connect_timeout=10) as conn:
+    with psycopg.connect(**admin, autocommit=True, connect_timeout=10) as conn:
         _ensure_role_and_db(conn, s["POSTGRES_USER"], s["POSTGRES_PASSWORD"], s["AIRFLOW_DB"])
         _ensure_role_and_db(conn, s["STORE_DB_USER"], s["STORE_DB_PASSWORD"], s["STORE_DB"])
 
 
-def create_bucket(stack: Stack) -> None:
+def create_bucket(endpoint: str, s: Mapping[str, str]) -> None:
     """The bucket the tables publish to (exists already: fine)."""
     import boto3
     from botocore.config import Config
     from botocore.exceptions import ClientError
 
-    s = stack.s
     client = boto3.client(
         "s3",
-        endpoint_url=f"http://127.0.0.1:{stack.port('MINIO_PORT')}",
+        endpoint_url=endpoint,
         aws_access_key_id=s["MINIO_ROOT_USER"],
         aws_secret_access_key=s["MINIO_ROOT_PASSWORD"],
         region_name=s["MINIO_REGION"],
@@ -123,11 +127,9 @@ def create_bucket(stack: Stack) -> None:
             raise ClusterError(f"minio: cannot create bucket {s['BUCKET']}: {exc}") from None
 
 
-def airflow_home(stack: Stack) -> None:
+def airflow_home(home: Path, user: str, password: str) -> None:
     """AIRFLOW_HOME and the Simple auth manager's password file (the admin of stack.env)."""
-    stack.airflow_home.mkdir(parents=True, exist_ok=True)
-    passwords = stack.airflow_home / "passwords.json"
-    user, password = stack.s["AIRFLOW_ADMIN_USER"], stack.s["AIRFLOW_ADMIN_PASSWORD"]
-    fd = os.open(passwords, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    home.mkdir(parents=True, exist_ok=True)
+    fd = os.open(home / "passwords.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump({user: password}, f)

@@ -14,6 +14,16 @@ from typing import Any
 
 import yaml
 
+__all__ = [
+    "KINDS",
+    "ServiceSpec",
+    "Topology",
+    "TopologyError",
+    "load_topology",
+    "parse_env",
+    "parse_topology",
+]
+
 KINDS = frozenset(
     {
         "postgres",
