@@ -692,9 +692,16 @@ def test_docker_compose_config_accepts_the_file(tmp_path: Path, services: dict[s
     assert out.returncode == 0, out.stderr
     resolved = json.loads(out.stdout)["services"]
     assert set(resolved) == set(services)
-    for name in (*AIRFLOW_SERVICES, "airflow-init"):
+    for name in services:  # as this file reads them: environment (env_file under it), image, ports
         theirs = {k: str(v) for k, v in (resolved[name].get("environment") or {}).items()}
         assert theirs == env_of(services[name]), f"{name}: docker compose resolves a different environment"
+        assert resolved[name].get("image") == services[name].get("image"), name
+        ports = {
+            (p.get("host_ip"), int(p["published"]), int(p["target"])) for p in resolved[name].get("ports", [])
+        }
+        raw_ports = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))["services"][name]
+        mine = {(p.ip, p.host, p.container) for p in published_ports(raw_ports)}
+        assert ports == mine, f"{name}: docker compose publishes {ports}"
 
 
 # --------------------------------------------------------------------------------------------------
