@@ -167,6 +167,22 @@ def test_a_folder_where_a_commit_file_belongs_is_a_permanent_error_saying_what_t
     assert _log(tmp_path) == [commit_name(v) for v in range(3)]
 
 
+def test_a_folder_where_a_checkpoint_belongs_is_a_permanent_error_too(store_url: str, tmp_path: Path) -> None:
+    store = _store(store_url)
+    _table(store, tmp_path.as_uri(), 3)
+    publisher = Publisher(store)
+    publisher.publish("t")
+    folder = tmp_path / LOG_DIR / f"{2:020d}.checkpoint.parquet"
+    folder.mkdir()
+
+    with pytest.raises(PermanentError) as caught:
+        publisher.checkpoint("t", 2)
+
+    assert "is not a file" in caught.value.message and "remove or rename" in caught.value.message
+    folder.rmdir()
+    assert publisher.checkpoint("t", 2) == 2
+
+
 def test_commit_bytes_are_deterministic_and_a_rerun_is_idempotent(store_url: str, tmp_path: Path) -> None:
     store = _store(store_url)
     _table(store, tmp_path.as_uri(), 4)

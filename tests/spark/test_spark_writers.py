@@ -240,6 +240,35 @@ def test_spark_checkpoints_are_kept_and_the_publisher_alone_moves_last_checkpoin
     assert seen == sorted(seen) and seen[-1] > seen[0]
 
 
+def test_last_checkpoint_describes_the_checkpoint_file_spark_wrote_when_the_publisher_keeps_it(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Spark checkpoints itself at version 10; the publisher's checkpoint at 10 finds that file and
+    keeps it: the pointer it writes then states that file's bytes, actions and adds, not its own."""
+    import pyarrow.parquet as pq
+
+    store_url, store = sqlite_store(tmp_path)
+    root = tmp_path / "lake"
+    location = root / "sp"
+    with commit_service(store_url, [root.as_uri()]) as svc, governed(spark, svc, spark_root(root)):
+        for n in range(11):
+            append_rows(spark, location, range(n * 10, n * 10 + 10), files=1 + n % 3)
+    spark_file = log_dir(location) / f"{10:020d}.checkpoint.parquet"
+    spark_bytes = spark_file.read_bytes()
+    Publisher(store).publish("sp")
+    assert store.last_checkpoint_version(store.get_table("sp").id) == 10  # the publisher's own, at 10
+    assert spark_file.read_bytes() == spark_bytes  # kept, never overwritten
+
+    pointer = json.loads((log_dir(location) / "_last_checkpoint").read_text())
+    table = pq.read_table(spark_file)
+    adds = table.num_rows - table.column("add").null_count
+    assert pointer["version"] == 10
+    assert pointer["sizeInBytes"] == len(spark_bytes) == spark_file.stat().st_size
+    assert (pointer["size"], pointer["numOfAddFiles"]) == (table.num_rows, adds)
+    assert adds == sum(1 + n % 3 for n in range(11))  # every file appended is active
+    assert "parts" not in pointer and validate_table(store, "sp").ok
+
+
 # ------------------------------------------------------------------------------------------------
 # faults
 

@@ -141,6 +141,42 @@ class LastCheckpoint:
         return found is not None
 
 
+def checkpoint_file_counts(data: bytes) -> tuple[int, int]:
+    """(actions, add actions) of one checkpoint Parquet file: its rows, and its rows with an ``add``
+    (``_last_checkpoint``'s ``size`` and ``numOfAddFiles`` for that file)."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(io.BytesIO(data))
+    rows = parquet.metadata.num_rows
+    if "add" not in parquet.schema_arrow.names:
+        return rows, 0
+    paths = parquet.read(columns=["add.path"]).column(0)
+    return rows, rows - paths.null_count
+
+
+def pointer_for_files(pointer: bytes, files: list[tuple[str, bytes, bytes]]) -> bytes:
+    """The pointer ``pointer`` (``_last_checkpoint`` of the checkpoint the mirror built) made true of
+    the files that are in the log: ``files`` is (path, the bytes built, the bytes found there) per
+    checkpoint file. Where another writer's file was kept (Spark checkpoints itself too),
+    ``size``, ``numOfAddFiles`` and ``sizeInBytes`` describe that file, not the mirror's bytes."""
+    built = LastCheckpoint.parse(pointer)
+    if all(ours == found for _, ours, found in files) or built.kind == CheckpointKind.V2:
+        return pointer  # V2 files are named by the mirror's own checkpoint id: never another's
+    actions = adds = 0
+    for _, _ours, found in files:
+        n, a = checkpoint_file_counts(found)
+        actions, adds = actions + n, adds + a
+    return LastCheckpoint(
+        version=built.version,
+        size=actions,
+        parts=built.parts,
+        size_in_bytes=sum(len(found) for _, _, found in files),
+        num_of_add_files=adds,
+    ).render()
+
+
 @dataclass(frozen=True)
 class PointerProblem:
     """One thing wrong with ``_last_checkpoint``; ``message`` follows the file's path, ``cause``
@@ -211,5 +247,7 @@ __all__ = [
     "LastCheckpoint",
     "LastCheckpointError",
     "PointerProblem",
+    "checkpoint_file_counts",
     "judge_last_checkpoint",
+    "pointer_for_files",
 ]

@@ -538,13 +538,18 @@ class Publisher:
         self.store.ensure_status(table.id, version, Artifact.CHECKPOINT)
         self.store.mark_started(table.id, [version], Artifact.CHECKPOINT, self.owner)
         try:
+            in_log: list[tuple[str, bytes, bytes]] = []  # (path, built, in the log: another's if kept)
             for f in built.files:
                 self._keep_lease(table)
-                self.retry.run(lambda f=f: self._put_checkpoint_file(objects, f.path, f.data))  # type: ignore[misc]
+                found = self.retry.run(lambda f=f: self._put_checkpoint_file(objects, f.path, f.data))  # type: ignore[misc]
+                in_log.append((f.path, f.data, f.data if found is None else found))
                 failpoint("checkpoint.after_part")
             self._keep_lease(table)
             failpoint("checkpoint.before_last_checkpoint")
-            self.retry.run(lambda: _move_last_checkpoint_forward(objects, version, built.last_checkpoint))
+            from delta_mirror.delta.last_checkpoint import pointer_for_files  # Arrow: only once one is due
+
+            pointer = pointer_for_files(built.last_checkpoint, in_log)
+            self.retry.run(lambda: _move_last_checkpoint_forward(objects, version, pointer))
             failpoint("checkpoint.after_last_checkpoint")
         except LeaseHeldError:
             raise
@@ -569,14 +574,26 @@ class Publisher:
         return rows[0].committed_at if rows else 0
 
     @staticmethod
-    def _put_checkpoint_file(objects: ObjectStore, path: str, data: bytes) -> None:
+    def _put_checkpoint_file(objects: ObjectStore, path: str, data: bytes) -> bytes | None:
+        """Write one checkpoint file; ``None`` when written, else the bytes already there (written by
+        an earlier run, the source in place, or Spark itself: kept; validate checks its content)."""
         try:
             objects.put_if_absent(path, data)
         except ObjectExistsError:
-            return  # written by an earlier run (or the source, in place); validate checks its content
+            existing = objects.get(path)
+            if existing is not None:
+                return existing
+            try:  # it vanished: write it now; taken and unreadable twice is no file, no retry helps
+                objects.put_if_absent(path, data)
+            except ObjectExistsError:
+                raise PermanentError(
+                    f"{path} exists but is not a file that can be read (a folder where the checkpoint belongs?)",
+                    hint=f"remove or rename what is at {path} in the table's location, then mirror again",
+                ) from None
         meta = objects.head(path)
         if meta is None or meta.size != len(data):
             raise TransientError(f"{path} is not durable after the write", hint="retried automatically")
+        return None
 
     def checkpoint_plan(self, table: TableInfo, version: int) -> CheckpointPlan:
         snap = self.store.snapshot(table.id, version)
@@ -605,7 +622,11 @@ class Publisher:
         for this listed the log earlier, and a publisher may since have moved the pointer forward to
         a newer complete checkpoint (replacing it then would move it backwards).
         """
-        from delta_mirror.delta.last_checkpoint import LAST_CHECKPOINT_PATH, judge_last_checkpoint
+        from delta_mirror.delta.last_checkpoint import (
+            LAST_CHECKPOINT_PATH,
+            judge_last_checkpoint,
+            pointer_for_files,
+        )
         from delta_mirror.delta.log_listing import list_log, sidecar_refs
 
         table = self.store.get_table(name)
@@ -619,7 +640,8 @@ class Publisher:
             ):
                 return  # already good by the rule validation and the audit apply
             built = self._build_checkpoint(table, version)
-            objects.put(LAST_CHECKPOINT_PATH, built.last_checkpoint)
+            in_log = [(f.path, f.data, objects.get(f.path) or f.data) for f in built.files]
+            objects.put(LAST_CHECKPOINT_PATH, pointer_for_files(built.last_checkpoint, in_log))
         finally:
             self.store.release_lease(table.id, self.owner)
 
