@@ -118,6 +118,7 @@ class Cluster:
         self._procs: dict[str, Proc] = {}
         self._token = ""
         self.ready_after: dict[str, float] = {}  # seconds from up() to ready, per process
+        self.forced: list[str] = []  # processes a stop had to SIGKILL after their grace period
 
     # -- topology --------------------------------------------------------------------------------
 
@@ -503,7 +504,8 @@ class Cluster:
         otherwise), wait up to ``grace`` s, then SIGKILL what is left, including processes seen
         before (``seen``: orphans lose their parent and group); the PIDs that needed SIGKILL."""
         procs = [self._procs[n] for n in names if n in self._procs]
-        snapshot = set(seen) | set(self._pids_of(names))
+        by_name = {n: set(self._pids_of([n])) for n in names if n in self._procs}
+        snapshot = set(seen).union(*by_name.values())
         for proc in procs:
             kind = self.instance(proc.name).spec.kind if proc.name in self.names() else ""
             default = signal.SIGINT if kind == "postgres" else signal.SIGTERM
@@ -514,6 +516,7 @@ class Cluster:
 
         if wait_gone(left, grace, reap=procs):
             return []
+        self.forced += [n for n, pids in by_name.items() if any(alive(p) for p in pids) or self._pids_of([n])]
         killed: list[int] = []
         for _ in range(5):
             remaining = left()

@@ -71,7 +71,13 @@ def _up(args: argparse.Namespace) -> None:
     _out(f"\nthe cluster is up after {seconds:.0f} s:")
     for what, where in cluster.describe().items():
         _out(f"  {what + ':':<20}{where}")
-    _out("  stop it with:       make cluster-down")
+    default_root = cluster.root == cluster.repo / ".cluster"
+    stop = (
+        "make cluster-down"
+        if default_root
+        else f"python -m delta_mirror.dev.cluster --root {cluster.root} down"
+    )
+    _out(f"  stop it with:       {stop}")
 
 
 def _down(args: argparse.Namespace) -> None:
@@ -82,6 +88,8 @@ def _down(args: argparse.Namespace) -> None:
         return
     was = cluster.down()
     _out(f"stopped {len(was)} running process(es): {', '.join(was) or 'none were running'}")
+    if cluster.forced:
+        _out(f"not gone within their grace period, so SIGKILLed: {', '.join(cluster.forced)}")
 
 
 def _heal(args: argparse.Namespace) -> None:

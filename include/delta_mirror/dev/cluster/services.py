@@ -358,9 +358,11 @@ class Stack:
         argv = [str(home / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master"]
         argv += ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)]
         conf = self.root / "spark" / "conf"
+        # No REST submission server (Spark 4 starts one on 6066 by default): spark-submit uses 7077.
+        env = {**self._spark_env(home), "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}
         return Recipe(
             argv=argv,
-            env=self._spark_env(home),
+            env=env,
             ready=lambda _p: probes.http_json(f"http://127.0.0.1:{ui}/json") is not None,
             what=f"web UI /json on {ui}",
             timeout=120,
