@@ -26,12 +26,14 @@ from airflow.plugins_manager import AirflowPlugin
 
 from delta_mirror.health.monitoring import (
     DEFAULT_LAG_SLO,
+    failure_grace_for,
+    failure_text,
     health_report,
     lag_slo_for,
     overview_row_of,
     table_detail,
 )
-from delta_mirror.health.status import fleet_status
+from delta_mirror.health.status import LATENCY_WINDOWS, fleet_status
 from delta_mirror.store import SqlStore
 
 URL_PREFIX = "/delta-mirror"
@@ -90,7 +92,7 @@ def _find(name: str, config: Any) -> tuple[SqlStore, Any]:
 
 OVERVIEW_PAGE = 100  # tables per overview page (``?per_page=`` up to ``OVERVIEW_MAX_PAGE``)
 OVERVIEW_MAX_PAGE = 1000
-_SPARK_POINTS = 48  # the sparkline: the highest lag of each half hour of the last 24 h
+_SPARK_POINTS = 48  # the sparkline: the highest version latency of each half hour of the last 24 h
 
 
 def overview_data(
@@ -119,13 +121,19 @@ def overview_data(
         tables = [t for t in listed[i] if found[t.name][0] == i]
         if not tables:
             continue
-        page_tables = [t for t in tables if t.name in shown]
-        peaks = store.lag_peaks([t.id for t in page_tables], now - _WINDOW_MS["24h"], now, _SPARK_POINTS)
+        page_ids = [t.id for t in tables if t.name in shown]
+        # per-version latency from the store's commit and publish times (no sampling gaps), for
+        # the page's tables only: the sparkline and the percentiles of each window
+        peaks = store.latency_peaks(page_ids, now - _WINDOW_MS["24h"], now, _SPARK_POINTS)
+        stats = {w: store.latency_stats(page_ids, now - ms) for w, ms in LATENCY_WINDOWS.items()}
         for table, st in zip(tables, fleet_status(store, tables), strict=True):
-            row = overview_row_of(st, lag_slo_for(config, table.name))
+            row = overview_row_of(st, lag_slo_for(config, table.name), failure_grace_for(config, table.name))
             unhealthy += not row["healthy"]
             if table.name in shown:
                 row["lag_24h"] = peaks.get(table.id, [])
+                row["latency"] = {
+                    w: (s[table.id].to_json() if table.id in s else None) for w, s in stats.items()
+                }
                 rows[table.name] = row
     return {
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -144,7 +152,12 @@ def table_data(name: str, window: str = "24h", versions: int = 200) -> dict[str,
     config = _config()
     store, table = _find(name, config)
     return table_detail(
-        store, table, lag_slo_for(config, name), window=window, versions=max(1, min(versions, 5000))
+        store,
+        table,
+        lag_slo_for(config, name),
+        window=window,
+        versions=max(1, min(versions, 5000)),
+        grace=failure_grace_for(config, name),
     )
 
 
@@ -171,6 +184,7 @@ th{background:#f5f7fa;font-weight:600}td.n{text-align:right;font-variant-numeric
 .ok{color:#0e7c3a;font-weight:600}.bad{color:#b42318;font-weight:600}
 .pill{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px}
 .ACTIVE{background:#e3f8ec;color:#0e7c3a}.HALTED{background:#fde8e8;color:#b42318}
+.FAILING{background:#fff3d6;color:#8d5a00;font-weight:600}
 .err{color:#b42318}.hint{color:#52606d;font-size:12px;max-width:520px}
 .tl{display:flex;flex-wrap:wrap;gap:2px}.v{width:14px;height:14px;border-radius:2px;background:#cbd2d9}
 .v.SUCCESS{background:#3ebd73}.v.FAILED{background:#e12d39}.v.CONFLICT{background:#8b0000}
@@ -229,24 +243,46 @@ def _when(ms: int | None) -> str:
     return f"<time data-ms='{ms}' title='{exact}'>{exact}</time>"
 
 
-def sparkline(points: list[list[float]], slo_seconds: float, width: int = 120, height: int = 24) -> str:
-    """The last 24h of lag, small, from the first sample to now (the table page has the whole window)."""
-    if not points:
-        return "<span class='muted'>no samples</span>"
-    t1 = max(int(datetime.now(UTC).timestamp() * 1000), int(points[-1][0]))
-    t0 = min(int(points[0][0]), t1 - 60_000)
-    top = max(max(p[1] for p in points), 1.0)
-    xy = [((p[0] - t0) / (t1 - t0) * (width - 6) + 3, height - 3 - p[1] / top * (height - 6)) for p in points]
-    color = "#e12d39" if points[-1][1] > slo_seconds else "#2f6fde"
-    since = datetime.fromtimestamp(t0 / 1000, UTC)
-    return (
-        f"<svg class='spark' width='{width}' height='{height}' role='img' aria-label='lag since {since:%H:%M} UTC'>"
-        f"<title>lag since {since:%Y-%m-%d %H:%M} UTC: {len(points)} sample(s), highest {top:.0f} s, "
-        f"last {points[-1][1]:.0f} s</title>"
+def sparkline(
+    points: list[list[float]],
+    slo_seconds: float,
+    lag_now: float | None = None,
+    width: int = 120,
+    height: int = 24,
+    now_ms: int | None = None,
+) -> str:
+    """The last 24 h, small: the highest version latency of each half hour (x: its commit time) and,
+    at the right end, the lag right now. y runs from 0 to the SLO or the highest value, whichever is
+    higher, so a small lag stays low (a single version is a dot at its height, not at the top)."""
+    t1 = now_ms or int(datetime.now(UTC).timestamp() * 1000)
+    t0 = t1 - _WINDOW_MS["24h"]
+    series = [(float(p[0]), float(p[1])) for p in points if p[0] >= t0]
+    if lag_now is not None and (series or lag_now > 0):
+        series.append((float(t1), float(lag_now)))
+    if not series:
+        return "<span class='muted'>no versions in 24 h</span>"
+    highest = max(v for _, v in series)
+    top = max(highest, slo_seconds, 1.0)
+    xy = [((t - t0) / (t1 - t0) * (width - 6) + 3, height - 3 - v / top * (height - 6)) for t, v in series]
+    color = "#e12d39" if highest > slo_seconds else "#2f6fde"
+    line = (
         f"<polyline fill='none' stroke='{color}' stroke-width='1.2' "
         f"points='{' '.join(f'{x:.1f},{y:.1f}' for x, y in xy)}'/>"
+        if len(xy) > 1
+        else ""
+    )
+    return (
+        f"<svg class='spark' width='{width}' height='{height}' role='img' data-top='{top:g}' "
+        f"aria-label='version latency over the last 24 h'>"
+        f"<title>last 24 h: highest version latency {highest:.1f} s (SLO {slo_seconds:.0f} s)"
+        f"{'' if lag_now is None else f', lag now {lag_now:.1f} s'}</title>"
+        f"<line x1='3' x2='{width - 3}' y1='{height - 3}' y2='{height - 3}' stroke='#e4e7eb'/>{line}"
         f"<circle cx='{xy[-1][0]:.1f}' cy='{xy[-1][1]:.1f}' r='2' fill='{color}'/></svg>"
     )
+
+
+def _latency_text(stats: dict[str, Any] | None, q: str) -> str:
+    return "<span class='muted'>-</span>" if not stats else f"{float(stats[q]):.1f}"
 
 
 def _dag_link(dag_id: str | None, text: str | None) -> str:
@@ -267,11 +303,19 @@ def overview_html(data: dict[str, Any]) -> str:
         error = ""
         if r["halted_reason"]:
             error += f"<div class='err'>halted: {_e(r['halted_reason'])}</div>"
+        if r.get("failure"):
+            error += f"<div class='err failing'>{_e(failure_text(r['failure']))}</div>"
+            if r.get("failure_troubleshooting"):
+                error += f"<div class='hint'>{_e(r['failure_troubleshooting'])}</div>"
         if r["last_error"]:
             error += f"<div class='err'>[{_e(r['last_error_class'])}] {_e(r['last_error'])}</div>"
             if r["troubleshooting"]:
                 error += f"<div class='hint'>{_e(r['troubleshooting'])}</div>"
         verdict = "<span class='ok'>OK</span>" if r["healthy"] else "<span class='bad'>UNHEALTHY</span>"
+        if r.get("failure"):  # failing attempts: never "OK", even within the failure grace
+            verdict = "<span class='pill FAILING'>FAILING</span>" + (
+                "" if r["healthy"] else " <span class='bad'>UNHEALTHY</span>"
+            )
         rows.append(
             "<tr>"
             f"<td><a href='{URL_PREFIX}/tables/{name}'>{_e(r['table'])}</a></td>"
@@ -283,7 +327,9 @@ def overview_html(data: dict[str, Any]) -> str:
             )
             + "</td>"
             f"<td class='n'>{_e(r['latest_committed'])}</td><td class='n'>{_e(r['last_published'])}</td>"
-            f"<td class='n'>{r['lag_seconds']:.1f}</td><td>{sparkline(r.get('lag_24h', []), r['lag_slo_seconds'])}</td>"
+            f"<td class='n'>{r['lag_seconds']:.1f}</td>"
+            f"<td>{sparkline(r.get('lag_24h', []), r['lag_slo_seconds'], r['lag_seconds'])}</td>"
+            f"<td class='n p95'>{_latency_text((r.get('latency') or {}).get('24h'), 'p95')}</td>"
             f"<td class='n'>{r['versions_behind']}</td>"
             f"<td class='n'>{r['lag_slo_seconds']:.0f} s</td>"
             f"<td class='n'>{_e(r['last_checkpoint'])}</td><td>{error or '<span class=muted>none</span>'}</td>"
@@ -292,7 +338,8 @@ def overview_html(data: dict[str, Any]) -> str:
         )
     table = (
         "<table id='overview'><thead><tr><th>Table</th><th>State</th><th>Committed</th><th>Published</th>"
-        "<th>Lag (s)</th><th>Lag, 24h</th><th>Behind</th><th>Lag SLO</th><th>Checkpoint</th><th>Last error</th><th>DAG</th>"
+        "<th>Lag (s)</th><th>Latency, 24h</th><th title='commit to readable, 95th percentile of the versions "
+        "committed in the last 24 h'>p95 (s)</th><th>Behind</th><th>Lag SLO</th><th>Checkpoint</th><th>Last error</th><th>DAG</th>"
         "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
         if rows
         else "<p>No tables in the store yet.</p>"
@@ -330,7 +377,7 @@ def _pager(data: dict[str, Any]) -> str:
     )
 
 
-_WINDOW_MS = {"24h": 86_400_000, "7d": 7 * 86_400_000}
+_WINDOW_MS = {"1h": 3_600_000, "24h": 86_400_000, "7d": 7 * 86_400_000}
 
 
 def nice_ticks(top: float, count: int = 4) -> list[float]:
@@ -345,57 +392,115 @@ def _tick_label(v: float) -> str:
     return f"{v:.0f}" if v == int(v) else f"{v:g}"
 
 
+#: More versions than this in the window: one point per pixel column (the column's highest latency).
+CHART_DOTS = 600
+
+
+def _column_peaks(points: list[tuple[float, float, Any]]) -> list[tuple[float, float, Any]]:
+    """Per whole pixel column, the point of highest value: a spike survives any number of versions."""
+    best: dict[int, tuple[float, float, Any]] = {}
+    for p in points:
+        col = int(p[0])
+        if col not in best or p[1] > best[col][1]:
+            best[col] = p
+    return [best[c] for c in sorted(best)]
+
+
 def lag_chart_svg(
-    samples: list[dict[str, Any]],
+    latency: dict[str, Any],
     slo_seconds: float,
     window: str = "24h",
     now_ms: int | None = None,
     width: int = 900,
     height: int = 260,
 ) -> str:
-    """Lag over the chosen window (x: the whole window, ending now; y: fitted to the samples with round
-    ticks), the points joined; the SLO as a dashed line when it is in range, else noted above."""
-    left, right, top, bottom = 60, 10, 18, 30
+    """Lag over the window, from the store: each version's commit-to-readable seconds at its commit
+    time (a circle; hollow: not published yet, seconds so far), joined, on the left axis (0 up to
+    round ticks above the highest); the versions behind over time, reconstructed from the versions'
+    commit and publish times, as a grey step line on the right axis; the SLO dashed when in range.
+    x: from the window's first version (its start when versions were behind then) to now, so a
+    burst of seconds is not one vertical line on a day-wide axis."""
+    left, right, top, bottom = 60, 50, 18, 30
     w, h = width - left - right, height - top - bottom
     svg = (
         f"<svg id='lag-chart' xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-        f"role='img' aria-label='lag over the last {_e(window)}'"
+        f"role='img' aria-label='version latency and versions behind over the last {_e(window)}'"
     )
-    if not samples:
+    versions = latency.get("versions") or []
+    t1 = int(latency.get("until") or now_ms or datetime.now(UTC).timestamp() * 1000)
+    t0 = int(latency.get("since") or t1 - _WINDOW_MS.get(window, _WINDOW_MS["24h"]))
+    if not versions:
         return (
-            f"{svg}><text x='{left}' y='{height // 2}' fill='#7b8794'>"
-            "no lag samples yet (the monitor DAG and each table DAG record one per run)</text></svg>"
+            f"{svg} data-t0='{t0}' data-t1='{t1}'><text x='{left}' y='{height // 2}' fill='#7b8794'>"
+            "no version committed in this window</text></svg>"
         )
-    t1 = max(now_ms or int(datetime.now(UTC).timestamp() * 1000), samples[-1]["sampled_at"])
-    t0 = t1 - _WINDOW_MS.get(window, _WINDOW_MS["24h"])
-    highest = max(s["lag_seconds"] for s in samples)
-    ticks_at = nice_ticks(highest if highest > 0 else 1.0)
+    behind = latency.get("behind") or [[t0, 0], [t1, 0]]
+    first = t0 if int(behind[0][1]) > 0 else min(int(v["committed_at"]) for v in versions)
+    span = max(t1 - first, 30_000)
+    x0 = max(t0, t1 - int(span * 1.05))  # a little room before the first version
+    highest = max(float(v["latency_seconds"]) for v in versions)
+    ticks_at = nice_ticks(max(highest, 1.0))
     top_value = ticks_at[-1]
+    behind_top = nice_ticks(max(max(int(b[1]) for b in behind), 1), 2)[-1]
 
-    def x(t: int) -> float:
-        return float(left + (t - t0) / (t1 - t0) * w)
+    def x(t: float) -> float:
+        return float(left + (min(max(t, x0), t1) - x0) / max(1, t1 - x0) * w)
 
     def y(v: float) -> float:
         return top + h - v / top_value * h
 
-    points = " ".join(f"{x(s['sampled_at']):.1f},{y(s['lag_seconds']):.1f}" for s in samples)
-    dots = "".join(
-        f"<circle cx='{x(s['sampled_at']):.1f}' cy='{y(s['lag_seconds']):.1f}' r='3' "
-        f"fill='{'#e12d39' if s['lag_seconds'] > slo_seconds else '#2f6fde'}'><title>"
-        f"{datetime.fromtimestamp(s['sampled_at'] / 1000, UTC):%Y-%m-%d %H:%M:%S} UTC: "
-        f"{s['lag_seconds']:.1f} s, {s['versions_behind']} behind</title></circle>"
-        for s in samples
-    )
+    def yb(n: float) -> float:
+        return top + h - n / behind_top * h
+
+    pts = [(x(v["committed_at"]), float(v["latency_seconds"]), v) for v in versions]
+    if len(pts) > CHART_DOTS:
+        pts = _column_peaks(pts)
+    line = " ".join(f"{px:.1f},{y(val):.1f}" for px, val, _ in pts)
+
+    def dot(px: float, val: float, v: dict[str, Any]) -> str:
+        at = f"{datetime.fromtimestamp(v['committed_at'] / 1000, UTC):%Y-%m-%d %H:%M:%S} UTC"
+        color = "#e12d39" if val > slo_seconds else "#2f6fde"
+        fill, what = (
+            (color, f"readable after {val:.1f} s")
+            if v["published"]
+            else ("#fff", f"not published yet, {val:.1f} s so far")
+        )
+        return (
+            f"<circle class='v' data-version='{v['version']}' data-seconds='{val:g}' cx='{px:.1f}' "
+            f"cy='{y(val):.1f}' r='3' fill='{fill}' stroke='{color}'><title>version {v['version']} committed "
+            f"{at}: {what}</title></circle>"
+        )
+
+    dots = "".join(dot(px, val, v) for px, val, v in pts)
+    # versions behind: a step line; per pixel column up to its highest count, then on from its last
+    cols: dict[int, list[int]] = {}  # column -> [highest, last]
+    for at, n in behind:
+        col = cols.setdefault(int(x(at)), [int(n), int(n)])
+        col[0], col[1] = max(col[0], int(n)), int(n)
+    steps: list[str] = []
+    prev: int | None = None
+    for c in sorted(cols):
+        highest_n, last_n = cols[c]
+        if prev is not None:
+            steps.append(f"{c:.1f},{yb(prev):.1f}")
+        steps += [f"{c:.1f},{yb(highest_n):.1f}", f"{c:.1f},{yb(last_n):.1f}"]
+        prev = last_n
+    steps.append(f"{left + w:.1f},{yb(prev or 0):.1f}")
     ticks = "".join(
         f"<line x1='{left}' x2='{left + w}' y1='{y(v):.1f}' y2='{y(v):.1f}' stroke='#e4e7eb'/>"
         f"<text class='ytick' x='{left - 6}' y='{y(v) + 4:.1f}' text-anchor='end' font-size='11' "
         f"fill='#52606d'>{_tick_label(v)}</text>"
         for v in ticks_at
     )
-    fmt = "%m-%d %H:%M"
+    right_ticks = "".join(
+        f"<text class='btick' x='{left + w + 6}' y='{yb(n) + 4:.1f}' font-size='11' fill='#7b8794'>"
+        f"{_tick_label(n)}</text>"
+        for n in nice_ticks(behind_top, 2)
+    )
+    fmt = "%m-%d %H:%M" if t1 - x0 > 3_600_000 else "%H:%M:%S"
     labels = (
-        f"<text class='xtick' data-ms='{t0}' x='{left}' y='{height - 8}' font-size='11' fill='#52606d'>"
-        f"{datetime.fromtimestamp(t0 / 1000, UTC):{fmt}}</text>"
+        f"<text class='xtick' data-ms='{x0}' x='{left}' y='{height - 8}' font-size='11' fill='#52606d'>"
+        f"{datetime.fromtimestamp(x0 / 1000, UTC):{fmt}}</text>"
         f"<text class='xtick' data-ms='{t1}' x='{left + w}' y='{height - 8}' font-size='11' fill='#52606d' "
         f"text-anchor='end'>{datetime.fromtimestamp(t1 / 1000, UTC):{fmt}} UTC</text>"
     )
@@ -410,11 +515,17 @@ def lag_chart_svg(
             f"<text id='slo-note' x='{left + w}' y='12' text-anchor='end' font-size='11' fill='#52606d'>"
             f"SLO {slo_seconds:.0f} s, above this range</text>"
         )
+    mid = f"{top + h / 2:.0f}"
     return (
-        f"{svg} data-t0='{t0}' data-t1='{t1}' data-ymax='{top_value:g}'>{ticks}{slo}"
-        f"<polyline fill='none' stroke='#2f6fde' stroke-width='1.5' points='{points}'/>{dots}{labels}"
-        f"<text x='12' y='{top + h / 2:.0f}' font-size='11' fill='#52606d' "
-        f"transform='rotate(-90 12 {top + h / 2:.0f})' text-anchor='middle'>lag (s)</text></svg>"
+        f"{svg} data-t0='{t0}' data-t1='{t1}' data-x0='{x0}' data-ymax='{top_value:g}' "
+        f"data-behind-max='{behind_top:g}' "
+        f"data-top='{top}' data-plot-height='{h}'>{ticks}{right_ticks}{slo}"
+        f"<polyline id='behind-line' fill='none' stroke='#9aa5b1' stroke-width='1.2' points='{' '.join(steps)}'/>"
+        f"<polyline id='latency-line' fill='none' stroke='#2f6fde' stroke-width='1.5' points='{line}'/>{dots}{labels}"
+        f"<text x='12' y='{mid}' font-size='11' fill='#52606d' transform='rotate(-90 12 {mid})' "
+        f"text-anchor='middle'>commit to readable (s)</text>"
+        f"<text x='{width - 8}' y='{mid}' font-size='11' fill='#7b8794' transform='rotate(90 {width - 8} {mid})' "
+        f"text-anchor='middle'>versions behind</text></svg>"
     )
 
 
@@ -440,6 +551,15 @@ def table_html(d: dict[str, Any]) -> str:
     error = ""
     if d["halted_reason"]:
         error += f"<p class='err'>Halted: {_e(d['halted_reason'])}</p>"
+    if d.get("failure"):
+        grace = d.get("failure_grace") or {}
+        error += (
+            f"<p class='err' id='failure'><span class='pill FAILING'>FAILING</span> "
+            f"{_e(failure_text(d['failure']))} <span class='muted'>(unhealthy after "
+            f"{_e(grace.get('attempts'))} attempt(s) or {float(grace.get('seconds', 0)):.0f} s)</span></p>"
+        )
+        if d.get("failure_troubleshooting"):
+            error += f"<p class='hint'>{_e(d['failure_troubleshooting'])}</p>"
     if d["last_error"]:
         error += f"<p class='err'>Last error [{_e(d['last_error_class'])}]: {_e(d['last_error'])}</p>"
         if d["troubleshooting"]:
@@ -458,9 +578,10 @@ def table_html(d: dict[str, Any]) -> str:
             f"<b>last {w}</b>"
             if w == d["lag_window"]
             else f"<a href='{URL_PREFIX}/tables/{name}?window={w}'>last {w}</a>"
-            for w in ("24h", "7d")
+            for w in ("1h", "24h", "7d")
         )
-        + f"</p>{lag_chart_svg(d['lag_history'], d['lag_slo_seconds'], d['lag_window'])}"
+        + f"</p>{_latency_html(d)}"
+        + lag_chart_svg(d["version_latency"], d["lag_slo_seconds"], d["lag_window"])
         + _validation_html(d.get("last_validation"))
         + f"<h2>Versions (latest {len(d['versions'])} of {d.get('versions_total', len(d['versions']))})</h2>"
         "<p class='muted'>green published · grey pending · amber in progress · red failed · dark red "
@@ -483,6 +604,30 @@ def table_html(d: dict[str, Any]) -> str:
         )
     )
     return _page(f"Delta Mirror: {d['table']}", body)
+
+
+def _latency_html(d: dict[str, Any]) -> str:
+    """The percentiles of each window: seconds from a version's commit to its file being readable."""
+    cells = []
+    for w, stats in (d.get("latency") or {}).items():
+        if not stats:
+            cells.append(f"<td>{_e(w)}</td><td colspan='4' class='muted'>no version published</td>")
+            continue
+        cells.append(
+            f"<td>{_e(w)}</td><td class='n'>{stats['versions']}</td>"
+            + "".join(f"<td class='n'>{float(stats[q]):.1f}</td>" for q in ("p50", "p95", "p99", "max"))
+        )
+    lat = d.get("version_latency") or {}
+    cut = (
+        " <span class='muted'>(the newest versions of the window only)</span>" if lat.get("truncated") else ""
+    )
+    return (
+        "<table id='latency' style='width:auto'><thead><tr><th>Committed in the last</th><th>Versions</th>"
+        "<th>p50 (s)</th><th>p95 (s)</th><th>p99 (s)</th><th>max (s)</th></tr></thead><tbody>"
+        + "".join(f"<tr>{c}</tr>" for c in cells)
+        + "</tbody></table><p class='muted'>Each version's time from its commit in the store to its commit "
+        f"file read back at the location (readable), from the store's own times.{cut}</p>"
+    )
 
 
 def _validation_html(v: dict[str, Any] | None) -> str:
