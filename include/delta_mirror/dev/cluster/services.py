@@ -248,7 +248,7 @@ class Stack:
                 f"{inst.name}: PostgreSQL not found (initdb/postgres on PATH or /usr/lib/postgresql/*/bin): "
                 "apt-get install postgresql"
             )
-        user = "postgres" if os.geteuid() == 0 else None
+        user = _postgres_user(inst) if os.geteuid() == 0 else None  # postgres refuses to run as root
         datadir = self.data / "postgres"
         port = inst.ports["main"]
         argv = [str(bindir / "postgres"), "-D", str(datadir), "-p", str(port)]
@@ -470,6 +470,25 @@ class Stack:
             what="/health",
             timeout=60,
         )
+
+
+def _postgres_user(inst: Instance) -> str:
+    """The ``postgres`` account PostgreSQL runs as when the launcher is root (created if missing)."""
+    import pwd
+    import subprocess
+
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        made = subprocess.run(
+            ["useradd", "-r", "-m", "postgres"], capture_output=True, text=True, check=False
+        )
+        if made.returncode != 0:
+            raise ClusterError(
+                f"{inst.name}: PostgreSQL cannot run as root and there is no 'postgres' user "
+                f"(useradd -r -m postgres failed: {made.stderr.strip() or made.returncode})"
+            ) from None
+    return "postgres"
 
 
 def _size(path: Path) -> int:
