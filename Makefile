@@ -15,7 +15,7 @@ KERNEL_SRC := jvm/kernel-reader/pom.xml $(shell find jvm/kernel-reader/src -type
 # which installs a client-only `pyspark` package over the full pyspark 4.2.0 we need (README, Spark).
 SPARK_PROVIDER := apache-airflow-providers-apache-spark==6.3.4
 
-.PHONY: venv jar kernel-jar emulators services test lint demo airflow print-local-env cluster cluster-down cluster-status bench chaos clean distclean
+.PHONY: venv jar kernel-jar emulators services test lint demo airflow print-local-env cluster cluster-down cluster-status cluster-chaos bench bench-cluster chaos clean distclean
 
 # Re-installs only when pyproject.toml or requirements.txt changed (or the venv is new).
 # Also builds the LogStore and kernel reader jars, so `make test` and `make demo` have them.
@@ -137,6 +137,17 @@ bench: venv
 # read-only / full targets); one JSON object, also in bench-results/chaos.json. Needs root for tmpfs.
 chaos: venv
 	PYTHONPATH=$(CURDIR)/tests $(PY) tests/chaos/run.py
+
+# Lose one of each cluster service while commits flow (tests/chaos/cluster_chaos.py): a triggerer,
+# a Celery worker mid-task, Redis, a commit-service replica under a Spark writer, PostgreSQL; the
+# recovery time per fault, JSON in bench-results/cluster-chaos.json. Its own cluster on free ports.
+cluster-chaos: venv services
+	PYTHONPATH=$(CURDIR)/tests:$(CURDIR)/tests/chaos $(PY) tests/chaos/cluster_chaos.py
+
+# 1,000 event tables on a two-triggerer cluster at 1 and 10 commits/s, then a triggerer SIGKILLed
+# (benchmarks/fleet_cluster.py); JSON in bench-results/cluster-fleet.json.
+bench-cluster: venv services
+	PYTHONPATH=$(CURDIR)/tests $(PY) benchmarks/fleet_cluster.py
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist include/*.egg-info test-artifacts bench-results .airflow .delta-mirror \
