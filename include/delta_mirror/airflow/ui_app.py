@@ -109,17 +109,18 @@ class TableAccess:
         return self.may_read_tables_without_dag() if dag_id is None else dag_id in self.readable_dags()
 
 
-def _access(user: GetUserDep) -> TableAccess:
-    from delta_mirror.airflow import ui_plugin as ui
+def _access_of(views: Any) -> Any:
+    """The dependency that makes a request's ``TableAccess`` (the table config read per request)."""
 
-    try:
-        return TableAccess(user, ui._config(), get_auth_manager())
-    except Exception as exc:  # a broken table config: one line, not a stack trace in the browser
+    def access(user: GetUserDep) -> TableAccess:
         from delta_mirror.errors import MirrorError
 
-        if isinstance(exc, MirrorError):
+        try:
+            return TableAccess(user, views._config(), get_auth_manager())
+        except MirrorError as exc:  # a broken table config: one line, not a stack trace
             raise HTTPException(status_code=503, detail=exc.message) from None
-        raise
+
+    return Depends(access)
 
 
 def _without_dag_links(rows: list[dict[str, Any]], access: TableAccess) -> None:
@@ -156,10 +157,8 @@ def _check(access: TableAccess, name: str) -> None:
         )
 
 
-def _error_page(exc: HTTPException) -> HTMLResponse:
+def _error_page(exc: HTTPException, ui: Any) -> HTMLResponse:
     """A table page's refusal as a page (it shows inside Airflow's iframe), not raw JSON."""
-    from delta_mirror.airflow import ui_plugin as ui
-
     title = {403: "Not allowed", 404: "No such table"}.get(exc.status_code, "Delta Mirror")
     body = (
         f"<p><a href='{ui.URL_PREFIX}/'>&larr; all tables</a></p><h1>{ui._e(title)}</h1>"
@@ -168,33 +167,33 @@ def _error_page(exc: HTTPException) -> HTMLResponse:
     return HTMLResponse(ui._page(f"Delta Mirror: {title}", body), status_code=exc.status_code)
 
 
-_ACCESS = Depends(_access)
-
-
-def _add_table_routes(app: FastAPI) -> None:
-    from delta_mirror.airflow import ui_plugin as ui
+def _add_table_routes(app: FastAPI, ui: Any) -> None:
+    """The pages and the JSON API; ``ui`` holds the data and HTML functions (``ui_plugin``)."""
+    access_dep = _access_of(ui)
 
     @app.get("/", response_class=HTMLResponse)
-    def overview_page(page: int = 1, per_page: int = ui.OVERVIEW_PAGE, access: TableAccess = _ACCESS) -> str:
+    def overview_page(
+        page: int = 1, per_page: int = ui.OVERVIEW_PAGE, access: TableAccess = access_dep
+    ) -> str:
         data = _call(ui.overview_data, page, per_page, visible=access.visible)
         _without_dag_links(data["tables"], access)
-        return ui.overview_html(data)
+        return str(ui.overview_html(data))
 
     @app.get("/tables/{name}", response_class=HTMLResponse, response_model=None)
     def table_page(
-        name: str, window: str = "24h", versions: int = 200, access: TableAccess = _ACCESS
+        name: str, window: str = "24h", versions: int = 200, access: TableAccess = access_dep
     ) -> str | HTMLResponse:
         try:
             _check(access, name)
             data = _call(ui.table_data, name, window, versions)
         except HTTPException as exc:
-            return _error_page(exc)
+            return _error_page(exc, ui)
         _without_dag_links([data], access)
-        return ui.table_html(data)
+        return str(ui.table_html(data))
 
     @app.get("/api/overview")
     def overview_api(
-        page: int = 1, per_page: int = ui.OVERVIEW_PAGE, access: TableAccess = _ACCESS
+        page: int = 1, per_page: int = ui.OVERVIEW_PAGE, access: TableAccess = access_dep
     ) -> dict[str, Any]:
         data: dict[str, Any] = _call(ui.overview_data, page, per_page, visible=access.visible)
         _without_dag_links(data["tables"], access)
@@ -202,7 +201,7 @@ def _add_table_routes(app: FastAPI) -> None:
 
     @app.get("/api/tables/{name}")
     def table_api(
-        name: str, window: str = "24h", versions: int = 200, access: TableAccess = _ACCESS
+        name: str, window: str = "24h", versions: int = 200, access: TableAccess = access_dep
     ) -> dict[str, Any]:
         _check(access, name)
         data: dict[str, Any] = _call(ui.table_data, name, window, versions)
@@ -210,7 +209,7 @@ def _add_table_routes(app: FastAPI) -> None:
         return data
 
     @app.get("/api/health", response_model=None)
-    def health_api(access: TableAccess = _ACCESS) -> JSONResponse:
+    def health_api(access: TableAccess = access_dep) -> JSONResponse:
         data = _call(ui.health_data, visible=access.visible)
         return JSONResponse(data, status_code=200 if data["healthy"] else 503)
 
@@ -232,8 +231,9 @@ def _add_docs_routes(app: FastAPI) -> None:
         return get_redoc_html(openapi_url=_schema_url(request), title="Delta Mirror - API")
 
 
-def create_app() -> FastAPI:
-    """The app Airflow's API server mounts at ``/delta-mirror`` (``DeltaMirrorPlugin``)."""
+def create_app(views: Any) -> FastAPI:
+    """The app Airflow's API server mounts at ``/delta-mirror`` (``DeltaMirrorPlugin``); ``views`` is
+    the module with the data and the HTML (``ui_plugin``, passed in: no import cycle)."""
     app = FastAPI(
         title="Delta Mirror",
         description="Mirror status, lag history and health of the Delta Mirror tables. "
@@ -243,7 +243,7 @@ def create_app() -> FastAPI:
         redoc_url=None,
         openapi_url=None,
     )
-    _add_table_routes(app)
+    _add_table_routes(app, views)
     _add_docs_routes(app)
     return app
 

@@ -651,9 +651,11 @@ def _validation_html(v: dict[str, Any] | None) -> str:
 
 def create_app() -> Any:
     """The plugin's FastAPI app: routes, login and per-table authorization are ``ui_app``."""
+    import sys
+
     from delta_mirror.airflow.ui_app import create_app as build
 
-    return build()
+    return build(sys.modules[__name__])  # this module's data and HTML functions
 
 
 class DeltaMirrorPlugin(AirflowPlugin):
