@@ -7,7 +7,8 @@ and ``delta_mirror__y``); ``orphan`` is only in the store (no DAG). Users:
 
 - ``reader_x``: a role that may read the DAG ``delta_mirror__x`` and nothing else;
 - ``viewer``: FAB's Viewer (every DAG, not Airflow's configuration);
-- ``admin``: FAB's Admin.
+- ``admin``: FAB's Admin;
+- ``nobody``: FAB's Public (no permission at all).
 
 A table follows its own DAG, whatever the query string says; a table without a DAG needs the
 ``[delta_mirror] tables_without_dag`` permission (default: reading Airflow's configuration).
@@ -34,7 +35,7 @@ from delta_mirror.store import SqlStore
 REPO = Path(__file__).resolve().parents[2]
 FOREIGN = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__", "AWS_", "DELTA_MIRROR_")
 FAB = "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
-USERS = {"admin": "Admin", "viewer": "Viewer", "reader_x": "x_reader"}
+USERS = {"admin": "Admin", "viewer": "Viewer", "reader_x": "x_reader", "nobody": "Public"}
 ROUTES = [
     "/delta-mirror/",
     "/delta-mirror/tables/x",
@@ -216,6 +217,15 @@ def test_a_reader_of_one_dag_sees_its_table_only_whatever_the_query_string(fab: 
     assert [t["table"] for t in health["tables"]] == ["x"]
     overview = fab.client.get("/delta-mirror/", headers=auth).text
     assert "tables/x'" in overview and "tables/y'" not in overview and "orphan" not in overview
+
+
+def test_a_user_of_no_dag_sees_an_empty_overview_that_says_why(fab: FabAirflow) -> None:
+    """``nobody``: no DAG role at all; the page does not claim the store is empty."""
+    assert _tables(fab, "nobody") == []
+    page = fab.client.get("/delta-mirror/", headers=fab.headers("nobody"))
+    assert page.status_code == 200 and "none whose DAG you may read" in page.text
+    health = fab.client.get("/delta-mirror/api/health", headers=fab.headers("nobody")).json()
+    assert health["tables"] == []
 
 
 def test_a_viewer_reads_every_dag_but_not_tables_without_one(fab: FabAirflow) -> None:

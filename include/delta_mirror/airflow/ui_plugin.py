@@ -342,7 +342,7 @@ def overview_html(data: dict[str, Any]) -> str:
         "committed in the last 24 h'>p95 (s)</th><th>Behind</th><th>Lag SLO</th><th>Checkpoint</th><th>Last error</th><th>DAG</th>"
         "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
         if rows
-        else "<p>No tables in the store yet.</p>"
+        else "<p id='no-tables'>No tables in the store yet, or none whose DAG you may read.</p>"
     )
     overall = (
         "<span class='ok'>all healthy</span>" if data["healthy"] else "<span class='bad'>unhealthy</span>"
