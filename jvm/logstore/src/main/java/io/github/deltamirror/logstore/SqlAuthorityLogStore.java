@@ -248,11 +248,8 @@ public class SqlAuthorityLogStore extends HadoopFileSystemLogStore {
         CommitClient.Response r;
         try {
             r = client.postCommit(version, t.rootText, bytes, t.settings.retries);
-        } catch (CommitClient.UnreachableException e) {
-            if (e.afterLostAnswer) {
-                throw new IOException(e.getMessage() + maybeCommitted(version), e);
-            }
-            throw e;
+        } catch (CommitClient.UnreachableException e) { // a plain IOException to Delta, as ever
+            throw new IOException(e.getMessage() + (e.afterLostAnswer ? maybeCommitted(version) : ""), e.getCause());
         }
         switch (r.status) {
             case 200:

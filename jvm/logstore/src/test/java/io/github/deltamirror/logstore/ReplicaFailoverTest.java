@@ -190,6 +190,7 @@ class ReplicaFailoverTest {
         b.close();
         conf.set(Settings.RETRIES, "2");
         IOException e = assertThrows(IOException.class, () -> write(0));
+        assertEquals(IOException.class, e.getClass()); // what Delta and users have always seen
         assertTrue(e.getMessage().contains("the commit service at every replica (" + a.url + ", " + b.url
             + ") is unreachable after 4 attempt(s)"), e.getMessage());
         assertFalse(e.getMessage().contains("may have been committed"), e.getMessage()); // nothing was sent
