@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from sqlalchemy import inspect, text, update
 from store.store_kit import add, new_table
 
@@ -155,3 +156,37 @@ def test_init_upgrades_a_0005_store_with_the_commit_time_index_and_the_failures_
     store.record_table_failure(table_id, "PERMANENT", "boom")
     assert store.table_failures()[table_id].attempts == 1
     store.close()
+
+
+def test_percentiles_read_a_bounded_sample_and_a_bounded_number_of_tables(
+    store: SqlStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The newest LATENCY_SAMPLE versions of a window per table, for at most LATENCY_TABLES tables:
+    a fleet's ``status --json`` costs tables x sample, never a busy table's week."""
+    from delta_mirror.health import status as status_module
+    from delta_mirror.health.status import fleet_status
+    from delta_mirror.store import latency
+
+    table_id = _table_with_versions(store, (tmp_path / "t").as_uri(), "t", 20)
+    now = now_ms()
+    # older versions took 100 s, the newest five 1 s
+    _set_times(
+        store,
+        table_id,
+        {
+            v: (now - 100_000 + v * 1_000, now - 100_000 + v * 1_000 + (1_000 if v >= 15 else 100_000))
+            for v in range(20)
+        },
+    )
+    monkeypatch.setattr(latency, "LATENCY_SAMPLE", 5)
+    stats = store.latency_stats([table_id], now - HOUR)[table_id]
+    assert (stats.versions, stats.max) == (5, 1.0)  # the newest five only
+    u = _table_with_versions(store, (tmp_path / "u").as_uri(), "u", 1)
+    tables = [store.get_table("t"), store.get_table("u")]
+    monkeypatch.setattr(status_module, "LATENCY_TABLES", 1)
+    assert [st.latency for st in fleet_status(store, tables, latency=True)] == [None, None]
+    (one,) = fleet_status(store, tables[:1], latency=True)
+    assert one.latency is not None
+    hour = one.latency["1h"]
+    assert hour is not None and hour["versions"] == 5
+    assert u

@@ -33,7 +33,7 @@ from delta_mirror.health.monitoring import (
     overview_row_of,
     table_detail,
 )
-from delta_mirror.health.status import LATENCY_WINDOWS, fleet_status
+from delta_mirror.health.status import LATENCY_TABLES, LATENCY_WINDOWS, fleet_status
 from delta_mirror.store import SqlStore
 
 URL_PREFIX = "/delta-mirror"
@@ -125,15 +125,18 @@ def overview_data(
         # per-version latency from the store's commit and publish times (no sampling gaps), for
         # the page's tables only: the sparkline and the percentiles of each window
         peaks = store.latency_peaks(page_ids, now - _WINDOW_MS["24h"], now, _SPARK_POINTS)
-        stats = {w: store.latency_stats(page_ids, now - ms) for w, ms in LATENCY_WINDOWS.items()}
+        stats = (  # the percentiles for a page of up to LATENCY_TABLES tables (the default page is 100)
+            store.latency_windows(page_ids, {w: now - ms for w, ms in LATENCY_WINDOWS.items()})
+            if len(page_ids) <= LATENCY_TABLES
+            else {}
+        )
         for table, st in zip(tables, fleet_status(store, tables), strict=True):
             row = overview_row_of(st, lag_slo_for(config, table.name), failure_grace_for(config, table.name))
             unhealthy += not row["healthy"]
             if table.name in shown:
                 row["lag_24h"] = peaks.get(table.id, [])
-                row["latency"] = {
-                    w: (s[table.id].to_json() if table.id in s else None) for w, s in stats.items()
-                }
+                mine = stats.get(table.id, {})
+                row["latency"] = {w: (mine[w].to_json() if w in mine else None) for w in LATENCY_WINDOWS}
                 rows[table.name] = row
     return {
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
