@@ -12,7 +12,7 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,25 +140,8 @@ def marked_pids(token: str, instance: str | None = None) -> list[int]:
     return found
 
 
-def group_pids(pgid: int) -> list[int]:
-    """Live processes in process group ``pgid``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != b"Z" and int(fields[3]) == pgid:
-            found.append(int(entry))
-    return found
-
-
-def descendants(pid: int) -> list[int]:
-    """Live children, grandchildren, ... of ``pid`` (from /proc/*/stat parent ids)."""
-    children: dict[int, list[int]] = {}
+def _live_stats() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, the /proc/<pid>/stat fields after the command name) of every live, non-zombie process."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -168,7 +151,19 @@ def descendants(pid: int) -> list[int]:
         except (OSError, IndexError):
             continue
         if fields[0] != b"Z":
-            children.setdefault(int(fields[1]), []).append(int(entry))
+            yield int(entry), fields
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Live processes in process group ``pgid``."""
+    return [pid for pid, fields in _live_stats() if int(fields[3]) == pgid]
+
+
+def descendants(pid: int) -> list[int]:
+    """Live children, grandchildren, ... of ``pid`` (from /proc/*/stat parent ids)."""
+    children: dict[int, list[int]] = {}
+    for child, fields in _live_stats():
+        children.setdefault(int(fields[1]), []).append(child)
     found: list[int] = []
     todo = list(children.get(pid, []))
     while todo:
