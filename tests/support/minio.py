@@ -17,12 +17,17 @@ import subprocess
 import tempfile
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from support.services import ServiceUnavailable, find_tool, free_port, session_service
+from support.services import (
+    S3ProtocolServer,
+    ServiceUnavailable,
+    find_tool,
+    free_port,
+    session_service,
+)
 from support.waiting import load_scaled, wait_until
 
 MINIO_ENV = "DELTA_MIRROR_MINIO"
@@ -34,7 +39,7 @@ def find_minio() -> str | None:
     return find_tool(MINIO_ENV, REPO / ".cache" / "go" / "bin" / "minio", "minio")
 
 
-class MinioServer:
+class MinioServer(S3ProtocolServer):
     """``minio server`` on one folder (a single-drive deployment) in its own process group."""
 
     access_key = "dm-test-user"
@@ -103,34 +108,6 @@ class MinioServer:
             return (self._workdir / "minio.log").read_text(errors="replace")[-2000:]
         except OSError:
             return ""
-
-    def client(self) -> Any:
-        if self._client is None:
-            import boto3
-
-            self._client = boto3.client(
-                "s3",
-                endpoint_url=self.endpoint,
-                aws_access_key_id=self.access_key,
-                aws_secret_access_key=self.secret_key,
-                region_name=self.region,
-            )
-        return self._client
-
-    def make_bucket(self, prefix: str = "dm-") -> str:
-        name = f"{prefix}{uuid.uuid4().hex[:16]}"
-        self.client().create_bucket(Bucket=name)
-        return name
-
-    def env(self) -> dict[str, str]:
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": self.access_key,
-            "AWS_SECRET_ACCESS_KEY": self.secret_key,
-            "AWS_REGION": self.region,
-            "AWS_DEFAULT_REGION": self.region,
-            "AWS_ALLOW_HTTP": "true",
-        }
 
     def stop(self) -> None:
         """SIGTERM to the server's process group (MinIO shuts down in well under a second), SIGKILL

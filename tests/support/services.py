@@ -357,32 +357,16 @@ class PgServer:
 # S3 (moto's server speaking the real S3 protocol over HTTP)
 
 
-class S3Server:
-    """moto's S3 server in its own process on 127.0.0.1; buckets are made fresh per test.
+class S3ProtocolServer:
+    """What every S3 test server offers once it has ``endpoint``, keys and ``region``: a boto3
+    client, fresh buckets and the environment that points deltalake/boto3 at it (moto and MinIO
+    share this, so a test written for one runs on the other)."""
 
-    A separate process, not ``ThreadedMotoServer``: deltalake's query engine holds the GIL while
-    it waits on HTTP, which deadlocks against a server thread in the same interpreter.
-    """
-
-    access_key = "testing"
-    secret_key = "testing"
-    region = "us-east-1"
-
-    def __init__(self) -> None:
-        import subprocess
-        import sys
-
-        self.port = free_port()
-        self._log = open(os.devnull, "wb")  # noqa: SIM115 - closed in stop()
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=self._log,
-            stderr=self._log,
-            start_new_session=True,
-        )
-        _wait_port(self.port)
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self._client: Any = None
+    access_key: str
+    secret_key: str
+    region: str
+    endpoint: str
+    _client: Any = None
 
     def client(self) -> Any:
         if self._client is None:
@@ -411,6 +395,34 @@ class S3Server:
             "AWS_DEFAULT_REGION": self.region,
             "AWS_ALLOW_HTTP": "true",
         }
+
+
+class S3Server(S3ProtocolServer):
+    """moto's S3 server in its own process on 127.0.0.1; buckets are made fresh per test.
+
+    A separate process, not ``ThreadedMotoServer``: deltalake's query engine holds the GIL while
+    it waits on HTTP, which deadlocks against a server thread in the same interpreter.
+    """
+
+    access_key = "testing"
+    secret_key = "testing"
+    region = "us-east-1"
+
+    def __init__(self) -> None:
+        import subprocess
+        import sys
+
+        self.port = free_port()
+        self._log = open(os.devnull, "wb")  # noqa: SIM115 - closed in stop()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=self._log,
+            stderr=self._log,
+            start_new_session=True,
+        )
+        _wait_port(self.port)
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._client: Any = None
 
     def stop(self) -> None:
         self._proc.terminate()
