@@ -157,6 +157,20 @@ def event_ids(spark: Any, location: Path) -> tuple[list[int], list[int]]:
     return [r["event_id"] for r in read.to_pylist()], by_spark
 
 
+def assert_reads_appends(spark: Any, location: Path, appends: int) -> None:
+    """deltalake and Spark both read exactly the rows of batches 0..appends-1, each once."""
+    expected = list(range(appends * ROWS_PER_APPEND))
+    assert event_ids(spark, location) == (expected, expected)
+
+
+def lake(store_url: str, tmp_path: Path) -> tuple[SqlStore, Path, Path]:
+    """A fresh store, the lake's root (the one the replicas serve) and its ``events`` table's location."""
+    store = SqlStore(store_url)
+    store.init()
+    root = tmp_path / "lake"
+    return store, root, root / "events"
+
+
 # ------------------------------------------------------------------------------------------------
 # tests
 
@@ -182,10 +196,7 @@ def lock_waiters(store: SqlStore) -> int:
 def test_a_replica_killed_with_a_spark_commit_in_flight_is_failed_over_and_the_commit_counts_once(
     spark: Any, pg_store_url: str, tmp_path: Path
 ) -> None:
-    store = SqlStore(pg_store_url)
-    store.init()
-    root = tmp_path / "lake"
-    location = root / "events"
+    store, root, location = lake(pg_store_url, tmp_path)
     appends = 6
     said = tmp_path / "logstore.log"
     with (
@@ -240,24 +251,19 @@ def test_a_replica_killed_with_a_spark_commit_in_flight_is_failed_over_and_the_c
         f" (HTTP 200 existing from {b.url})"
     ) in log, log
     assert_committed_once(store, "events", location, appends)
-    expected = list(range(appends * ROWS_PER_APPEND))
-    assert event_ids(spark, location) == (expected, expected)
+    assert_reads_appends(spark, location, appends)
 
 
 def test_a_first_url_that_is_down_from_the_start_is_skipped(
     spark: Any, pg_store_url: str, tmp_path: Path
 ) -> None:
-    store = SqlStore(pg_store_url)
-    store.init()
-    root = tmp_path / "lake"
-    location = root / "events"
+    store, root, location = lake(pg_store_url, tmp_path)
     with replicas(pg_store_url, root) as (down, b), governed(spark, (down, b), root):
         b.start()  # nothing ever listens on the first URL
         for batch in range(3):
             append(spark, location, batch)
     assert_committed_once(store, "events", location, 3)
-    expected = list(range(3 * ROWS_PER_APPEND))
-    assert event_ids(spark, location) == (expected, expected)
+    assert_reads_appends(spark, location, 3)
 
 
 def logstore_write(spark: Any, location: Path, version: int, data: bytes) -> None:
@@ -279,10 +285,7 @@ def commit_info(txn: str) -> bytes:
 def test_a_commit_whose_answer_died_with_its_replica_is_committed_once_through_the_other(
     spark: Any, pg_store_url: str, tmp_path: Path
 ) -> None:
-    store = SqlStore(pg_store_url)
-    store.init()
-    root = tmp_path / "lake"
-    location = root / "events"
+    store, root, location = lake(pg_store_url, tmp_path)
     ours, theirs = commit_info(str(uuid.uuid4())), commit_info(str(uuid.uuid4()))
     with replicas(pg_store_url, root) as (a, b), governed(spark, (a, b), root):
         a.start()
@@ -302,5 +305,4 @@ def test_a_commit_whose_answer_died_with_its_replica_is_committed_once_through_t
     assert store.latest_version(table.id) == 2
     assert store.commit_bytes(table.id, 1) == ours == commit_files(location)[1]
     assert sorted(commit_files(location)) == [0, 1, 2]
-    expected = list(range(2 * ROWS_PER_APPEND))
-    assert event_ids(spark, location) == (expected, expected)
+    assert_reads_appends(spark, location, 2)
