@@ -221,7 +221,7 @@ def latency_server(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -
     import shutil
 
     from dm_airflow_kit import config_yaml
-    from test_ui_plugin import LocalAirflow
+    from test_ui_plugin import running_airflow
 
     root = tmp_path_factory.mktemp("ui-latency")
     url = f"sqlite:///{root / 'store.db'}"
@@ -238,19 +238,9 @@ def latency_server(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -
             "DELTA_MIRROR_STORE": url,
             "DELTA_MIRROR_CONFIG": str(config),
         }
-        server = LocalAirflow(root, data_env)
-        server.home.mkdir()
-        if (airflow_db / "airflow.db").exists():  # the session's migrated metadata DB: a quicker start
-            shutil.copy(airflow_db / "airflow.db", server.home / "airflow.db")
-        try:
-            server.wait_ready()
+        with running_airflow(root, data_env, airflow_db, SHOTS) as server:
             _fill_store(url)  # now, so that the chart's time axis is the burst's, not the start-up's
             yield server
-        finally:
-            server.stop()
-            SHOTS.mkdir(parents=True, exist_ok=True)
-            if server.log_path.exists():
-                (SHOTS / "airflow.log").write_bytes(server.log_path.read_bytes())
     finally:
         shutil.rmtree(LAKE, ignore_errors=True)
 

@@ -20,6 +20,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -129,6 +130,26 @@ class LocalAirflow:
                 self.proc.wait(timeout=30)
 
 
+@contextmanager
+def running_airflow(
+    root: Path, data_env: dict[str, str], airflow_db: Path, artifacts: Path
+) -> Iterator[LocalAirflow]:
+    """A ready ``LocalAirflow`` in ``root``, stopped on exit with its log kept in ``artifacts``; it
+    starts from the session's migrated metadata DB when there is one (a quicker start)."""
+    server = LocalAirflow(root, data_env)
+    server.home.mkdir()
+    if (airflow_db / "airflow.db").exists():
+        shutil.copy(airflow_db / "airflow.db", server.home / "airflow.db")
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+        artifacts.mkdir(parents=True, exist_ok=True)
+        if server.log_path.exists():
+            (artifacts / "airflow.log").write_bytes(server.log_path.read_bytes())
+
+
 def _fill_store(url: str, root: Path) -> None:
     store = SqlStore(url)
     store.init()
@@ -177,19 +198,8 @@ def api_server(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> It
         # a task's calls to the execution API wait longer on a loaded machine (default 5 s)
         "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": str(load_scaled(30)),
     }
-    server = LocalAirflow(root, data_env)
-    server.home.mkdir()
-    if (airflow_db / "airflow.db").exists():  # the session's migrated metadata DB: a quicker start
-        shutil.copy(airflow_db / "airflow.db", server.home / "airflow.db")
-    try:
-        server.wait_ready()
+    with running_airflow(root, data_env, airflow_db, ARTIFACTS) as server:
         yield server
-    finally:
-        server.stop()
-        artifacts = REPO / "test-artifacts" / "ui_plugin"
-        artifacts.mkdir(parents=True, exist_ok=True)
-        if server.log_path.exists():
-            (artifacts / "airflow.log").write_bytes(server.log_path.read_bytes())
 
 
 def test_make_airflow_is_what_runs_here(api_server: LocalAirflow) -> None:
