@@ -8,21 +8,25 @@ it); ``DELTA_MIRROR_AZURITE`` names another ``azurite-blob`` executable.
 from __future__ import annotations
 
 import base64
-import contextlib
 import email.utils
 import hashlib
 import hmac
 import http.client
-import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from support.services import ServiceUnavailable, find_tool, free_port, listening, session_service
+from support.services import (
+    ServiceUnavailable,
+    find_tool,
+    free_port,
+    listening,
+    session_service,
+    stop_group,
+)
 from support.waiting import wait_until
 
 AZURITE_ENV = "DELTA_MIRROR_AZURITE"
@@ -121,10 +125,7 @@ class AzuriteServer:
 
     def stop(self) -> None:
         """Killed at once: everything is in memory, and a graceful stop waits ~10 s on idle clients."""
-        if self._proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            self._proc.wait(timeout=30)
+        stop_group(self._proc)
         self._log.close()
         shutil.rmtree(self._workdir, ignore_errors=True)
 

@@ -20,13 +20,10 @@ One emulator and one front per session on 127.0.0.1 and free ports; buckets fres
 from __future__ import annotations
 
 import argparse
-import contextlib
 import http.client
 import json
-import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -231,11 +228,10 @@ class FakeGcsServer:
             return int(exc.code)
 
     def stop(self) -> None:
+        from support.services import stop_group
+
         for proc in self._procs:  # killed at once: everything is in memory
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
+            stop_group(proc)
         self._log.close()
         shutil.rmtree(self._workdir, ignore_errors=True)
 

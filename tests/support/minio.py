@@ -9,10 +9,8 @@ it); ``DELTA_MIRROR_MINIO`` names another ``minio`` executable.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import urllib.error
@@ -27,6 +25,7 @@ from support.services import (
     find_tool,
     free_port,
     session_service,
+    stop_group,
 )
 from support.waiting import load_scaled, wait_until
 
@@ -112,15 +111,7 @@ class MinioServer(S3ProtocolServer):
     def stop(self) -> None:
         """SIGTERM to the server's process group (MinIO shuts down in well under a second), SIGKILL
         if it is still there after a load-scaled wait; then the data folder goes."""
-        if self._proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._proc.pid, signal.SIGTERM)
-            try:
-                self._proc.wait(timeout=load_scaled(15))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self._proc.pid, signal.SIGKILL)
-                self._proc.wait(timeout=30)
+        stop_group(self._proc, grace=load_scaled(15))
         self._log.close()
         shutil.rmtree(self._workdir, ignore_errors=True)
 

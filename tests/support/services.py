@@ -14,6 +14,7 @@ import pwd
 import re
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -97,6 +98,24 @@ def session_service(start: Callable[[], _Service], stop: Callable[[_Service], No
         yield server
     finally:
         stop(server)
+
+
+def stop_group(proc: subprocess.Popen[Any], grace: float = 0.0) -> None:
+    """Stop the process group ``proc`` leads (started with ``start_new_session``): SIGTERM and up
+    to ``grace`` seconds to go, then SIGKILL (at once when there is no grace); gone already is fine."""
+    if proc.poll() is not None:
+        return
+    if grace > 0:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
 
 
 def scalar_query(url: str, query: str) -> int:
