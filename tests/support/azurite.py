@@ -19,14 +19,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from support.services import (
-    ServiceUnavailable,
-    find_tool,
-    free_port,
-    listening,
-    session_service,
-    stop_group,
-)
+from support.services import ServiceUnavailable, find_tool, free_port, listening, session_service, stop_group
 from support.waiting import wait_until
 
 AZURITE_ENV = "DELTA_MIRROR_AZURITE"
