@@ -19,7 +19,16 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from support.services import ServiceUnavailable, find_tool, free_port, listening, session_service, stop_group
+from support.services import (
+    ServiceUnavailable,
+    exit_report,
+    file_tail,
+    find_tool,
+    free_port,
+    listening,
+    session_service,
+    stop_group,
+)
 from support.waiting import wait_until
 
 AZURITE_ENV = "DELTA_MIRROR_AZURITE"
@@ -75,15 +84,10 @@ class AzuriteServer:
         self.endpoint = f"http://127.0.0.1:{self.port}/{ACCOUNT}"
 
     def _exited(self) -> str | None:
-        if self._proc.poll() is None:
-            return None
-        return f"exit {self._proc.returncode}: {self.log_tail()}"
+        return exit_report([self._proc], Path(self._workdir) / "azurite.log")
 
     def log_tail(self) -> str:
-        try:
-            return (Path(self._workdir) / "azurite.log").read_text(errors="replace")[-2000:]
-        except OSError:
-            return ""
+        return file_tail(Path(self._workdir) / "azurite.log")
 
     def options(self) -> dict[str, str]:
         """Account, key and endpoint, as ``AZURE_*`` environment variables / storage options."""

@@ -177,16 +177,14 @@ class FakeGcsServer:
         )
 
     def _exited(self) -> str | None:
-        dead = [p for p in self._procs if p.poll() is not None]
-        if not dead:
-            return None
-        return f"exit {dead[0].returncode}: {self.log_tail()}"
+        from support.services import exit_report
+
+        return exit_report(self._procs, Path(self._workdir) / "emulators.log")
 
     def log_tail(self) -> str:
-        try:
-            return (Path(self._workdir) / "emulators.log").read_text(errors="replace")[-2000:]
-        except OSError:
-            return ""
+        from support.services import file_tail
+
+        return file_tail(Path(self._workdir) / "emulators.log")
 
     def options(self, *, direct: bool = False) -> dict[str, str]:
         """A service-account key naming the emulator (``gcs_base_url``, no OAuth), as the

@@ -22,6 +22,8 @@ from typing import Any
 from support.services import (
     S3ProtocolServer,
     ServiceUnavailable,
+    exit_report,
+    file_tail,
     find_tool,
     free_port,
     session_service,
@@ -98,15 +100,10 @@ class MinioServer(S3ProtocolServer):
             return False
 
     def _exited(self) -> str | None:
-        if self._proc.poll() is None:
-            return None
-        return f"exit {self._proc.returncode}: {self.log_tail()}"
+        return exit_report([self._proc], self._workdir / "minio.log")
 
     def log_tail(self) -> str:
-        try:
-            return (self._workdir / "minio.log").read_text(errors="replace")[-2000:]
-        except OSError:
-            return ""
+        return file_tail(self._workdir / "minio.log")
 
     def stop(self) -> None:
         """SIGTERM to the server's process group (MinIO shuts down in well under a second), SIGKILL

@@ -100,6 +100,23 @@ def session_service(start: Callable[[], _Service], stop: Callable[[_Service], No
         stop(server)
 
 
+def file_tail(path: Path, chars: int = 2000) -> str:
+    """The end of a service's log, for a failure message ("" when there is none)."""
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""
+
+
+def exit_report(procs: Sequence[subprocess.Popen[Any]], log: Path) -> str | None:
+    """For ``wait_until(alive=...)``: None while every process runs, else the first dead one's exit
+    code and the end of the log they write."""
+    dead = [p for p in procs if p.poll() is not None]
+    if not dead:
+        return None
+    return f"exit {dead[0].returncode}: {file_tail(log)}"
+
+
 def stop_group(proc: subprocess.Popen[Any], grace: float = 0.0) -> None:
     """Stop the process group ``proc`` leads (started with ``start_new_session``): SIGTERM and up
     to ``grace`` seconds to go, then SIGKILL (at once when there is no grace); gone already is fine."""
