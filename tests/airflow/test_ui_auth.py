@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 from dm_airflow_kit import config_yaml, free_port, make_table
+from support.services import stop_group
 from support.waiting import load_scaled, wait_until
 
 from delta_mirror.store import SqlStore
@@ -154,13 +154,8 @@ class FabAirflow:
 
     def stop(self) -> None:
         self.client.close()
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=load_scaled(30))
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=30)
+        if self.proc is not None:
+            stop_group(self.proc, grace=load_scaled(30))
 
 
 @pytest.fixture(scope="module")

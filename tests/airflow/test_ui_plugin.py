@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -27,7 +26,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 from dm_airflow_kit import config_yaml, make_table
-from support.services import skip_or_fail
+from support.services import skip_or_fail, stop_group
 from support.waiting import load_scaled, wait_until
 
 from delta_mirror.health.monitoring import record_lag_sample
@@ -121,13 +120,7 @@ class LocalAirflow:
 
     def stop(self) -> None:
         self.client.close()
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=load_scaled(30))
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=30)
+        stop_group(self.proc, grace=load_scaled(30))
 
 
 @contextmanager
