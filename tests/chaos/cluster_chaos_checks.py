@@ -35,6 +35,7 @@ MAIL_DEFAULTS = f"  notify: {{email: [{MAIL_TO}], from_email: delta-mirror@examp
 
 def check_validate_readers(run: ClusterRun, table: str = "ch_0", last: int = 5) -> dict[str, Any]:
     """The last ``last`` published versions of ``table`` validated with Spark and kernel-java."""
+    run.wait_published([table], load_scaled(300))  # run first, the faults' commits may be pending
     store = run.store()
     try:
         latest = store.last_published_version(store.get_table(table).id)
@@ -56,8 +57,11 @@ def check_validate_readers(run: ClusterRun, table: str = "ch_0", last: int = 5) 
             report = json.loads(proc.stdout)
             entry.update(
                 versions_checked=report.get("versions_checked"),
-                problems=len(report.get("problems", [])),
-                limitations=len(report.get("limitations", [])),
+                problems=[
+                    f"[{p.get('kind')}] v{p.get('version')}: {str(p.get('message'))[:300]}"
+                    for p in report.get("problems", [])
+                ][:3],
+                limitations=[str(x.get("message"))[:300] for x in report.get("limitations", [])][:3],
             )
         except json.JSONDecodeError:
             entry["stderr"] = proc.stderr[-600:]
