@@ -32,6 +32,7 @@ from delta_mirror.delta.checkpoint import (
 from delta_mirror.delta.log_path import LOG_DIR
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.spark.checkpoint_engine import SparkCheckpointEngine, choose_engine
+from delta_mirror.spark.session import EXTRA_PACKAGES
 from delta_mirror.store import SqlStore
 
 pytestmark = pytest.mark.postgres
@@ -265,6 +266,26 @@ def test_spark_engine_matches_the_local_engine_and_readers_accept_it(
     assert sum(1 for _, dv in spark_seen if dv) == 20
     tombstones = snapshot.tombstones().count()
     assert tombstones == 60
+
+
+def test_the_session_ships_the_jdbc_driver_to_executors_even_beside_the_logstore_jar(
+    spark: Any, logstore_loaded: bool
+) -> None:
+    """Executors get only the jars the driver registered (fetched from it, no shared file system).
+
+    The engine's JDBC reads run on executors, so the PostgreSQL driver (``EXTRA_PACKAGES``, resolved
+    by Ivy) must be registered — also when the session sets its own ``spark.jars`` (the LogStore
+    jar), which once replaced the resolved packages: every JDBC task on a standalone cluster failed
+    with ``ClassNotFoundException: org.postgresql.Driver`` while local mode worked.
+    """
+    registered = {
+        uri.rsplit("/", 1)[-1] for uri in spark.sparkContext._jsc.sc().listJars().mkString(",").split(",")
+    }
+    for coordinate in EXTRA_PACKAGES:
+        group, artifact, version = coordinate.split(":")
+        assert f"{group}_{artifact}-{version}.jar" in registered, coordinate
+    if logstore_loaded:
+        assert "delta-mirror-logstore.jar" in registered
 
 
 def test_engine_choice() -> None:

@@ -12,7 +12,8 @@ How it reads the store:
   files) join as the local engine), split on ``dl_files.id`` into ``num_partitions`` ranges read in
   parallel (``partitionColumn``/``lowerBound``/``upperBound``), with a JDBC fetch size so no
   partition is held whole by the driver. The PostgreSQL JDBC driver comes from
-  ``session.EXTRA_PACKAGES`` (or ``--packages`` under spark-submit).
+  ``session.EXTRA_PACKAGES`` (or ``--packages`` under spark-submit); ``get_spark`` keeps it in
+  ``spark.jars``, so executors on a cluster fetch it from the driver.
 * SQLite: there is no server to connect to from executors, so the driver streams the payloads into
   a text file in the staging folder and Spark reads that file in splits (the staging folder must be
   visible to the executors: local mode, or a shared path).

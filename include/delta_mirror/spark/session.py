@@ -10,6 +10,8 @@
 - Spark writers through the SQL authority (docs/commit-service.md): ``get_spark(authority=...)``, or
   ``DELTA_MIRROR_COMMIT_URL`` (+ ``DELTA_MIRROR_COMMIT_ROOTS``), loads the delta-mirror LogStore jar
   (``make jar``) for the ``file``, ``s3a`` and ``s3`` schemes. Nothing configured: plain Delta.
+- Executors (e.g. on a standalone master) fetch every jar from the driver: the resolved packages
+  stay in ``spark.jars`` beside the LogStore jar (``_keep_resolved_jars``), no shared file system.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from delta_mirror.errors import PermanentError
 
@@ -269,9 +272,46 @@ def get_spark(
         else:
             # delta-spark 4.4.1 on PyPI has no jars on Maven Central (404): pin 4.4.0 (requirements.txt)
             builder = configure_spark_with_delta_pip(builder, extra_packages=list(EXTRA_PACKAGES))
+        builder = _keep_resolved_jars(builder)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         return spark
+
+
+def _jar_path(jar: str) -> str:
+    """A ``spark.jars`` entry as a path, so ``/a.jar``, ``file:/a.jar`` and ``file:///a.jar`` compare equal."""
+    return os.path.normpath(urlparse(jar.strip()).path)
+
+
+def _keep_resolved_jars(builder: Any) -> Any:
+    """Keep the jars resolved from ``spark.jars.packages`` when the builder also sets ``spark.jars``.
+
+    pyspark starts the JVM through spark-submit, which appends the resolved packages to
+    ``spark.jars``; the context's conf then takes the builder's own ``spark.jars`` (e.g. the
+    LogStore jar), dropping them. The driver still has them on its class path, so local mode works,
+    but standalone executors never receive them (``ClassNotFoundException: org.postgresql.Driver``
+    in the Spark checkpoint engine). So the JVM is started here with the builder's options and
+    spark-submit's merged list becomes the builder's ``spark.jars``: executors fetch every jar from
+    the driver, no shared file system needed.
+    """
+    options: dict[str, str] = dict(builder._options)  # pyspark keeps builder settings there
+    own = [j.strip() for j in options.get("spark.jars", "").split(",") if j.strip()]
+    if not own:
+        return builder  # spark-submit's merged spark.jars reaches the context untouched
+    from pyspark import SparkConf, SparkContext
+
+    launch = SparkConf(loadDefaults=False)
+    for key, value in options.items():
+        launch.set(key, value)
+    SparkContext._ensure_initialized(conf=launch)  # no-op when this process's JVM already runs
+    jvm: Any = SparkContext._jvm
+    submitted = jvm.java.lang.System.getProperty("spark.jars") or ""
+    jars, seen = list(own), {_jar_path(j) for j in own}
+    for jar in (j.strip() for j in submitted.split(",")):
+        if jar and _jar_path(jar) not in seen:
+            jars.append(jar)
+            seen.add(_jar_path(jar))
+    return builder.config("spark.jars", ",".join(jars))
 
 
 def stop_spark() -> None:
