@@ -242,5 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+__all__ = ["delta_packages", "main", "run_job", "spark_home", "submit", "submit_argv", "submit_env"]
+
+
 if __name__ == "__main__":
     sys.exit(main())
