@@ -83,24 +83,16 @@ def _checkpoint_state(run: ClusterRun) -> dict[str, Any]:
     return state
 
 
-def _executor_jdbc_config(run: ClusterRun) -> tuple[Path, str | None]:
-    """A table config giving the executors the PostgreSQL JDBC jar on their class path.
+def _spark_checkpoint_config(run: ClusterRun) -> Path:
+    """A table config putting the fault's table on the Spark checkpoint engine, with nothing else:
+    the executors get the PostgreSQL JDBC driver from the driver (``spark.jars``), as a user's would.
 
-    Found by this fault's first run: with the jar only in ``spark.jars.packages`` (what
-    ``get_spark`` sets), the standalone cluster's executors fail every JDBC read task with
-    ``ClassNotFoundException: org.postgresql.Driver`` — the Spark checkpoint engine did not work on
-    a cluster at all, worker loss or not. The jar is on this machine (Ivy's cache), so the
-    executors get it through ``checkpoint.spark.conf``, as a user would configure it."""
-    from delta_mirror.spark.session import ivy_dir
-
-    jars = sorted((ivy_dir() / "jars").glob("org.postgresql_postgresql-*.jar"))
-    jar = str(jars[-1]) if jars else None
-    conf = f"{{spark.executor.extraClassPath: {jar}}}" if jar else "{}"
+    The fault's first run found that they did not (every JDBC task failed with
+    ``ClassNotFoundException: org.postgresql.Driver``): ``spark.jars`` set for the LogStore jar
+    replaced the resolved packages; ``spark/session.py`` keeps them now."""
     path = run.cluster.root / "checkpoint-tables.yaml"
-    path.write_text(
-        f"tables:\n  {CP_TABLE}:\n    checkpoint:\n      engine: spark\n      spark: {{conf: {conf}}}\n"
-    )
-    return path, jar
+    path.write_text(f"tables:\n  {CP_TABLE}:\n    checkpoint:\n      engine: spark\n")
+    return path
 
 
 def _checkpoint_cmd(run: ClusterRun, tmp: Path, log: Path, config: Path) -> subprocess.Popen[bytes]:
@@ -162,7 +154,7 @@ def fault_spark_worker(run: ClusterRun) -> dict[str, Any]:
 
     tmp = Path(tempfile.mkdtemp(prefix="dm-cp-chaos-", dir=run.cluster.root))
     log = run.cluster.root / "logs" / "chaos-spark-checkpoint.log"
-    config, jdbc_jar = _executor_jdbc_config(run)
+    config = _spark_checkpoint_config(run)
     earlier_apps = _spark_apps(run)
     t_run = time.monotonic()
     first = _checkpoint_cmd(run, tmp, log, config)
@@ -230,7 +222,6 @@ def fault_spark_worker(run: ClusterRun) -> dict[str, Any]:
         shutil.copy(log, Path(tempfile.gettempdir()) / "dm-cluster-chaos-spark-checkpoint.log")
     return {
         "killed": "spark-worker",
-        "executor_jdbc_classpath": jdbc_jar,
         "active_files": active,
         "table_made_s": round(made_s, 1),
         "run_to_kill_s": round(to_kill_s, 1),
