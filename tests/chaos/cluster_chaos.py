@@ -160,15 +160,26 @@ def fault_celery_worker(run: ClusterRun) -> dict[str, Any]:
     return {"killed": victim, "task_state": state, "try_number": tries, "ran_on": host, **result}
 
 
-def fault_redis(run: ClusterRun) -> dict[str, Any]:
+def _restart_with_commits_flowing(
+    run: ClusterRun, name: str, resume_s: float, poll_s: float, settle_s: float
+) -> dict[str, Any]:
+    """Restart ``name`` while event tables take commits; writers must commit again afterwards."""
     with CommitFlow(run, TABLES, RATE) as flow:
         wait_until(lambda: len(flow.commits) >= 4, 60, "commits flowing", 0.2)
         t0 = time.monotonic()
-        run.cluster.restart("redis")
+        run.cluster.restart(name)
         restarted_s = time.monotonic() - t0
         n = len(flow.commits)
-        wait_until(lambda: len(flow.commits) >= n + 4, 60, "commits after the restart", 0.2)
-    return {"restart_s": round(restarted_s, 1), **_settle(run, t0, 180)}
+        wait_until(lambda: len(flow.commits) >= n + 4, resume_s, "commits after the restart", poll_s)
+    return {
+        "restart_s": round(restarted_s, 1),
+        "writer_errors": len(flow.errors),
+        **_settle(run, t0, settle_s),
+    }
+
+
+def fault_redis(run: ClusterRun) -> dict[str, Any]:
+    return _restart_with_commits_flowing(run, "redis", resume_s=60, poll_s=0.2, settle_s=180)
 
 
 def fault_commit_service(run: ClusterRun) -> dict[str, Any]:
@@ -207,14 +218,7 @@ def fault_commit_service(run: ClusterRun) -> dict[str, Any]:
 
 
 def fault_postgres(run: ClusterRun) -> dict[str, Any]:
-    with CommitFlow(run, TABLES, RATE) as flow:
-        wait_until(lambda: len(flow.commits) >= 4, 60, "commits flowing", 0.2)
-        t0 = time.monotonic()
-        run.cluster.restart("postgres")
-        restarted_s = time.monotonic() - t0
-        n = len(flow.commits)
-        wait_until(lambda: len(flow.commits) >= n + 4, 120, "commits after the restart", 0.5)
-    return {"restart_s": round(restarted_s, 1), "writer_errors": len(flow.errors), **_settle(run, t0, 240)}
+    return _restart_with_commits_flowing(run, "postgres", resume_s=120, poll_s=0.5, settle_s=240)
 
 
 FAULTS: dict[str, Callable[[ClusterRun], dict[str, Any]]] = {
@@ -266,12 +270,7 @@ def main() -> int:
     )
     try:
         report["up_s"] = round(time.monotonic() - started, 1)
-        store = run.store()
-        try:
-            for name in TABLES:
-                run.create_event_table(store, name)
-        finally:
-            store.close()
+        run.create_event_tables(TABLES)
         run.unpause_tables([*TABLES, SPARK_TABLE])
         run.wait_triggers([*TABLES, SPARK_TABLE], 300)
         for name in selected:

@@ -64,12 +64,7 @@ def run() -> Iterator[ClusterRun]:
         raise
     cluster_run.figures["up_s"] = round(time.monotonic() - started, 1)
     try:
-        store = cluster_run.store()
-        try:
-            for name in EVENT_TABLES:
-                cluster_run.create_event_table(store, name)
-        finally:
-            store.close()
+        cluster_run.create_event_tables(EVENT_TABLES)
         cluster_run.unpause_tables([*EVENT_TABLES, SPARK_TABLE])
         yield cluster_run
     finally:

@@ -231,6 +231,15 @@ class ClusterRun:
         actions: list[Any] = [*create_table_actions(ROW_SCHEMA), ("add", self._upload_rows(name, [0]))]
         return int(store.commit(name, actions, location=self.location(name)))
 
+    def create_event_tables(self, names: Iterable[str]) -> None:
+        """``create_event_table`` for each name, through one store connection."""
+        store = self.store()
+        try:
+            for name in names:
+                self.create_event_table(store, name)
+        finally:
+            store.close()
+
     def append(self, store: Any, name: str, ids: Sequence[int]) -> int:
         return int(store.commit(name, [("add", self._upload_rows(name, ids))]))
 
