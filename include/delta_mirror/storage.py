@@ -13,10 +13,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 import obstore
@@ -24,6 +23,7 @@ from obstore import exceptions as obe
 from obstore.store import AzureStore, GCSStore, LocalStore, S3Store, from_url
 
 from delta_mirror.delta.log_path import LOG_DIR
+from delta_mirror.delta.object_store import ObjectExistsError, ObjectMeta, ObjectStore
 from delta_mirror.errors import PermanentError, TransientError
 
 TIMEOUT_ENV = "DELTA_MIRROR_STORAGE_TIMEOUT"
@@ -59,41 +59,6 @@ GCS_ENV = (
 )
 # object_store client options (not store configuration), with or without the azure_/google_ prefix.
 _CLIENT_KEYS = ("allow_http", "timeout", "connect_timeout")
-
-
-class ObjectExistsError(Exception):
-    """``put_if_absent`` found an object already at that path (nothing was written)."""
-
-
-@dataclass(frozen=True)
-class ObjectMeta:
-    path: str
-    size: int
-    last_modified: datetime | None = None
-
-
-class ObjectStore(Protocol):
-    """A table root on some object storage. Paths are relative to the root, ``/``-separated."""
-
-    uri: str
-
-    def put_if_absent(self, path: str, data: bytes) -> None:
-        """Create ``path`` atomically; raise ``ObjectExistsError`` (and write nothing) if it exists."""
-
-    def put(self, path: str, data: bytes) -> None:
-        """Create or atomically replace ``path`` (only for ``_last_checkpoint``)."""
-
-    def get(self, path: str) -> bytes | None:
-        """The object's bytes, or ``None`` when it does not exist."""
-
-    def head(self, path: str) -> ObjectMeta | None:
-        """Size and modification time, or ``None`` when it does not exist."""
-
-    def list(self, prefix: str) -> list[ObjectMeta]:
-        """Every object below ``prefix`` (recursively), sorted by path."""
-
-    def delete(self, path: str) -> None:
-        """Delete ``path`` (retention cleanup only); deleting a missing object is not an error."""
 
 
 def _check_log_path(path: str) -> None:

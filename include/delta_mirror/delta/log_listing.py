@@ -16,8 +16,8 @@ from urllib.parse import unquote
 import pyarrow.parquet as pq
 
 from delta_mirror.delta.log_path import LOG_DIR, SIDECAR_DIR, LogFile, LogFileKind, parse_log_file
+from delta_mirror.delta.object_store import ObjectMeta, ObjectStore
 from delta_mirror.delta.protocol import CheckpointKind
-from delta_mirror.storage import ObjectMeta, ObjectStore
 
 #: ``path of a top-level checkpoint file -> names of the sidecar files it references`` (``None``
 #: when it cannot be read: such a checkpoint is not complete).

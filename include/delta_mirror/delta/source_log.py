@@ -30,6 +30,7 @@ from delta_mirror.delta.last_checkpoint import LastCheckpoint
 from delta_mirror.delta.line_facts import FileAction, LineFacts
 from delta_mirror.delta.log_listing import CheckpointFiles, LogListing, list_log, sidecar_refs
 from delta_mirror.delta.log_path import LOG_DIR, SIDECAR_DIR, LogFileKind
+from delta_mirror.delta.object_store import ObjectStore
 from delta_mirror.delta.parse_process import ParseProcess, digest
 from delta_mirror.delta.protocol import CheckpointKind
 from delta_mirror.delta.source_parquet import IGNORED_CHECKPOINT_COLUMNS as _IGNORED_CHECKPOINT_COLUMNS
@@ -48,7 +49,6 @@ from delta_mirror.errors import (
     NotADeltaTableError,
     TransientError,
 )
-from delta_mirror.storage import ObjectStore
 
 _OBJECT_ACTIONS = OBJECT_ACTIONS
 
