@@ -2,7 +2,7 @@
 
 The module reads any object shaped like Airflow's ``Connection`` (it imports no Airflow), so these
 use a small stand-in; the hook's use of it is covered by test_hooks.py (an ``aws`` connection
-through ``AIRFLOW_CONN_*``) and the emulator tests (tests/test_storage_azure.py, _gcs.py).
+through ``AIRFLOW_CONN_*``) and the emulator tests (tests/test_cloud_storage.py).
 """
 
 from __future__ import annotations

@@ -12,82 +12,35 @@ import email.utils
 import hashlib
 import hmac
 import http.client
-import shutil
-import subprocess
-import tempfile
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
-from support.services import (
-    ServiceUnavailable,
-    exit_report,
-    file_tail,
-    find_tool,
-    free_port,
-    listening,
-    session_service,
-    stop_group,
-)
-from support.waiting import wait_until
+from support.emulator import REPO, EmulatorProcesses, require_binary
+from support.services import free_port, listening, session_service
 
 AZURITE_ENV = "DELTA_MIRROR_AZURITE"
-REPO = Path(__file__).resolve().parents[2]
 # Azurite's well-known development account (public, the same in every Azurite).
 ACCOUNT = "devstoreaccount1"
 ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 API_VERSION = "2021-08-06"
-
-
-def find_azurite() -> str | None:
-    """``DELTA_MIRROR_AZURITE``, else the project's ``.cache/npm`` install, else PATH."""
-    return find_tool(
-        AZURITE_ENV, REPO / ".cache" / "npm" / "node_modules" / ".bin" / "azurite-blob", "azurite-blob"
-    )
+#: The project's own install (``DELTA_MIRROR_AZURITE`` first, ``azurite-blob`` on PATH last).
+LOCAL_AZURITE = REPO / ".cache" / "npm" / "node_modules" / ".bin" / "azurite-blob"
 
 
 class AzuriteServer:
     """``azurite-blob`` in its own process group; ``options()`` are a table's storage options."""
 
     def __init__(self) -> None:
-        binary = find_azurite()
-        if binary is None:
-            raise ServiceUnavailable(
-                "Azurite (azurite-blob) not found: run scripts/install-emulators.sh (make test does) "
-                f"or set {AZURITE_ENV}"
-            )
+        binary = require_binary(AZURITE_ENV, LOCAL_AZURITE, "azurite-blob", "Azurite (azurite-blob)")
         self.port = free_port()
-        self._workdir = tempfile.mkdtemp(prefix="dm-azurite-")
-        self._log = open(Path(self._workdir) / "azurite.log", "wb")  # noqa: SIM115 - closed in stop()
-        self._proc = subprocess.Popen(
-            [
-                binary,
-                "--blobHost",
-                "127.0.0.1",
-                "--blobPort",
-                str(self.port),
-                "--inMemoryPersistence",
-                "--skipApiVersionCheck",
-                "--silent",
-            ],
-            cwd=self._workdir,
-            stdout=self._log,
-            stderr=self._log,
-            start_new_session=True,
-        )
-        try:
-            # node starts in ~1 s idle; the wait grows with the machine's load
-            wait_until(lambda: listening(self.port), 30, "Azurite to listen", alive=self._exited)
-        except BaseException:
-            self.stop()
-            raise
+        self.processes = EmulatorProcesses("azurite")
+        self.processes.start(
+            binary, "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
+            "--inMemoryPersistence", "--skipApiVersionCheck", "--silent",
+        )  # fmt: skip
+        # node starts in ~1 s idle; the wait grows with the machine's load
+        self.processes.wait(lambda: listening(self.port), 30, "Azurite to listen")
         self.endpoint = f"http://127.0.0.1:{self.port}/{ACCOUNT}"
-
-    def _exited(self) -> str | None:
-        return exit_report([self._proc], Path(self._workdir) / "azurite.log")
-
-    def log_tail(self) -> str:
-        return file_tail(Path(self._workdir) / "azurite.log")
 
     def options(self) -> dict[str, str]:
         """Account, key and endpoint, as ``AZURE_*`` environment variables / storage options."""
@@ -122,9 +75,7 @@ class AzuriteServer:
 
     def stop(self) -> None:
         """Killed at once: everything is in memory, and a graceful stop waits ~10 s on idle clients."""
-        stop_group(self._proc)
-        self._log.close()
-        shutil.rmtree(self._workdir, ignore_errors=True)
+        self.processes.stop()
 
 
 def azurite_session() -> Iterator[AzuriteServer]:
@@ -132,4 +83,4 @@ def azurite_session() -> Iterator[AzuriteServer]:
     return session_service(AzuriteServer, AzuriteServer.stop)
 
 
-__all__ = ["ACCOUNT", "ACCOUNT_KEY", "AzuriteServer", "azurite_session", "find_azurite"]
+__all__ = ["ACCOUNT", "ACCOUNT_KEY", "AzuriteServer", "azurite_session"]

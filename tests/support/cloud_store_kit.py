@@ -1,4 +1,5 @@
-"""The storage scenarios every object store must pass, run on Azurite and fake-gcs-server.
+"""The storage scenarios every object store must pass, run on Azurite, fake-gcs-server and MinIO
+(tests/test_cloud_storage.py).
 
 The same checks the S3 tests make (tests/jobs/test_publisher.py, test_reconcile.py), on a table
 whose data files are in the store too, so deltalake can read the rows: publish through the

@@ -8,7 +8,7 @@ API's media upload, ``POST /upload/storage/v1/b/<bucket>/o?uploadType=media&name
 ``ifGenerationMatch=<the header's value>``, and answers as GCS's XML API does (200 with ETag and
 ``x-goog-generation``; 412 PreconditionFailed). Everything else (GET, HEAD, list, DELETE) passes
 through unchanged. So the precondition is decided by the emulator's own generation check, not by
-the front; ``test_storage_gcs.py`` shows the emulator's refusal of the XML upload, so the front
+the front; ``tests/test_cloud_storage.py`` shows the emulator's refusal of the XML upload, so the front
 can go once fake-gcs-server serves it.
 
 Run as a script it is the front (``python fake_gcs.py --port P --upstream U``); stdlib only.
@@ -23,22 +23,17 @@ import argparse
 import http.client
 import json
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 FAKE_GCS_ENV = "DELTA_MIRROR_FAKE_GCS"
-REPO = Path(__file__).resolve().parents[2]
 _OBJECT_PATH = re.compile(r"^/(?!storage/|upload/|download/|batch/|_internal/)([^/?]+)/(.+)$")
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "host", "content-length"}
 PRECONDITION_FAILED = (
@@ -129,62 +124,29 @@ def serve_front(port: int, upstream_port: int) -> None:
 # the session's emulator
 
 
-def find_fake_gcs() -> str | None:
-    """``DELTA_MIRROR_FAKE_GCS``, else the project's ``.cache/go/bin`` install, else PATH."""
-    from support.services import find_tool
-
-    return find_tool(FAKE_GCS_ENV, REPO / ".cache" / "go" / "bin" / "fake-gcs-server", "fake-gcs-server")
-
-
 class FakeGcsServer:
     """fake-gcs-server (in memory) and the upload front, each in its own process group."""
 
     def __init__(self) -> None:
-        from support.services import ServiceUnavailable, free_port, listening
-        from support.waiting import wait_until
+        from support.emulator import REPO, EmulatorProcesses, require_binary
+        from support.services import free_port, listening
 
-        binary = find_fake_gcs()
-        if binary is None:
-            raise ServiceUnavailable(
-                "fake-gcs-server not found: run scripts/install-emulators.sh (make test does) "
-                f"or set {FAKE_GCS_ENV}"
-            )
-        self._workdir = tempfile.mkdtemp(prefix="dm-fake-gcs-")
-        self._log = open(Path(self._workdir) / "emulators.log", "wb")  # noqa: SIM115 - closed in stop()
+        local = REPO / ".cache" / "go" / "bin" / "fake-gcs-server"
+        binary = require_binary(FAKE_GCS_ENV, local, "fake-gcs-server", "fake-gcs-server")
         self.upstream_port, self.port = free_port(), free_port()
         host = f"127.0.0.1:{self.upstream_port}"
-        self._procs = [
-            self._start(
-                binary, "-backend", "memory", "-scheme", "http", "-host", "127.0.0.1",
-                "-port", str(self.upstream_port), "-public-host", host, "-log-level", "warn",
-            ),
-            self._start(
-                sys.executable, __file__, "--port", str(self.port), "--upstream", str(self.upstream_port)
-            ),
-        ]  # fmt: skip
-        try:
-            for port in (self.upstream_port, self.port):
-                wait_until(partial(listening, port), 30, f"fake-gcs-server on {port}", alive=self._exited)
-        except BaseException:
-            self.stop()
-            raise
+        self.processes = EmulatorProcesses("fake-gcs")
+        self.processes.start(
+            binary, "-backend", "memory", "-scheme", "http", "-host", "127.0.0.1",
+            "-port", str(self.upstream_port), "-public-host", host, "-log-level", "warn",
+        )  # fmt: skip
+        self.processes.start(
+            sys.executable, __file__, "--port", str(self.port), "--upstream", str(self.upstream_port)
+        )
+        for port in (self.upstream_port, self.port):
+            self.processes.wait(partial(listening, port), 30, f"fake-gcs-server on {port}")
         self.upstream = f"http://{host}"
         self.endpoint = f"http://127.0.0.1:{self.port}"
-
-    def _start(self, *argv: str) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            list(argv), cwd=self._workdir, stdout=self._log, stderr=self._log, start_new_session=True
-        )
-
-    def _exited(self) -> str | None:
-        from support.services import exit_report
-
-        return exit_report(self._procs, Path(self._workdir) / "emulators.log")
-
-    def log_tail(self) -> str:
-        from support.services import file_tail
-
-        return file_tail(Path(self._workdir) / "emulators.log")
 
     def options(self, *, direct: bool = False) -> dict[str, str]:
         """A service-account key naming the emulator (``gcs_base_url``, no OAuth), as the
@@ -226,12 +188,8 @@ class FakeGcsServer:
             return int(exc.code)
 
     def stop(self) -> None:
-        from support.services import stop_group
-
-        for proc in self._procs:  # killed at once: everything is in memory
-            stop_group(proc)
-        self._log.close()
-        shutil.rmtree(self._workdir, ignore_errors=True)
+        """Both killed at once: everything is in memory."""
+        self.processes.stop()
 
 
 def fake_gcs_session() -> Iterator[FakeGcsServer]:
@@ -249,4 +207,4 @@ if __name__ == "__main__":
     serve_front(args.port, args.upstream)
 
 
-__all__ = ["FakeGcsServer", "fake_gcs_session", "find_fake_gcs", "serve_front"]
+__all__ = ["FakeGcsServer", "fake_gcs_session", "serve_front"]
