@@ -220,15 +220,24 @@ def _schedule(value: Any, where: str, allow_event: bool = True) -> str | timedel
 _TABLE_KEYS = {f.name for f in fields(TableConfig)} - {"name"}
 
 
-def _notify(raw: Any, base: Notify, where: str) -> Notify:
+def _check_keys(raw: Any, allowed: set[str], where: str, *, not_a_mapping: str, keys: str = "key(s)") -> None:
+    """``raw`` is a mapping of ``allowed`` keys only; else one refusal (``not_a_mapping``, or the
+    unknown ``keys`` with the allowed ones as the hint)."""
     if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: notify must be a mapping")
-    allowed = {f.name for f in fields(Notify)}
+        raise ConfigError(not_a_mapping)
     unknown = set(raw) - allowed
     if unknown:
-        raise ConfigError(
-            f"{where}: unknown notify key(s) {sorted(unknown)}", hint=f"allowed: {sorted(allowed)}"
-        )
+        raise ConfigError(f"{where}: unknown {keys} {sorted(unknown)}", hint=f"allowed: {sorted(allowed)}")
+
+
+def _notify(raw: Any, base: Notify, where: str) -> Notify:
+    _check_keys(
+        raw,
+        {f.name for f in fields(Notify)},
+        where,
+        not_a_mapping=f"{where}: notify must be a mapping",
+        keys="notify key(s)",
+    )
     values: dict[str, Any] = {}
     for key, val in raw.items():
         if key == "email":
@@ -343,36 +352,26 @@ def _flag(val: Any, at: str) -> bool:
     return val
 
 
-def _reader(val: Any, at: str) -> str:
-    if val not in ("deltalake", "spark"):
-        raise ConfigError(f"{at}: expected deltalake or spark, got {val!r}")
-    return str(val)
+def _one_of(
+    allowed: tuple[str, ...], *, hint: str | None = None, optional: bool = False
+) -> Callable[[Any, str], str | None]:
+    """The check of a setting that names one of ``allowed`` (or is null, when ``optional``): one
+    refusal naming them all."""
+
+    def check(val: Any, at: str) -> str | None:
+        if optional and val is None:
+            return None
+        if val not in allowed:
+            names = f"{', '.join(allowed[:-1])} or {allowed[-1]}"
+            raise ConfigError(f"{at}: expected {names}, got {val!r}", hint=hint)
+        return str(val)
+
+    return check
 
 
+_READERS = ("deltalake", "spark")  # the DAG validate step's reader
 TASK_LAYOUTS = ("single", "steps")
-
-
-def _tasks(val: Any, at: str) -> str | None:
-    if val is not None and val not in TASK_LAYOUTS:
-        raise ConfigError(
-            f"{at}: expected single or steps, got {val!r}",
-            hint="single: one `sync` task per run; steps: publish, checkpoint, validate, metrics; "
-            "null: single for `schedule: event` tables, steps otherwise",
-        )
-    return val  # type: ignore[no-any-return]
-
-
 PUBLISH_IN = ("task", "triggerer")
-
-
-def _publish_in(val: Any, at: str) -> str | None:
-    if val is not None and val not in PUBLISH_IN:
-        raise ConfigError(
-            f"{at}: expected task or triggerer, got {val!r}",
-            hint="task: the DAG run publishes each commit; triggerer: the event watcher publishes it "
-            "(schedule: event tables only); null: triggerer for schedule: event tables",
-        )
-    return None if val is None else str(val)
 
 
 def _tags(val: Any, at: str) -> tuple[str, ...]:
@@ -403,7 +402,7 @@ _TABLE_VALUES: dict[str, Callable[[Any, str], Any]] = {
     "retry_exponential_backoff": _backoff,
     "owner": _non_empty_str,
     "validate": _flag,
-    "reader": _reader,
+    "reader": _one_of(_READERS),
     "tags": _tags,
     "store_conn_id": _optional_str,
     "aws_conn_id": _optional_str,
@@ -411,9 +410,19 @@ _TABLE_VALUES: dict[str, Callable[[Any, str], Any]] = {
     "max_active_tasks": lambda val, at: None if val is None else _positive_int(val, at),
     "pool": _optional_str,
     "priority_weight": lambda val, at: _positive_int(val, at, minimum=0),
-    "tasks": _tasks,
+    "tasks": _one_of(
+        TASK_LAYOUTS,
+        optional=True,
+        hint="single: one `sync` task per run; steps: publish, checkpoint, validate, metrics; "
+        "null: single for `schedule: event` tables, steps otherwise",
+    ),
     "validate_every": parse_duration,
-    "publish_in": _publish_in,
+    "publish_in": _one_of(
+        PUBLISH_IN,
+        optional=True,
+        hint="task: the DAG run publishes each commit; triggerer: the event watcher publishes it "
+        "(schedule: event tables only); null: triggerer for schedule: event tables",
+    ),
 }
 
 
@@ -421,13 +430,7 @@ def _apply(base: TableConfig, raw: Any, where: str) -> TableConfig:
     """``raw`` settings over ``base`` (the defaults, for a table), each checked."""
     if raw is None:
         return base
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a mapping of settings")
-    unknown = set(raw) - _TABLE_KEYS
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {sorted(unknown)}", hint=f"allowed: {sorted(_TABLE_KEYS)}"
-        )
+    _check_keys(raw, _TABLE_KEYS, where, not_a_mapping=f"{where}: expected a mapping of settings")
     values: dict[str, Any] = {}
     for key, val in raw.items():
         at = f"{where}.{key}"
@@ -498,13 +501,8 @@ def parse_config(text: str, source: str = "<string>") -> MirrorConfig:
         ("reconcile", reconcile, {"schedule", "escalate_after_attempts", "strategy"}),
         ("monitor", monitor, {"schedule"}),
     ):
-        if not isinstance(section, dict):
-            raise ConfigError(f"{source}: {section_name} must be a mapping")
-        if set(section) - allowed:
-            raise ConfigError(
-                f"{source}: {section_name}: unknown key(s) {sorted(set(section) - allowed)}",
-                hint=f"allowed: {sorted(allowed)}",
-            )
+        where = f"{source}: {section_name}"
+        _check_keys(section, allowed, where, not_a_mapping=f"{where} must be a mapping")
     escalate = reconcile.get("escalate_after_attempts", 3)
     if not isinstance(escalate, int) or isinstance(escalate, bool) or escalate < 1:
         raise ConfigError(
