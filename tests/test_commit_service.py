@@ -24,6 +24,7 @@ from sqlalchemy import func, make_url, select
 from support.builders import action, add_body, log_line, metadata_body, protocol_body, remove_body
 from support.commit_service import TOKEN_ENV, CommitService
 from support.commit_service import cli_path as cli
+from support.race import race
 from support.services import free_port
 from support.waiting import load_scaled
 
@@ -347,25 +348,17 @@ def test_eight_writers_racing_on_one_version_get_one_201_and_seven_409(service: 
     root = hadoop_root(lake / "t")
     created(service, root)
     writers = 8
-    barrier = threading.Barrier(writers, timeout=load_scaled(30))
-    statuses: list[int] = []
-    lock = threading.Lock()
 
-    def writer(w: int) -> None:
+    def writer(w: int, barrier: threading.Barrier) -> int:
         conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=load_scaled(60))
-        conn.connect()
+        conn.connect()  # connected before the start: the race is on the commit, not the handshake
         barrier.wait()
-        answer = service.post(root, 1, commit_file(add(f"w{w}.parquet")), conn=conn)
-        conn.close()
-        with lock:
-            statuses.append(answer.status)
+        try:
+            return service.post(root, 1, commit_file(add(f"w{w}.parquet")), conn=conn).status
+        finally:
+            conn.close()
 
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(load_scaled(60))
-    assert sorted(statuses) == [201] + [409] * (writers - 1)
+    assert sorted(race(writers, writer)) == [201] + [409] * (writers - 1)
     assert service.latest(root).json()["version"] == 1
 
 
@@ -433,12 +426,12 @@ def test_several_worker_processes_share_one_store_and_log_no_request_lines(
     try:
         root = hadoop_root(lake / "t")
         assert svc.post(root, 0, V0).status == 201
-        outcomes: list[tuple[int, int]] = []
 
-        def writer(w: int) -> None:
+        def writer(w: int, barrier: threading.Barrier) -> list[tuple[int, int]]:
             conn = http.client.HTTPConnection("127.0.0.1", svc.port, timeout=load_scaled(30))
-            version = 1
+            version, outcomes = 1, []
             try:
+                barrier.wait()
                 for n in range(8):
                     while True:  # as Delta does after a 409: the next version
                         answer = svc.post(root, version, commit_file(add(f"w{w}-{n}.parquet")), conn=conn)
@@ -449,13 +442,10 @@ def test_several_worker_processes_share_one_store_and_log_no_request_lines(
                     version += 1
             finally:
                 conn.close()
+            return outcomes
 
-        threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(load_scaled(120))
-        assert sorted(outcomes) == [(201, v) for v in range(1, 33)]
+        landed = race(4, writer, seconds=120)
+        assert sorted(o for outcomes in landed for o in outcomes) == [(201, v) for v in range(1, 33)]
         table = store.table_at(normalize_commit_root(root))
         assert store.latest_version(table.id) == 32
         assert len(store.active_files(table.id, 32)) == 33

@@ -6,10 +6,12 @@ import hashlib
 import itertools
 import json
 import threading
+from contextlib import closing
 
 import pytest
 from sqlalchemy import select
 from store.store_kit import Action, add, inline_dv, metadata, new_table, protocol, remove, state, versions
+from support.race import race
 
 from delta_mirror.errors import CommitConflictError, DataError, InvalidActionError
 from delta_mirror.store import SqlStore
@@ -231,43 +233,30 @@ def test_racing_writers_get_exactly_one_winner_per_version(
 ) -> None:
     table_id = new_table(store, location)
     writers, rounds = 4, 12
-    barrier = threading.Barrier(writers, timeout=60)
-    wins: dict[int, list[int]] = {}
-    conflicts: dict[int, list[tuple[str | None, int | None]]] = {}
-    unexpected: list[BaseException] = []
-    lock = threading.Lock()
 
-    def writer(w: int) -> None:
-        s = SqlStore(store_url)
-        try:
+    def writer(w: int, barrier: threading.Barrier) -> list[tuple[str, object]]:
+        """Each round every writer commits at the same expected version: (won, version) or the
+        conflict's (table, version)."""
+        outcomes: list[tuple[str, object]] = []
+        with closing(SqlStore(store_url)) as s:
             for r in range(rounds):
-                version = r + 1
                 barrier.wait()
                 try:
-                    got = s.commit("t", [add(f"w{w}-r{r}.parquet")], expected_version=version)
-                    with lock:
-                        wins.setdefault(version, []).append(w)
-                    assert got == version
+                    outcomes.append(
+                        ("won", s.commit("t", [add(f"w{w}-r{r}.parquet")], expected_version=r + 1))
+                    )
                 except CommitConflictError as exc:
-                    with lock:
-                        conflicts.setdefault(version, []).append((exc.table, exc.version))
-        except BaseException as exc:
-            unexpected.append(exc)
-            barrier.abort()
-        finally:
-            s.close()
+                    outcomes.append(("conflict", (exc.table, exc.version)))
+        return outcomes
 
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert unexpected == []
-    for version in range(1, rounds + 1):
-        assert len(wins[version]) == 1, (version, wins.get(version))
-        assert conflicts[version] == [("t", version)] * (writers - 1)
+    by_writer = race(writers, writer)
+    for r in range(rounds):
+        round_outcomes = sorted(by_writer[w][r] for w in range(writers))
+        assert round_outcomes == [("conflict", ("t", r + 1))] * (writers - 1) + [("won", r + 1)], r
     assert versions(store, table_id) == list(range(rounds + 1))
-    winners = {f"w{wins[r + 1][0]}-r{r}.parquet" for r in range(rounds)}
+    winners = {
+        f"w{w}-r{r}.parquet" for w in range(writers) for r in range(rounds) if by_writer[w][r][0] == "won"
+    }
     assert {f.path for f in store.active_files(table_id, rounds)} == winners | {"a.parquet"}
 
 
@@ -276,27 +265,13 @@ def test_concurrent_writers_without_an_expected_version_all_land_contiguously(
 ) -> None:
     table_id = new_table(store, location)
     writers, each = 4, 8
-    results: list[int] = []
-    unexpected: list[BaseException] = []
-    barrier = threading.Barrier(writers, timeout=60)
 
-    def writer(w: int) -> None:
-        s = SqlStore(store_url)
-        try:
+    def writer(w: int, barrier: threading.Barrier) -> list[int]:
+        with closing(SqlStore(store_url)) as s:
             barrier.wait()
-            for i in range(each):
-                results.append(s.commit("t", [add(f"w{w}-{i}.parquet")]))
-        except BaseException as exc:
-            unexpected.append(exc)
-        finally:
-            s.close()
+            return [s.commit("t", [add(f"w{w}-{i}.parquet")]) for i in range(each)]
 
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert unexpected == []
+    results = [version for landed in race(writers, writer) for version in landed]
     assert sorted(results) == list(range(1, writers * each + 1))
     assert versions(store, table_id) == list(range(writers * each + 1))
     assert store.count_active_files(table_id, writers * each) == writers * each + 1

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect, select, text
 from store.store_kit import add, new_table, state
+from support.race import race
 
 from delta_mirror.errors import PermanentError
 from delta_mirror.store import SqlStore, db
@@ -56,25 +58,12 @@ def test_action_payloads_are_text_that_keeps_key_order_not_jsonb(store: SqlStore
 
 
 def test_concurrent_init_of_a_fresh_store_succeeds_for_every_caller(store_url: str) -> None:
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(3, timeout=30)
-
-    def run() -> None:
-        s = SqlStore(store_url)
-        try:
+    def init(_w: int, barrier: threading.Barrier) -> None:
+        with closing(SqlStore(store_url)) as s:
             barrier.wait()
             s.init()
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            s.close()
 
-    threads = [threading.Thread(target=run) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert errors == []
+    race(3, init)  # no caller fails
     s = SqlStore(store_url)
     s.ensure_initialised()
     s.close()

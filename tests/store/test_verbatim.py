@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 from store.store_kit import add, metadata, protocol, remove, spark_file, state, v0_file
+from support.race import race, won_or_refused
 
 from delta_mirror.errors import (
     CommitConflictError,
@@ -192,29 +194,18 @@ def test_racing_verbatim_writers_of_one_version_get_exactly_one_winner(
 ) -> None:
     store.commit_verbatim(location, 0, v0_file(), create_name="t")
     writers = 6
-    barrier = threading.Barrier(writers, timeout=60)
-    outcomes: list[str] = []
 
-    def writer(w: int) -> None:
-        s = SqlStore(store_url)
-        try:
+    def writer(w: int, barrier: threading.Barrier) -> str:
+        with closing(SqlStore(store_url)) as s:
             barrier.wait()
-            s.commit_verbatim(location, 1, spark_file(add(f"w{w}.parquet")))
-            outcomes.append(f"won:{w}")
-        except CommitConflictError:
-            outcomes.append("conflict")
-        finally:
-            s.close()
+            return won_or_refused(
+                lambda: s.commit_verbatim(location, 1, spark_file(add(f"w{w}.parquet"))), CommitConflictError
+            )
 
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    winners = [o for o in outcomes if o.startswith("won:")]
-    assert len(winners) == 1 and outcomes.count("conflict") == writers - 1
+    outcomes = race(writers, writer)
+    assert sorted(outcomes) == ["refused"] * (writers - 1) + ["won"]
     table = store.table_at(location)
-    assert store.commit_bytes(table.id, 1) == spark_file(add(f"w{winners[0][4:]}.parquet"))
+    assert store.commit_bytes(table.id, 1) == spark_file(add(f"w{outcomes.index('won')}.parquet"))
 
 
 # Commits in the corpus that Delta-Spark did not write through LogStore.write, refused on purpose.

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, select, text
 from store.store_kit import Action, add, inline_dv, metadata, protocol, remove, spark_file, state, v0_file
+from support.race import race, won_or_refused
 
 from delta_mirror.errors import CommitConflictError, DataError, InvalidActionError, TableHaltedError
 from delta_mirror.store import SqlStore
@@ -201,31 +202,23 @@ def test_racing_writers_of_a_known_root_get_one_winner_and_a_retry_its_existing_
     store.commit_verbatim(location, 0, v0_file(), create_name="t")
     store.commit_verbatim(location, 1, spark_file(add("b.parquet")))  # the root is known now
     writers = 6
-    barrier = threading.Barrier(writers, timeout=60)
-    outcomes: list[str] = []
     same = spark_file(add("same.parquet"))
 
-    def writer(w: int) -> None:
-        try:
-            barrier.wait()
-            # two rounds: version 2 with different bytes each, version 3 with the same bytes for all
-            store.commit_verbatim(location, 2, spark_file(add(f"w{w}.parquet")))
-            outcomes.append(f"won:{w}")
-        except CommitConflictError:
-            outcomes.append("conflict")
+    def writer(w: int, barrier: threading.Barrier) -> tuple[str, str]:
+        """Two rounds: version 2 with different bytes each, version 3 with the same bytes for all."""
+        barrier.wait()
+        different = won_or_refused(
+            lambda: store.commit_verbatim(location, 2, spark_file(add(f"w{w}.parquet"))), CommitConflictError
+        )
         result = store.commit_verbatim(location, 3, same)
-        outcomes.append("existing" if result.existing else "committed")
+        return different, "existing" if result.existing else "committed"
 
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    winners = [o for o in outcomes if o.startswith("won:")]
-    assert len(winners) == 1 and outcomes.count("conflict") == writers - 1
-    assert outcomes.count("committed") == 1 and outcomes.count("existing") == writers - 1
+    outcomes = race(writers, writer)
+    assert sorted(o[0] for o in outcomes) == ["refused"] * (writers - 1) + ["won"]
+    assert sorted(o[1] for o in outcomes) == ["committed"] + ["existing"] * (writers - 1)
     table = store.table_at(location)
-    assert store.commit_bytes(table.id, 2) == spark_file(add(f"w{winners[0][4:]}.parquet"))
+    winner = [o[0] for o in outcomes].index("won")
+    assert store.commit_bytes(table.id, 2) == spark_file(add(f"w{winner}.parquet"))
     assert store.latest_version(table.id) == 3
 
 

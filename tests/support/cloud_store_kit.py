@@ -27,6 +27,7 @@ from delta_mirror.storage import ObjectExistsError, ObjectStore, open_store
 from delta_mirror.store import SqlStore
 from support.builders import ID_SCHEMA
 from support.cli import clean_env, executable
+from support.race import race, won_or_refused
 from support.waiting import load_scaled
 
 #: Uploads one data file (a path outside ``_delta_log/``, which the mirror's stores refuse to write).
@@ -88,26 +89,15 @@ def race_put_if_absent(objects_for_writer: Callable[[], ObjectStore], path: str,
     """``writers`` stores (one client each) put different bytes at ``path`` at once: exactly one
     wins, every other gets ``ObjectExistsError``, and the object holds the winner's bytes."""
     stores = [objects_for_writer() for _ in range(writers)]
-    start = threading.Barrier(writers)
-    won: list[bytes] = []
-    lost: list[BaseException] = []
 
-    def write(i: int) -> None:
+    def write(i: int, start: threading.Barrier) -> tuple[str, bytes]:
         data = f'{{"commitInfo":{{"writer":{i}}}}}\n'.encode()
         start.wait()
-        try:
-            stores[i].put_if_absent(path, data)
-            won.append(data)
-        except BaseException as exc:
-            lost.append(exc)
+        return won_or_refused(lambda: stores[i].put_if_absent(path, data), ObjectExistsError), data
 
-    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=load_scaled(60))
-    assert len(won) == 1, (won, lost)
-    assert len(lost) == writers - 1 and all(isinstance(e, ObjectExistsError) for e in lost), lost
+    outcomes = race(writers, write)
+    won = [data for outcome, data in outcomes if outcome == "won"]
+    assert len(won) == 1, outcomes  # every other writer got ObjectExistsError (anything else fails the race)
     assert stores[0].get(path) == won[0]
 
 
