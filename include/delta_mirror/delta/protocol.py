@@ -106,14 +106,27 @@ def writer_features(protocol: Mapping[str, Any]) -> list[str]:
     return [str(f) for f in features] if isinstance(features, list) else []
 
 
+def _version_problem(protocol: Mapping[str, Any], side: str, highest: int, with_features: int) -> str | None:
+    """What is wrong with ``min{side}Version`` (``side``: Reader or Writer), if anything: not an
+    integer, higher than any the protocol defines, or beside a features list without being the
+    table-features version."""
+    field = f"min{side}Version"
+    version = protocol.get(field)
+    if not isinstance(version, int) or isinstance(version, bool):
+        return f"its protocol has an invalid {field} {version!r}"
+    if version > highest:
+        return f"it requires {field} {version} (at most {highest} exists)"
+    features = f"{side.lower()}Features"
+    if protocol.get(features) is not None and version != with_features:
+        return f"its protocol lists {features} with {field} {version} (must be {with_features})"
+    return None
+
+
 def unsupported_reasons(protocol: Mapping[str, Any], metadata: Mapping[str, Any] | None) -> list[str]:
     """Why a table with this protocol (and metadata) cannot be carried unchanged under SQL
     authority: catalog-owned commits, unknown reader features, impossible versions. Empty: fine."""
     problems: list[str] = []
-    reader_features = protocol.get("readerFeatures")
-    writer_features = protocol.get("writerFeatures")
-    readers = [str(f) for f in reader_features] if isinstance(reader_features, list) else []
-    writers = [str(f) for f in writer_features] if isinstance(writer_features, list) else []
+    readers, writers = reader_features(protocol), writer_features(protocol)
     catalog = sorted({f for f in [*readers, *writers] if f in CATALOG_FEATURES})
     if catalog:
         problems.append(
@@ -128,29 +141,12 @@ def unsupported_reasons(protocol: Mapping[str, Any], metadata: Mapping[str, Any]
     unknown = [f for f in readers if f not in KNOWN_READER_FEATURES and f not in CATALOG_FEATURES]
     if unknown:
         problems.append(f"it requires unknown reader feature(s) {', '.join(repr(f) for f in unknown)}")
-    reader_version = protocol.get("minReaderVersion")
+    if reader_problem := _version_problem(protocol, "Reader", MAX_READER_VERSION, FEATURES_READER_VERSION):
+        problems.append(reader_problem)
     writer_version = protocol.get("minWriterVersion")
-    if not isinstance(reader_version, int) or isinstance(reader_version, bool):
-        problems.append(f"its protocol has an invalid minReaderVersion {reader_version!r}")
-    elif reader_version > MAX_READER_VERSION:
-        problems.append(
-            f"it requires minReaderVersion {reader_version} (at most {MAX_READER_VERSION} exists)"
-        )
-    elif reader_features is not None and reader_version != FEATURES_READER_VERSION:
-        problems.append(
-            f"its protocol lists readerFeatures with minReaderVersion {reader_version} (must be 3)"
-        )
-    if not isinstance(writer_version, int) or isinstance(writer_version, bool):
-        problems.append(f"its protocol has an invalid minWriterVersion {writer_version!r}")
-    elif writer_version > MAX_WRITER_VERSION:
-        problems.append(
-            f"it requires minWriterVersion {writer_version} (at most {MAX_WRITER_VERSION} exists)"
-        )
-    elif writer_features is not None and writer_version != FEATURES_WRITER_VERSION:
-        problems.append(
-            f"its protocol lists writerFeatures with minWriterVersion {writer_version} (must be 7)"
-        )
-    elif reader_version == 3 and writer_version != FEATURES_WRITER_VERSION:
+    if writer_problem := _version_problem(protocol, "Writer", MAX_WRITER_VERSION, FEATURES_WRITER_VERSION):
+        problems.append(writer_problem)
+    elif protocol.get("minReaderVersion") == 3 and writer_version != FEATURES_WRITER_VERSION:
         problems.append(
             f"its protocol has minReaderVersion 3 with minWriterVersion {writer_version} (must be 7)"
         )
