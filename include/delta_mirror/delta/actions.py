@@ -156,14 +156,15 @@ _STRICT_JSON = json.JSONDecoder(parse_constant=_reject_constant)
 
 def parse_actions(data: bytes, *, table: str, version: int | None = None) -> list[Action]:
     """Parse JSON lines of actions strictly (native commits): one object with one key per line."""
+
+    def refused(what: str, hint: str) -> InvalidActionError:
+        return InvalidActionError(what, table=table, version=version, hint=hint)
+
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InvalidActionError(
-            f"actions are not valid UTF-8 (byte {exc.start})",
-            table=table,
-            version=version,
-            hint="write the actions file as UTF-8 JSON lines",
+        raise refused(
+            f"actions are not valid UTF-8 (byte {exc.start})", "write the actions file as UTF-8 JSON lines"
         ) from None
     out: list[Action] = []
     # Only '\n' separates actions: str.splitlines() would also split on U+2028, U+0085... which
@@ -174,49 +175,36 @@ def parse_actions(data: bytes, *, table: str, version: int | None = None) -> lis
         try:
             obj = json.loads(line, parse_constant=_reject_constant)
         except json.JSONDecodeError as exc:
-            raise InvalidActionError(
+            raise refused(
                 f"line {number}: malformed JSON ({exc.msg} at column {exc.colno})",
-                table=table,
-                version=version,
-                hint='each line must be one JSON object such as {"add": {...}}',
+                'each line must be one JSON object such as {"add": {...}}',
             ) from None
         except RecursionError:
-            raise InvalidActionError(
-                f"line {number}: JSON nested too deeply",
-                table=table,
-                version=version,
-                hint="actions are shallow objects; check the writer",
+            raise refused(
+                f"line {number}: JSON nested too deeply", "actions are shallow objects; check the writer"
             ) from None
         if _SURROGATE_ESCAPE.search(line):
             try:  # an escaped lone surrogate ("\ud800") is valid JSON but not encodable as UTF-8
                 json.dumps(obj, ensure_ascii=False).encode("utf-8")
             except UnicodeEncodeError:
-                raise InvalidActionError(
+                raise refused(
                     f"line {number}: a string holds a lone UTF-16 surrogate escape (not valid Unicode)",
-                    table=table,
-                    version=version,
-                    hint="write strings as valid UTF-8 (surrogate escapes only in pairs)",
+                    "write strings as valid UTF-8 (surrogate escapes only in pairs)",
                 ) from None
         if not isinstance(obj, dict) or len(obj) != 1:
-            raise InvalidActionError(
+            raise refused(
                 f"line {number}: an action must be a JSON object with exactly one key (the action type)",
-                table=table,
-                version=version,
-                hint='e.g. {"add": {...}}',
+                'e.g. {"add": {...}}',
             )
         ((action_type, body),) = obj.items()
         if not isinstance(body, dict):
-            raise InvalidActionError(
+            raise refused(
                 f"line {number}: the body of '{action_type}' must be a JSON object",
-                table=table,
-                version=version,
-                hint=f'e.g. {{"{action_type}": {{...}}}}',
+                f'e.g. {{"{action_type}": {{...}}}}',
             )
         out.append((action_type, body))
     if not out:
-        raise InvalidActionError(
-            "the commit holds no actions", table=table, version=version, hint="pass at least one action"
-        )
+        raise refused("the commit holds no actions", "pass at least one action")
     return out
 
 
@@ -328,33 +316,18 @@ def validate_action(
     location: str | None,
 ) -> None:
     """Check one action of a native commit against the protocol's required fields."""
+    w = _Where(action_type, f"action {number} ({action_type})", table, version, location)
+    check = _CHECKS.get(action_type)
+    if check is None:
+        raise w.fail(
+            f"unknown action type '{action_type}'", f"native commits take {', '.join(KNOWN_ACTIONS[:8])}"
+        )
     try:
-        _validate_action(action_type, body, number=number, table=table, version=version, location=location)
+        check(w, body)
     except InvalidActionError as exc:
         if exc.hint is None:  # every refusal says what to do
             exc.hint = f"fix action {number} of the commit (see the Delta protocol's '{action_type}' action)"
         raise
-
-
-def _validate_action(
-    action_type: str,
-    body: Mapping[str, Any],
-    *,
-    number: int,
-    table: str,
-    version: int | None,
-    location: str | None,
-) -> None:
-    where = f"action {number} ({action_type})"
-    check = _CHECKS.get(action_type)
-    if check is None:
-        raise InvalidActionError(
-            f"{where}: unknown action type '{action_type}'",
-            table=table,
-            version=version,
-            hint=f"native commits take {', '.join(KNOWN_ACTIONS[:8])}",
-        )
-    check(_Where(action_type, where, table, version, location), body)
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from delta_mirror.delta.actions import (
     _KNOWN,
     _PLAIN_PATH,
     _STRICT_JSON,
-    _validate_action,
     line_action,
+    validate_action,
 )
 from delta_mirror.delta.log_path import LOG_DIR
 from delta_mirror.errors import InvalidActionError
@@ -122,7 +122,7 @@ def check_stored_commit(
         action_type, body = _stored_action(line, obj, number, table, version, hint, native=native)
         if native and not (action_type == "add" and _plain_add(body)):
             try:
-                _validate_action(
+                validate_action(  # its default hint is replaced below
                     action_type, body, number=number, table=table, version=version, location=location
                 )
             except InvalidActionError as exc:
