@@ -5,8 +5,9 @@ PostgreSQL store (``log_statement = all``, so every statement the server receive
 
 - ``before``: the pre-fleet trigger, one poll per table per interval, each on a new ``SqlStore``
   (a new engine and connection: ``get_table``, ``latest_version``, ``last_published_version``);
-- ``after``: ``StoreCommitTrigger`` as shipped: one shared watcher per store (one statement per
-  interval for all tables, the process's pooled engine, woken by NOTIFY).
+- ``after``: ``StoreCommitTrigger`` as shipped, run as the triggerer runs it (Airflow's shared
+  stream, ``support.triggerer``): one watcher per store connection and interval (one statement per
+  interval for all tables, the process's pooled engine, woken by NOTIFY), broadcast to every trigger.
 
 For each mode and N it measures, over an idle window: new server sessions per second, statements
 per second and per poll interval, open connections, the CPU of the watching process (cores); then
@@ -176,12 +177,15 @@ async def _legacy_run(url: str, table: str, interval: float) -> Any:
         await asyncio.sleep(interval)
 
 
-async def _trigger_run(table: str, interval: float) -> Any:
+async def _trigger_run(table: str, interval: float, triggerer: Any) -> Any:
+    """``StoreCommitTrigger`` as the triggerer runs it: in Airflow's shared stream of its store."""
     from delta_mirror.airflow.triggers import StoreCommitTrigger
 
     # coalesce_seconds=0: no DAG run publishes here, so the watcher's own latency is what is measured
-    async for event in StoreCommitTrigger(table=table, poll_interval=interval, coalesce_seconds=0).run():
-        yield dict(event.payload)
+    async for payload in triggerer.events(
+        StoreCommitTrigger(table=table, poll_interval=interval, coalesce_seconds=0)
+    ):
+        yield payload
 
 
 def _count_statements(logfile: Path, offset: int, database: str) -> int:
@@ -202,12 +206,17 @@ async def _measure(
     rate: float,
     logfile: Path,
 ) -> dict[str, Any]:
+    from support.triggerer import Triggerer
+
     from delta_mirror.store import SqlStore
 
     arrived: dict[tuple[str, int], float] = {}
+    triggerer = Triggerer()
 
     async def watch(name: str) -> None:
-        gen = _legacy_run(url, name, interval) if mode == "before" else _trigger_run(name, interval)
+        gen = (
+            _legacy_run(url, name, interval) if mode == "before" else _trigger_run(name, interval, triggerer)
+        )
         async for payload in gen:
             arrived[(payload["table"], int(payload["to_version"]))] = time.monotonic()
 
@@ -247,6 +256,7 @@ async def _measure(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await triggerer.stop()
 
     def pct(p: float) -> float | None:
         if not latencies:

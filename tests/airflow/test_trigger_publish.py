@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from dm_airflow_kit import make_table
+from support.triggerer import Triggerer
 
 from delta_mirror.delta.log_path import LOG_DIR, commit_name
 from delta_mirror.jobs.publisher import Publisher
@@ -35,17 +36,19 @@ def drive(body: Callable[[list[dict[str, Any]]], Awaitable[None]], **kwargs: Any
     events: list[dict[str, Any]] = []
     trig = StoreCommitTrigger(table="t1", poll_interval=0.1, publish=True, **kwargs)
 
-    async def collect() -> None:
-        async for event in trig.run():
-            events.append(dict(event.payload))
+    async def collect(triggerer: Triggerer) -> None:
+        async for payload in triggerer.events(trig):
+            events.append(payload)
 
     async def main() -> None:
-        task = asyncio.create_task(collect())
+        triggerer = Triggerer()  # as the triggerer runs it: Airflow's shared stream
+        task = asyncio.create_task(collect(triggerer))
         try:
             await asyncio.wait_for(body(events), 20)
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+            await triggerer.stop()
 
     asyncio.run(main())
     return events

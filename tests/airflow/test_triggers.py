@@ -1,5 +1,6 @@
 """The event-driven trigger: it fires when the store has commits past the watermark, and survives a
-store that is briefly unreachable (the asset watcher must not die)."""
+store that is briefly unreachable (the asset watcher must not die). Driven as the triggerer drives
+it (Airflow's shared-stream manager, ``support.triggerer``) unless a test says otherwise."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from dm_airflow_kit import make_table
 from support.services import scalar_query
+from support.triggerer import Triggerer
 
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.store import SqlStore
@@ -23,9 +25,13 @@ if TYPE_CHECKING:
 
 def first_event(trigger: object, timeout: float = 10.0) -> dict[str, object]:
     async def run() -> dict[str, object]:
-        async for event in trigger.run():  # type: ignore[attr-defined]
-            return dict(event.payload)
-        raise AssertionError("the trigger ended without an event")
+        triggerer = Triggerer()
+        events = triggerer.events(trigger)
+        try:
+            return await anext(events)
+        finally:
+            await events.aclose()
+            await triggerer.stop()
 
     return asyncio.run(asyncio.wait_for(run(), timeout))
 
@@ -54,6 +60,121 @@ def test_pending_commits_fire_at_once_from_the_last_published_version(
     assert first_event(trigger()) == {"table": "t1", "from_version": 0, "to_version": 2}
     Publisher(store).publish("t1", to_version=1)
     assert first_event(trigger()) == {"table": "t1", "from_version": 2, "to_version": 2}
+
+
+def test_a_trigger_run_alone_fires_as_it_does_in_a_shared_stream(
+    sqlite_store: str, local_location: Path
+) -> None:
+    """``run()``: the triggerer's fallback when a trigger shares no stream (its own producer)."""
+    store = SqlStore(sqlite_store)
+    make_table(store, "t1", local_location.as_uri(), versions=3)
+
+    async def run() -> dict[str, object]:
+        async for event in trigger().run():
+            return dict(event.payload)
+        raise AssertionError("the trigger ended without an event")
+
+    assert asyncio.run(asyncio.wait_for(run(), 10)) == {"table": "t1", "from_version": 0, "to_version": 2}
+
+
+def test_triggers_of_one_store_connection_and_interval_share_one_stream_key() -> None:
+    from delta_mirror.airflow.triggers import StoreCommitTrigger
+
+    keys = {
+        StoreCommitTrigger("a", store_conn_id="pg", poll_interval=1).shared_stream_key(),
+        StoreCommitTrigger("b", store_conn_id="pg", poll_interval=1.0, publish=True).shared_stream_key(),
+    }
+    assert len(keys) == 1
+    assert StoreCommitTrigger("a", store_conn_id="other", poll_interval=1).shared_stream_key() not in keys
+    assert StoreCommitTrigger("a", store_conn_id="pg", poll_interval=5).shared_stream_key() not in keys
+
+
+def test_a_trigger_joining_a_running_stream_gets_its_pending_versions_at_once(
+    sqlite_store: str, local_location: Path
+) -> None:
+    """Airflow broadcasts nothing sent before a subscriber joined: the producer reports again for it
+    at once, not after its (here 60 s) interval."""
+    from delta_mirror.airflow.triggers import StoreCommitTrigger
+    from delta_mirror.store.watch import watchers
+
+    store = SqlStore(sqlite_store)
+    make_table(store, "t1", local_location.as_uri(), versions=1)
+    make_table(store, "t2", local_location.as_uri() + "2", versions=2)
+
+    async def main() -> None:
+        triggerer = Triggerer()
+        first = triggerer.events(StoreCommitTrigger(table="t1", poll_interval=60.0))
+        second = triggerer.events(StoreCommitTrigger(table="t2", poll_interval=60.0))
+        try:
+            assert await asyncio.wait_for(anext(first), 10) == {
+                "table": "t1",
+                "from_version": 0,
+                "to_version": 0,
+            }
+            assert len(watchers()) == 1
+            assert await asyncio.wait_for(anext(second), 10) == {
+                "table": "t2",
+                "from_version": 0,
+                "to_version": 1,
+            }
+            assert len(watchers()) == 1  # the same producer polls both tables now
+        finally:
+            await first.aclose()
+            await second.aclose()
+            await triggerer.stop()
+        assert watchers() == []  # the last subscriber gone, Airflow stopped the producer
+
+    asyncio.run(main())
+
+
+def test_a_trigger_busy_longer_than_its_queue_of_reports_keeps_its_stream(
+    sqlite_store: str, local_location: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Airflow fails a trigger whose queue of unread reports is full (here 1 report): a trigger busy
+    publishing while other tables commit still fires afterwards, since it reads its stream in a task
+    of its own and keeps only the newest versions."""
+    from delta_mirror.airflow.triggers import StoreCommitTrigger
+
+    store = SqlStore(sqlite_store)
+    make_table(store, "t1", local_location.as_uri(), versions=1)
+    make_table(store, "t2", local_location.as_uri() + "2", versions=1)
+    busy = asyncio.Event()
+    events: list[dict[str, object]] = []
+
+    async def slow_publish(self: StoreCommitTrigger, *_args: object) -> dict[str, object]:
+        busy.set()
+        await asyncio.sleep(2.0)  # meanwhile t2's commits broadcast reports to t1's queue too
+        return {"table": self.table, "reason": "slow"}
+
+    monkeypatch.setattr(StoreCommitTrigger, "_publish_pending", slow_publish)
+
+    async def main() -> None:
+        triggerer = Triggerer(max_subscriber_queue=1)
+
+        async def watch(name: str) -> None:
+            async for payload in triggerer.events(StoreCommitTrigger(name, poll_interval=0.05, publish=True)):
+                events.append(payload)
+
+        tasks = [asyncio.create_task(watch("t1")), asyncio.create_task(watch("t2"))]
+        try:
+            await asyncio.wait_for(busy.wait(), 10)
+            for n in range(5):
+                await asyncio.to_thread(store.commit, "t2", [("txn", {"appId": "loader", "version": n})])
+                await asyncio.sleep(0.15)
+            await asyncio.to_thread(store.commit, "t1", [("txn", {"appId": "loader", "version": 1})])
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 20
+            while sum(e["table"] == "t1" for e in events) < 2:
+                assert loop.time() < deadline, events
+                assert not any(t.done() for t in tasks), [t.exception() for t in tasks if t.done()]
+                await asyncio.sleep(0.05)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await triggerer.stop()
+
+    asyncio.run(main())
 
 
 def test_a_new_commit_past_the_watermark_fires_the_trigger(sqlite_store: str, local_location: Path) -> None:
@@ -101,7 +222,7 @@ def pg_sessions(url: str) -> int:
 
 
 @pytest.mark.postgres
-def test_50_triggers_share_one_watcher_a_commit_fires_only_its_table_and_a_store_restart_loses_nothing(
+def test_50_triggers_share_one_stream_a_commit_fires_only_its_table_and_a_store_restart_loses_nothing(
     pg_store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_restart: object
 ) -> None:
     """Each table's trigger fires exactly once for its pending version 0, once for a later commit to
@@ -123,11 +244,14 @@ def test_50_triggers_share_one_watcher_a_commit_fires_only_its_table_and_a_store
         )
     monkeypatch.setenv("DELTA_MIRROR_STORE", pg_store_url)
     events: list[dict[str, object]] = []
+    triggerer: Triggerer
 
     async def watch(name: str) -> None:
         # no coalescing here: no DAG run publishes what the triggers fire for
-        async for event in StoreCommitTrigger(table=name, poll_interval=0.2, coalesce_seconds=0).run():
-            events.append(dict(event.payload))
+        async for payload in triggerer.events(
+            StoreCommitTrigger(table=name, poll_interval=0.2, coalesce_seconds=0)
+        ):
+            events.append(payload)
 
     async def settle(count: int, quiet: float = 1.0) -> None:
         loop = asyncio.get_running_loop()
@@ -139,6 +263,8 @@ def test_50_triggers_share_one_watcher_a_commit_fires_only_its_table_and_a_store
         assert len(events) == count, events[count:]
 
     async def main() -> None:
+        nonlocal triggerer
+        triggerer = Triggerer()
         tasks = [asyncio.create_task(watch(name)) for name in names]
         try:
             await settle(50)
@@ -166,14 +292,19 @@ def test_50_triggers_share_one_watcher_a_commit_fires_only_its_table_and_a_store
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await triggerer.stop()
 
     asyncio.run(main())
 
 
 def collect(trig: StoreCommitTrigger, events: list[dict[str, object]]) -> Coroutine[Any, Any, None]:
     async def run() -> None:
-        async for event in trig.run():
-            events.append(dict(event.payload))
+        triggerer = Triggerer()
+        try:
+            async for payload in triggerer.events(trig):
+                events.append(payload)
+        finally:
+            await triggerer.stop()
 
     return run()
 

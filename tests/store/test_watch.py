@@ -1,5 +1,6 @@
-"""The fleet watcher (``store/watch.py``) and the shared engine (``db.shared_engine``) on real SQLite
-and PostgreSQL: one statement per poll for every watched table, NOTIFY wakes it before the poll
+"""The fleet watcher (``store/watch.py``, the producer of the triggers' shared stream) and the shared
+engine (``db.shared_engine``) on real SQLite and PostgreSQL: one statement per poll for every watched
+table, a report only when something changed (or a subscriber asked), NOTIFY wakes it before the poll
 interval, a store restart loses no commit, and the connections stay few however many tables."""
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from store_kit import add, new_table
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.store import SqlStore, db
 from delta_mirror.store.watch import (
+    UNKNOWN,
     CommitWatcher,
-    Subscription,
     TableVersions,
+    VersionsReport,
     latest_versions,
     table_versions,
+    watchers,
 )
 
 N_TABLES = 50
@@ -37,10 +40,6 @@ def count_statements(engine: Any) -> list[str]:
     seen: list[str] = []
     event.listen(engine, "before_cursor_execute", lambda _c, _cu, stmt, *_a: seen.append(stmt))
     return seen
-
-
-async def answered(sub: Subscription, timeout: float = 10.0) -> int | None:
-    return await asyncio.wait_for(sub.wait(), timeout)
 
 
 def checked_in(engine: Engine) -> int:
@@ -119,6 +118,43 @@ def pg_backends(url: str) -> int:
         engine.dispose()
 
 
+class Reports:
+    """A watcher's ``reports()`` read in a task, as the triggerer's shared stream reads its producer."""
+
+    def __init__(self, watcher: CommitWatcher) -> None:
+        self.watcher = watcher
+        self.seen: list[VersionsReport] = []
+        self._queue: asyncio.Queue[VersionsReport] = asyncio.Queue()
+
+    async def __aenter__(self) -> Reports:
+        self._task = asyncio.create_task(self._read())
+        return self
+
+    async def _read(self) -> None:
+        async for report in self.watcher.reports():
+            self.seen.append(report)
+            self._queue.put_nowait(report)
+
+    async def next(self, timeout: float = 10.0) -> VersionsReport:
+        return await asyncio.wait_for(self._queue.get(), timeout)
+
+    async def until(self, check: Callable[[VersionsReport], bool], timeout: float = 20.0) -> VersionsReport:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            report = await self.next(max(0.1, deadline - asyncio.get_running_loop().time()))
+            if check(report):
+                return report
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        assert self.watcher not in watchers()  # closed: no poll or LISTEN task left
+
+
+def latest(report: VersionsReport, names: list[str]) -> list[int | None]:
+    return [report.of(n).latest for n in names]
+
+
 @pytest.mark.postgres
 def test_one_watcher_serves_50_tables_with_one_statement_per_poll_and_few_connections(
     pg_store_url: str, location: str
@@ -130,16 +166,38 @@ def test_one_watcher_serves_50_tables_with_one_statement_per_poll_and_few_connec
     statements = count_statements(db.shared_engine(pg_store_url))
 
     async def main() -> None:
-        watcher = CommitWatcher(pg_store_url)
-        async with watcher_subscriptions(watcher, names, interval=0.1) as subs:
-            assert [await answered(s) for s in subs] == [0] * N_TABLES
+        watcher = CommitWatcher(pg_store_url, 0.1, lambda: names)
+        async with Reports(watcher) as reports:
+            assert latest(await reports.next(), names) == [0] * N_TABLES
+            await asyncio.sleep(0.5)  # the LISTEN connection's first wake-up poll is done
             statements.clear()
-            polls = watcher.polls
+            polls, seen = watcher.polls, len(reports.seen)
             await asyncio.sleep(1.0)
-            # ~10 polls in that second, each one statement for all 50 tables
+            # ~10 polls in that second, each one statement for all 50 tables, and nothing to report
             assert watcher.polls - polls >= 5
             assert len(statements) <= watcher.polls - polls + 1
+            assert len(reports.seen) == seen
             assert pg_backends(pg_store_url) <= 3  # the pool's connection and the LISTEN connection
+
+    run(main)
+
+
+def test_the_watcher_polls_the_names_it_is_given_and_reports_again_when_refreshed(
+    store: SqlStore, location: str
+) -> None:
+    names = make_tables(store, location, 3)
+    watched = ["t000"]
+
+    async def main() -> None:
+        watcher = CommitWatcher(store.url, 60.0, lambda: watched)
+        async with Reports(watcher) as reports:
+            first = await reports.next()
+            assert dict(first.versions) == {"t000": TableVersions(0, None)}
+            assert first.of("t001") == UNKNOWN
+            watched.append("t002")
+            watcher.refresh()  # nothing changed for t000, but a new subscriber wants the state now
+            second = await reports.next(timeout=5.0)
+            assert latest(second, names) == [0, None, 0]
 
     run(main)
 
@@ -151,17 +209,17 @@ def test_notify_wakes_the_watcher_long_before_its_poll_interval(pg_store_url: st
     names = make_tables(store, location, 3)
 
     async def main() -> None:
-        watcher = CommitWatcher(pg_store_url)
-        async with watcher_subscriptions(watcher, names, interval=60.0) as subs:
-            assert [await answered(s) for s in subs] == [0, 0, 0]
+        watcher = CommitWatcher(pg_store_url, 60.0, lambda: names)
+        async with Reports(watcher) as reports:
+            assert latest(await reports.next(), names) == [0, 0, 0]
             await asyncio.sleep(0.5)  # the LISTEN connection is up
             loop = asyncio.get_running_loop()
             started = loop.time()
             await asyncio.to_thread(store.commit, "t001", [add("b.parquet")])
-            assert await answered(subs[1], timeout=5.0) == 1
+            report = await reports.until(lambda r: r.of("t001").latest == 1, timeout=5.0)
             assert loop.time() - started < 5.0  # the interval is 60 s: only the NOTIFY woke it
+            assert latest(report, names) == [0, 1, 0]
             assert watcher.notifications >= 1
-            assert not subs[0]._changed.is_set() and not subs[2]._changed.is_set()
 
     run(main)
 
@@ -175,37 +233,13 @@ def test_a_store_restart_loses_no_commit(
     names = make_tables(store, location, 5)
 
     async def main() -> None:
-        watcher = CommitWatcher(pg_store_url)
-        async with watcher_subscriptions(watcher, names, interval=0.2) as subs:
-            assert [await answered(s) for s in subs] == [0] * 5
+        watcher = CommitWatcher(pg_store_url, 0.2, lambda: names)
+        async with Reports(watcher) as reports:
+            assert latest(await reports.next(), names) == [0] * 5
             await asyncio.to_thread(pg_restart)
             # the first poll after the restart fails or reconnects; either way the commit arrives
             await asyncio.to_thread(store.commit, "t004", [add("b.parquet")])
-            deadline = asyncio.get_running_loop().time() + 20
-            while subs[4].latest != 1:
-                assert asyncio.get_running_loop().time() < deadline, subs[4].error
-                await answered(subs[4], timeout=20)
-            assert [s.latest for s in subs[:4]] == [0] * 4
+            report = await reports.until(lambda r: r.of("t004").latest == 1)
+            assert latest(report, names) == [0, 0, 0, 0, 1]
 
     run(main)
-
-
-class watcher_subscriptions:  # used like a function
-    """Subscribe ``names`` to ``watcher`` for the ``async with`` block."""
-
-    def __init__(self, watcher: CommitWatcher, names: list[str], interval: float) -> None:
-        self.watcher, self.names, self.interval = watcher, names, interval
-        self._cms: list[Any] = []
-
-    async def __aenter__(self) -> list[Subscription]:
-        subs = []
-        for name in self.names:
-            cm = self.watcher.subscribe(name, self.interval)
-            subs.append(await cm.__aenter__())
-            self._cms.append(cm)
-        return subs
-
-    async def __aexit__(self, *exc: object) -> None:
-        for cm in reversed(self._cms):
-            await cm.__aexit__(None, None, None)
-        assert not self.watcher._tasks  # the last subscriber stopped the watcher

@@ -1,9 +1,13 @@
-"""Event-driven publishing: a trigger that polls the store for commits past a watermark.
+"""Event-driven publishing: a trigger that fires when the store has commits past a watermark.
 
 Used through an ``AssetWatcher``: when a table has committed versions beyond what is published,
 the trigger fires and the table's DAG runs within about one ``poll_interval`` (at once on
-PostgreSQL, which notifies each commit). All the triggers of one triggerer share one watcher per
-store (``delta_mirror.store.watch``): one query per interval for the whole fleet, on one pool.
+PostgreSQL, which notifies each commit). The triggers of one store connection and poll interval
+share one poll loop per triggerer through Airflow's shared stream (``shared_stream_key`` /
+``open_shared_stream`` / ``filter_shared_stream``, ``airflow/triggers/shared_stream.py``): its
+producer is the store's ``CommitWatcher`` (``delta_mirror.store.watch``: one statement per interval
+for every watched table, woken by ``NOTIFY``), the triggerer broadcasts each report to every
+trigger of the group, and each trigger keeps its own watermark.
 
 With ``publish=True`` (``publish_in: triggerer``) the trigger publishes the table's new commits
 itself (``jobs.watch_publish``, in a thread) and fires only when the run has work left: a
@@ -15,13 +19,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Collection, Hashable, Iterator
 from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
+
+from delta_mirror.store.watch import CommitWatcher, TableVersions, VersionsReport
+
+log = logging.getLogger(__name__)
+
+#: The first item of every ``StoreCommitTrigger.shared_stream_key()``.
+STREAM = "delta_mirror.store_commits"
 
 
 class StoreCommitTrigger(BaseEventTrigger):
@@ -38,9 +51,20 @@ class StoreCommitTrigger(BaseEventTrigger):
     batch, instead of one queued run each; versions that a run already published (it publishes
     every pending version, not just the fired ones) fire nothing.
 
-    ``publish``: publish here and fire only for a due checkpoint or a failed publish (payload key
-    ``reason``); a held lease fires nothing and is tried again after ``poll_interval``.
-    ``aws_conn_id``: the storage connection, resolved in the triggerer as the operators do.
+    :param table: the mirrored table to watch (its name in the store).
+    :param store_conn_id: the Airflow connection of the store (None: ``DELTA_MIRROR_STORE`` or the
+        config's store); with ``poll_interval`` it names the shared stream the trigger joins.
+    :param poll_interval: seconds between the shared watcher's polls (the fallback when no
+        ``NOTIFY`` arrives; SQLite stores are only polled).
+    :param watermark: the last version already handled (None: the table's last published version,
+        read at start, so a restarted trigger misses nothing).
+    :param coalesce_seconds: how long newer commits wait for the run this trigger started to
+        publish before they fire anyway (a failed or stuck run).
+    :param publish: publish here (``publish_in: triggerer``) and fire only for a due checkpoint or
+        a failed publish (payload key ``reason``); a held lease fires nothing and is tried again
+        after ``poll_interval``.
+    :param aws_conn_id: the storage connection for ``publish``, resolved in the triggerer as the
+        operators resolve it.
     """
 
     def __init__(
@@ -76,43 +100,74 @@ class StoreCommitTrigger(BaseEventTrigger):
             },
         )
 
-    def _store_url(self) -> str:
-        from delta_mirror.airflow.hooks import DeltaMirrorHook
-        from delta_mirror.config import store_url
+    def shared_stream_key(self) -> Hashable:
+        """Triggers of one store connection and poll interval share one poll loop in a triggerer."""
+        return _key(self.store_conn_id, self.poll_interval)
 
-        return store_url(DeltaMirrorHook(store_conn_id=self.store_conn_id).store_url)
-
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        """Subscribe to the process's shared watcher of the store (``store/watch.py``): one query
-        per interval for every watched table, woken by ``NOTIFY`` on PostgreSQL. The watermark
-        stays this trigger's own. When polls fail the store URL is resolved again (a connection
-        that was fixed or moved is picked up without restarting the triggerer)."""
-        from delta_mirror.store.watch import watcher_for
-
-        state = _Watermark(self.watermark, self.coalesce_seconds)
+    @classmethod
+    async def open_shared_stream(cls, kwargs: dict[str, Any]) -> AsyncIterator[VersionsReport]:
+        """The shared stream's producer (once per group in a triggerer): the store's
+        ``CommitWatcher`` over the tables the group's triggers watch, yielding a report per poll
+        that changed something. It runs for the group's lifetime: a failed poll is logged and
+        polled again (and the connection resolved again: a fixed or moved store is picked up
+        without restarting the triggerer), never raised, since a raise would fail every trigger of
+        the group."""
+        conn_id, interval = kwargs.get("store_conn_id"), float(kwargs.get("poll_interval", 5.0))
+        watched = _watched(_key(conn_id, interval))
         while True:
             try:
-                url = await asyncio.to_thread(self._store_url)
+                url = await asyncio.to_thread(_store_url, conn_id)
             except Exception as exc:
-                self.log.warning("resolving the store of %s failed: %s", self.table, exc)
-                await asyncio.sleep(self.poll_interval)
+                log.warning("resolving the store of connection %s failed: %s", conn_id, str(exc)[:300])
+                await asyncio.sleep(interval)
                 continue
-            async with watcher_for(url).subscribe(self.table, self.poll_interval) as sub:
+            watcher = CommitWatcher(url, interval, watched.names)
+            watched.watchers.add(watcher)
+            try:
+                async with contextlib.aclosing(watcher.reports()) as reports:
+                    async for report in reports:
+                        if report.error is None:
+                            yield report
+                        elif await _resolves_elsewhere(conn_id, url):
+                            break
+            finally:
+                watched.watchers.discard(watcher)
+
+    async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
+        """This trigger's events from the shared stream's reports: its table's versions against
+        its own watermark (and, with ``publish``, its publishing)."""
+        latest = _Latest(self.table)
+        follower = asyncio.create_task(latest.follow(shared_stream), name=f"delta-mirror follow {self.table}")
+        state = _Watermark(self.watermark, self.coalesce_seconds)
+        try:
+            with _watched(self.shared_stream_key()).watching(self.table):
                 while True:
                     with contextlib.suppress(TimeoutError):  # a held batch or a retry is due
-                        await asyncio.wait_for(sub.wait(), state.hold_left())
-                    if sub.error is not None:
-                        self.log.warning("watching %s: %s", self.table, sub.error)
-                        if await self._moved(url):
-                            break
+                        await asyncio.wait_for(latest.wait(), state.hold_left())
+                    if follower.done():  # the shared stream ended: its failure is the trigger's
+                        follower.result()
+                        raise RuntimeError(f"the shared stream of {self.table} ended")
+                    if latest.versions is None:
                         continue
+                    found = latest.versions
                     if self.publish:
-                        payload = await self._publish_pending(url, state, sub.latest, sub.published)
+                        payload = await self._publish_pending(
+                            latest.url, state, found.latest, found.published
+                        )
                     else:
-                        fired = state.fire(sub.latest, sub.published)
+                        fired = state.fire(found.latest, found.published)
                         payload = None if fired is None else self._payload(fired)
                     if payload is not None:
                         yield TriggerEvent(payload)  # type: ignore[no-untyped-call]  # unannotated in Airflow
+        finally:
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Alone, outside a triggerer's shared stream (``shared_stream_key`` failed, or a caller
+        drives the trigger directly): the same filter over a producer of its own."""
+        async for event in self.filter_shared_stream(self.open_shared_stream(self.serialize()[1])):
+            yield event
 
     def _payload(self, fired: tuple[int, int], reason: str | None = None) -> dict[str, Any]:
         payload: dict[str, Any] = {"table": self.table, "from_version": fired[0], "to_version": fired[1]}
@@ -176,13 +231,97 @@ class StoreCommitTrigger(BaseEventTrigger):
             self._target = (url, SqlStore(url, shared_engine=True), dict(options))
         return self._target[1], self._target[2]
 
-    async def _moved(self, url: str) -> bool:
-        """Whether the store's URL now resolves to another one (after a pause of one interval)."""
-        await asyncio.sleep(self.poll_interval)
+
+def _key(store_conn_id: str | None, poll_interval: float) -> Hashable:
+    return (STREAM, store_conn_id, float(poll_interval))
+
+
+def _store_url(store_conn_id: str | None) -> str:
+    """The store's URL from its Airflow connection (blocking: a connection lookup)."""
+    from delta_mirror.airflow.hooks import DeltaMirrorHook
+    from delta_mirror.config import store_url
+
+    return store_url(DeltaMirrorHook(store_conn_id=store_conn_id).store_url)
+
+
+async def _resolves_elsewhere(store_conn_id: str | None, url: str) -> bool:
+    """Whether the connection now names another store (after a failed poll)."""
+    try:
+        return await asyncio.to_thread(_store_url, store_conn_id) != url
+    except Exception:
+        return False
+
+
+class _Watched:
+    """The tables the triggers of one shared stream watch in this event loop, and its producers.
+
+    Airflow builds a group's producer from one trigger's arguments (``open_shared_stream(kwargs)``)
+    and tells it nothing of the others, so the triggers name their tables here; a joining table
+    asks the producers for a report at once (a late subscriber gets no earlier broadcast)."""
+
+    def __init__(self) -> None:
+        self.tables: Counter[str] = Counter()
+        self.watchers: set[CommitWatcher] = set()
+
+    def names(self) -> Collection[str]:
+        return list(self.tables)
+
+    @contextlib.contextmanager
+    def watching(self, table: str) -> Iterator[None]:
+        self.tables[table] += 1
+        for watcher in self.watchers:
+            watcher.refresh()
         try:
-            return await asyncio.to_thread(self._store_url) != url
-        except Exception:
-            return False
+            yield
+        finally:
+            self.tables[table] -= 1
+            if self.tables[table] <= 0:
+                del self.tables[table]
+
+
+_WATCHED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Hashable, _Watched]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _watched(key: Hashable) -> _Watched:
+    """The running loop's registry of the shared stream ``key`` (Airflow's triggerer runs every
+    trigger of the process in one loop)."""
+    per_loop = _WATCHED.setdefault(asyncio.get_running_loop(), {})
+    found = per_loop.get(key)
+    if found is None:
+        found = per_loop[key] = _Watched()
+    return found
+
+
+class _Latest:
+    """One trigger's table in the newest report of the shared stream.
+
+    The stream is read in a task of its own, so the triggerer's queue for this trigger is always
+    drained: a trigger that publishes (or waits for a publish slot) would otherwise let it fill,
+    and a full queue fails the trigger (``_fail_overflowed_subscriber`` in Airflow's
+    ``shared_stream.py``); only the newest versions matter anyway."""
+
+    def __init__(self, table: str) -> None:
+        self.table = table
+        self.versions: TableVersions | None = None  # None: no report yet
+        self.url = ""  # the store the newest report is from
+        self._changed = asyncio.Event()
+
+    async def follow(self, stream: AsyncIterator[Any]) -> None:
+        try:
+            async for report in stream:
+                versions = report.of(self.table)
+                self.url = report.url
+                if versions != self.versions:
+                    self.versions = versions
+                    self._changed.set()
+        finally:
+            self._changed.set()  # the stream ended: wake the trigger
+
+    async def wait(self) -> None:
+        await self._changed.wait()
+        self._changed.clear()
 
 
 def _publish_slots() -> asyncio.Semaphore:

@@ -2,13 +2,15 @@
 
 An event-driven deployment watches hundreds of tables from one process (Airflow's triggerer). A
 poll per table (a new connection, four queries) grows with the fleet; here one
-:class:`CommitWatcher` per store URL and event loop answers "what is each watched table's latest
-version" for all of them in one statement on the process's pooled engine, and on PostgreSQL
-wakes early on the ``NOTIFY`` that migration 0004 sends in every committing transaction. Polling
-stays the fallback: a lost notification (listener reconnecting, store restart) costs at most one
-interval, never a commit.
+:class:`CommitWatcher` answers "what is each watched table's latest and published version" for all
+of them in one statement on the process's pooled engine, and on PostgreSQL wakes early on the
+``NOTIFY`` that migration 0004 sends in every committing transaction. Polling stays the fallback: a
+lost notification (listener reconnecting, store restart) costs at most one interval, never a commit.
 
-The watcher only reports versions; what counts as new (the watermark) is each subscriber's.
+The watcher is a producer: :meth:`CommitWatcher.reports` yields one :class:`VersionsReport` per
+poll that changed something. Handing the reports to the tables' subscribers is the caller's job
+(in Airflow, the triggerer's shared stream, ``airflow/triggers.py``); what counts as new (the
+watermark) is each subscriber's. No Airflow import here: the core never imports Airflow.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ import asyncio
 import contextlib
 import logging
 import weakref
-from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, bindparam, text
 
@@ -53,6 +55,10 @@ class TableVersions:
     published: int | None
 
 
+#: What a report says of a table it does not know (not in the store, or not watched yet).
+UNKNOWN = TableVersions(None, None)
+
+
 def _published(first_version: int, first_open: int | None, top: int | None) -> int | None:
     if first_open is not None:
         return None if first_open <= first_version else int(first_open) - 1
@@ -84,113 +90,85 @@ def latest_versions(engine: Engine, names: Iterable[str]) -> dict[str, int | Non
     return {name: v.latest for name, v in table_versions(engine, names).items()}
 
 
-class Subscription:
-    """One watched table: ``wait`` returns after each poll that saw its versions change (``latest``,
-    ``published``), its first answer, or a failed poll (``error``)."""
+@dataclass(frozen=True)
+class VersionsReport:
+    """One poll of the watched tables: each one's versions, or why the poll failed (``error``).
 
-    def __init__(self, watcher: CommitWatcher, table: str, interval: float) -> None:
-        self.watcher = watcher
-        self.table = table
-        self.interval = interval
-        self.latest: int | None = None
-        self.published: int | None = None
-        self.error: str | None = None
-        self.seen = False  # at least one poll answered for this table
-        self._changed = asyncio.Event()
+    ``url`` is the store polled (it may carry a password: kept out of ``repr``)."""
 
-    def _report(self, found: dict[str, TableVersions]) -> None:
-        versions = found.get(self.table, TableVersions(None, None))
-        if not self.seen or versions != TableVersions(self.latest, self.published) or self.error is not None:
-            self.latest, self.published, self.seen, self.error = (
-                versions.latest,
-                versions.published,
-                True,
-                None,
-            )
-            self._changed.set()
+    versions: Mapping[str, TableVersions]
+    error: str | None = None
+    url: str = field(default="", repr=False)
 
-    def _fail(self, message: str) -> None:
-        # every failed poll wakes the subscriber: it may resolve the store's URL again
-        self.error = message
-        self._changed.set()
-
-    async def wait(self) -> int | None:
-        """Wait for the next change (the first answer, new versions or a failed poll); the latest."""
-        await self._changed.wait()
-        self._changed.clear()
-        return self.latest
+    def of(self, table: str) -> TableVersions:
+        """The table's versions in this report (``UNKNOWN`` if it is not in it)."""
+        return self.versions.get(table, UNKNOWN)
 
 
 class CommitWatcher:
-    """Polls the latest and published versions of all subscribed tables of one store; one task.
+    """Polls the latest and published versions of the tables ``names()`` returns, in one statement.
 
-    ``interval`` is the smallest of the subscribers' poll intervals. On PostgreSQL a second task
-    LISTENs on :data:`CHANNEL` and wakes the poll at once; it reconnects on its own.
+    ``reports()`` polls every ``interval`` (at once after ``refresh()`` or, on PostgreSQL, a
+    ``NOTIFY`` on :data:`CHANNEL`, heard by a second task on its own connection that reconnects on
+    its own) and yields the first answer, every answer that differs from the previous one, the next
+    answer after ``refresh()`` (a new subscriber wants the current state), and every failed poll.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, interval: float = 5.0, names: Callable[[], Collection[str]] = tuple) -> None:
         self.url = url
+        self.interval = interval
+        self.names = names
         self.engine = db.shared_engine(url)
-        self.subscriptions: set[Subscription] = set()
         self.polls = 0  # statements the watcher ran (for tests and the fleet benchmark)
         self.notifications = 0
         self._wake = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._refresh = False
 
-    @property
-    def interval(self) -> float:
-        return min((s.interval for s in self.subscriptions), default=5.0)
+    def refresh(self) -> None:
+        """Poll now and report the answer even if nothing changed (a subscriber joined)."""
+        self._refresh = True
+        self._wake.set()
 
-    @contextlib.asynccontextmanager
-    async def subscribe(self, table: str, interval: float) -> AsyncIterator[Subscription]:
-        sub = Subscription(self, table, interval)
-        self.subscriptions.add(sub)
-        self._start()
-        self._wake.set()  # a new table is answered at once, not after a full interval
+    async def poll_once(self) -> VersionsReport:
+        """One statement for every watched table (none when nothing is watched)."""
+        names = sorted(self.names())
+        if not names:
+            return VersionsReport({}, url=self.url)
         try:
-            yield sub
-        finally:
-            self.subscriptions.discard(sub)
-            if not self.subscriptions:
-                await self._stop()
-
-    def _start(self) -> None:
-        if self._tasks:
-            return
-        self._tasks.append(asyncio.create_task(self._poll_loop(), name=f"delta-mirror watch {self.url}"))
-        if self.engine.dialect.name == "postgresql":
-            self._tasks.append(asyncio.create_task(self._listen_loop(), name="delta-mirror listen"))
-
-    async def _stop(self) -> None:
-        tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        if tasks:  # bounded: a poll stuck in its thread must not hold the last subscriber's exit
-            await asyncio.wait(tasks, timeout=5.0)
-
-    async def poll_once(self) -> None:
-        subs = list(self.subscriptions)
-        if not subs:
-            return
-        try:
-            found = await asyncio.to_thread(table_versions, self.engine, {s.table for s in subs})
+            found = await asyncio.to_thread(table_versions, self.engine, names)
         except Exception as exc:
-            message = f"polling the store for {len(subs)} table(s) failed: {str(exc).splitlines()[0][:300]}"
+            message = f"polling the store for {len(names)} table(s) failed: {str(exc).splitlines()[0][:300]}"
             log.warning("%s", message)
-            for sub in subs:
-                sub._fail(message)
-            return
+            return VersionsReport({}, error=message, url=self.url)
         finally:
             self.polls += 1
-        for sub in subs:
-            sub._report(found)
+        return VersionsReport(found, url=self.url)
 
-    async def _poll_loop(self) -> None:
-        while True:
-            self._wake.clear()
-            await self.poll_once()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
+    async def reports(self) -> AsyncGenerator[VersionsReport, None]:
+        """Poll until cancelled (or closed), yielding what changed; see the class docstring."""
+        listener = None
+        if self.engine.dialect.name == "postgresql":
+            listener = asyncio.create_task(self._listen_loop(), name="delta-mirror listen")
+        _live().add(self)
+        last: Mapping[str, TableVersions] | None = None
+        try:
+            while True:
+                self._wake.clear()
+                forced, self._refresh = self._refresh, False
+                report = await self.poll_once()
+                if report.error is not None:
+                    last = None  # a recovered store reports everything again
+                    yield report
+                elif forced or report.versions != last:
+                    last = report.versions
+                    yield report
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.interval)
+        finally:
+            _live().discard(self)
+            if listener is not None:  # bounded: the listener must not hold the producer's exit
+                listener.cancel()
+                await asyncio.wait([listener], timeout=5.0)
 
     async def _listen_loop(self) -> None:
         import psycopg  # PostgreSQL stores only
@@ -211,34 +189,28 @@ class CommitWatcher:
             await asyncio.sleep(self.interval)
 
 
-# One watcher per (event loop, store URL): asyncio objects belong to one loop, and Airflow's
-# triggerer runs every trigger of the process in one loop.
-_WATCHERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, CommitWatcher]] = (
+# The watchers polling in each event loop (for tests and the fleet benchmark).
+_LIVE: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.WeakSet[CommitWatcher]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def watcher_for(url: str) -> CommitWatcher:
-    """The running loop's watcher of the store at ``url`` (made on first use)."""
-    per_loop = _WATCHERS.setdefault(asyncio.get_running_loop(), {})
-    watcher = per_loop.get(url)
-    if watcher is None:
-        watcher = per_loop[url] = CommitWatcher(url)
-    return watcher
+def _live() -> weakref.WeakSet[CommitWatcher]:
+    return _LIVE.setdefault(asyncio.get_running_loop(), weakref.WeakSet())
 
 
 def watchers() -> Sequence[CommitWatcher]:
-    """The running loop's watchers (for tests and the fleet benchmark)."""
-    return list(_WATCHERS.get(asyncio.get_running_loop(), {}).values())
+    """The running loop's watchers that are polling now (for tests and the fleet benchmark)."""
+    return list(_live())
 
 
 __all__ = [
     "CHANNEL",
+    "UNKNOWN",
     "CommitWatcher",
-    "Subscription",
     "TableVersions",
+    "VersionsReport",
     "latest_versions",
     "table_versions",
-    "watcher_for",
     "watchers",
 ]
