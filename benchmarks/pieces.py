@@ -256,7 +256,7 @@ def _bulk_table(store: Any, t: dict[str, Any], versions: int, adds: int) -> None
                     "enqueued_at": ts,
                 }
             )
-        with store.begin() as conn:
+        with store.engine.begin() as conn:  # seeding the benchmark's rows directly, not a store write path
             for tbl, rows in (
                 (dl_commits, commits),
                 (dl_actions, actions_rows),

@@ -1,6 +1,6 @@
 """The bulk import (``store.bulk_load``) stores exactly the rows the version-by-version import did.
 
-``_reference_import`` is the importer as it was before the bulk path: ``SqlStore.import_version``
+``_reference_import`` is the importer as it was before the bulk path: ``SqlStore._import_version``
 for every version and the row-by-row recording of a source checkpoint's state. Both import the
 same generated logs (orphan tombstones, re-adds, duplicate adds and removes, deletion vectors,
 escapes, unknown actions, a source checkpoint that disagrees with the JSON, a log that starts at
@@ -52,7 +52,7 @@ def _record_state(
 ) -> None:
     lines = list(state.lines)
     if lines:
-        store.import_version(conn, table, state.version, _parse(lines), lines, part=PART_SNAPSHOT)
+        store._import_version(conn, table, state.version, _parse(lines), lines, part=PART_SNAPSHOT)
     if state.dropped_files:
         conn.execute(
             update(dl_files)
@@ -96,26 +96,27 @@ def _reference_import(store: SqlStore, source: str, name: str, location: str | N
     settings: dict[str, object] = {"imported_from": source_uri, "imported_at": 0}
     if disagreements:
         settings[CHECKPOINT_STATE_SETTING] = [d.to_json() for d in disagreements]
-    with store.begin() as conn:
-        table = store.create_table(
+    # the store's private row-by-row path, in a transaction of the test's own (the reference)
+    with store.engine.begin() as conn:
+        table = store._create_table(
+            conn,
             name,
             target,
             first_version=src.start_version,
             base_checkpoint_version=base.version if base else None,
             checkpoint_kind=src.checkpoint_kind,
             checkpoint_part_size=importer._part_size(src),
-            conn=conn,
             settings=settings,
         )
         if base is not None:
-            store.import_version(
+            store._import_version(
                 conn, table, base.version, _parse(base.actions), base.actions, part=PART_SNAPSHOT
             )
             if not src.commits or src.commits[0][0] != base.version:
-                store.import_version(conn, table, base.version, [], [], has_json=False, index_files=False)
+                store._import_version(conn, table, base.version, [], [], has_json=False, index_files=False)
         states = {s.version: s for s in src.checkpoint_states}
         for version, lines, original in src.commits:
-            store.import_version(
+            store._import_version(
                 conn,
                 table,
                 version,

@@ -64,10 +64,10 @@ def test_an_imported_version_into_a_halted_table_is_refused_with_the_same_error(
     table = store.get_table("t")
     line = json.dumps({"add": add("b.parquet")[1]})
     before = state(store)
-    with pytest.raises(TableHaltedError) as info, store.begin() as conn:
-        store.import_version(conn, table, 1, [add("b.parquet")], [line])
+    with pytest.raises(TableHaltedError) as info, store.engine.begin() as conn:
+        store._import_version(conn, table, 1, [add("b.parquet")], [line])
     _refused(info)
-    with pytest.raises(TableHaltedError) as bulk, store.begin() as conn:
+    with pytest.raises(TableHaltedError) as bulk, store.engine.begin() as conn:
         BulkImport(conn, table_id).version(1, [line], facts_of_lines([line], version=1))
     _refused(bulk)
     assert state(store) == before

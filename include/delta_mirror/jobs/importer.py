@@ -26,9 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-from sqlalchemy import update
+from typing import Any
 
 from delta_mirror.delta import parse_process
 from delta_mirror.delta.line_facts import FileAction, LineFacts, facts_of_lines
@@ -46,15 +44,11 @@ from delta_mirror.delta.source_log import (
 from delta_mirror.delta.source_state import Disagreement, SegmentCheck
 from delta_mirror.errors import PermanentError
 from delta_mirror.storage import normalize_location, open_store
-from delta_mirror.store import db
-from delta_mirror.store.bulk_load import BulkImport
-from delta_mirror.store.schema import PART_SNAPSHOT, dl_tables
-from delta_mirror.store.source_import import CHECKPOINT_STATE_SETTING, record_checkpoint_state
+from delta_mirror.store.importing import Importing
+from delta_mirror.store.schema import PART_SNAPSHOT
+from delta_mirror.store.source_import import CHECKPOINT_STATE_SETTING
 from delta_mirror.store.sql_store import SqlStore, TableInfo, check_table_name
 from delta_mirror.store.states import Artifact
-
-if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection
 
 DEFAULT_PART_SIZE = 1_000_000
 PROGRESS_EVERY = 0.5  # seconds between progress reports
@@ -138,20 +132,18 @@ def _import(
     settings: dict[str, object] = {"imported_from": source_uri, "imported_at": now_ms()}
     if disagreements:
         settings[CHECKPOINT_STATE_SETTING] = [d.to_json() for d in disagreements]
-    with db.translated(store.url, f"importing table '{name}'"), store.begin() as conn:
-        table_info = store.create_table(
-            name,
-            target,
-            first_version=src.start_version,
-            base_checkpoint_version=base.version if base else None,
-            checkpoint_kind=src.checkpoint_kind,
-            checkpoint_part_size=_part_size(src),
-            conn=conn,
-            settings=settings,
-        )
-        _store_versions(store, conn, table_info, src, in_place=in_place, progress=report)
+    with store.importing(
+        name,
+        target,
+        first_version=src.start_version,
+        base_checkpoint_version=base.version if base else None,
+        checkpoint_kind=src.checkpoint_kind,
+        checkpoint_part_size=_part_size(src),
+        settings=settings,
+    ) as imp:
+        _store_versions(imp, src, in_place=in_place, progress=report)
     if in_place:
-        _record_source_checkpoints(store, table_info, src)
+        _record_source_checkpoints(store, imp.table, src)
     return _result(name, source_uri, target, in_place, src, len(src.commits), disagreements)
 
 
@@ -219,19 +211,16 @@ def _stream(
     total = head.commit_count
     with (
         _parse_process(head) as parser,
-        db.translated(store.url, f"importing table '{name}'"),
-        store.begin() as conn,
-    ):
-        table_info = store.create_table(
+        store.importing(
             name,
             target,
             first_version=head.start,
             base_checkpoint_version=base.version if base else None,
-            conn=conn,
             settings=settings,
-        )
+        ) as imp,
+    ):
         check = SegmentCheck(base.actions if base is not None else None, head.start, table=name)
-        writer = _Writer(BulkImport(conn, table_info.id))
+        writer = _Writer(imp)
         try:
             if base is not None:
                 facts = facts_of_lines(base.actions, table=name, version=base.version)
@@ -271,14 +260,10 @@ def _stream(
             writer.close(finish=False)
             raise
         writer.close()
-        conn.execute(
-            update(dl_tables)
-            .where(dl_tables.c.id == table_info.id)
-            .values(checkpoint_kind=src.checkpoint_kind, checkpoint_part_size=_part_size(src))
-        )
+        imp.checkpoint_layout(src.checkpoint_kind, _part_size(src))
     progress(total, total, final=True)
     if in_place:
-        _record_source_checkpoints(store, table_info, src)
+        _record_source_checkpoints(store, imp.table, src)
     return src
 
 
@@ -304,14 +289,14 @@ _Call = tuple[Callable[..., None], tuple[Any, ...], dict[str, Any]]
 
 
 class _Writer:
-    """``BulkImport.version`` calls run in a thread, in order; ``close`` writes the rest
-    (``BulkImport.finish``) and re-raises the thread's error, if any. Calls are handed over in
+    """``Importing.put`` calls run in a thread, in order; ``close`` writes the rest
+    (``Importing.finish``) and re-raises the thread's error, if any. Calls are handed over in
     groups of at least ``group_lines`` lines (a long history of small commits is a few hand-overs,
     not one per commit); the queue holds ``depth`` groups: the reader waits when the database
     falls behind, so memory holds a few groups of commits, not the log."""
 
-    def __init__(self, bulk: BulkImport, depth: int = 2, group_lines: int = 20_000) -> None:
-        self.bulk = bulk
+    def __init__(self, imp: Importing, depth: int = 2, group_lines: int = 20_000) -> None:
+        self.imp = imp
         self.error: BaseException | None = None
         self._queue: queue.Queue[list[_Call] | None] = queue.Queue(depth)
         self._group: list[_Call] = []
@@ -332,20 +317,20 @@ class _Writer:
                     self.error = exc
         if self.error is None:
             try:
-                self.bulk.finish()
+                self.imp.finish()
             except BaseException as exc:
                 self.error = exc
 
     def put(self, version: int, lines: list[str], facts: LineFacts, **kwargs: Any) -> None:
-        """``BulkImport.version(version, lines, facts, **kwargs)``, in the thread."""
-        self._add((self.bulk.version, (version, lines, facts), kwargs), len(lines) + 1)
+        """``Importing.put(version, lines, facts, **kwargs)``, in the thread."""
+        self._add((self.imp.put, (version, lines, facts), kwargs), len(lines) + 1)
 
     def put_lines(
         self, version: int, seq: int, kinds: list[str], lines: list[str], files: list[FileAction]
     ) -> None:
-        """``BulkImport.lines``: a large commit's lines (and, when it holds adds only, their file
+        """``Importing.lines``: a large commit's lines (and, when it holds adds only, their file
         rows) while the rest is parsed, handed over at once: the database starts on them now."""
-        call = (self.bulk.lines, (version, seq, kinds, lines), {"at_once": True, "files": files})
+        call = (self.imp.lines, (version, seq, kinds, lines), {"at_once": True, "files": files})
         self._add(call, self._max_lines)
 
     def _add(self, call: _Call, lines: int) -> None:
@@ -381,28 +366,19 @@ class _Abandoned(Exception):
     """The reader failed: the writer thread stops without its final writes."""
 
 
-def _store_versions(
-    store: SqlStore,
-    conn: Connection,
-    table_info: TableInfo,
-    src: SourceLog,
-    *,
-    in_place: bool,
-    progress: _Throttled,
-) -> None:
-    """The base snapshot, every commit, and the state of later checkpoints where it differs, as
-    ``import_version`` would write them one by one, in bulk (``store.bulk_load``)."""
-    bulk = BulkImport(conn, table_info.id)
+def _store_versions(imp: Importing, src: SourceLog, *, in_place: bool, progress: _Throttled) -> None:
+    """The base snapshot, every commit, and the state of later checkpoints where it differs, in
+    bulk (``SqlStore.importing``)."""
     base = src.base_checkpoint
     if base is not None:
-        bulk.version(base.version, base.actions, facts_of_lines(base.actions), part=PART_SNAPSHOT)
+        imp.put(base.version, base.actions, facts_of_lines(base.actions), part=PART_SNAPSHOT)
         if not src.commits or src.commits[0][0] != base.version:
-            bulk.version(base.version, [], LineFacts(), has_json=False, index_files=False)
+            imp.put(base.version, [], LineFacts(), has_json=False, index_files=False)
     states = {state.version: state for state in src.checkpoint_states}
     n = len(src.commits)
     for done, (version, lines, _bytes) in enumerate(src.commits, start=1):
         facts = src.commit_facts.get(version) or facts_of_lines(lines)
-        bulk.version(
+        imp.put(
             version,
             lines,
             facts,
@@ -410,9 +386,9 @@ def _store_versions(
             index_files=not (base is not None and version == base.version),
         )
         if version in states:
-            record_checkpoint_state(bulk, states[version], enqueue_checkpoint=not in_place)
+            imp.checkpoint_state(states[version], enqueue_checkpoint=not in_place)
         progress(n + done, 2 * n)
-    bulk.finish()
+    imp.finish()
     progress(2 * n, 2 * n, final=True)
 
 

@@ -1,5 +1,6 @@
-"""The native write path: ``SqlStore.commit`` (actions in, the next version out) and the
-importer's ``import_version``.
+"""The native write path: ``SqlStore.commit`` (actions in, the next version out), and
+``_import_version``: one imported version row by row (the reference the bulk import,
+``store.bulk_load``, is tested against; imports go through ``SqlStore.importing``).
 
 Invariants kept here:
 - a version is committed exactly once: the ``dl_commits`` primary key decides races, the loser
@@ -16,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -213,11 +213,7 @@ class Commits(Tables):
         )
 
     # -- import ---------------------------------------------------------------------------------
-    def begin(self) -> Any:
-        """A transaction for multi-step writers (the importer)."""
-        return self.engine.begin()
-
-    def import_version(
+    def _import_version(
         self,
         conn: Connection,
         table: TableInfo,

@@ -117,6 +117,21 @@ def libpq_url(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
+def jdbc_url(url: str) -> tuple[str, dict[str, str]]:
+    """A PostgreSQL store URL as a JDBC URL and its connection properties (the Spark checkpoint
+    engine reads the store over JDBC); ``PermanentError`` for another database."""
+    u = make_url(url)
+    if not u.drivername.startswith("postgresql"):
+        raise PermanentError(f"no JDBC mapping for a {u.drivername} store", hint="use PostgreSQL or SQLite")
+    host = u.host or "localhost"
+    props = {"driver": "org.postgresql.Driver", "user": u.username or ""}
+    if u.password is not None:
+        props["password"] = str(u.password)
+    for key, value in u.query.items():  # e.g. sslmode: the JDBC driver takes the same names
+        props[key] = value if isinstance(value, str) else value[-1]
+    return f"jdbc:postgresql://{host}:{u.port or 5432}/{u.database or ''}", props
+
+
 def _forget_pools_after_fork() -> None:
     """A forked child must not use its parent's connections (two processes on one socket):
     drop the inherited pools without closing them (``close=False`` leaves the parent's intact)."""
@@ -229,6 +244,7 @@ __all__ = [
     "classify_db_error",
     "is_initialised",
     "is_unique_violation",
+    "jdbc_url",
     "libpq_url",
     "make_engine",
     "migrate",

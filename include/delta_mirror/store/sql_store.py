@@ -17,6 +17,7 @@ from delta_mirror.errors import PermanentError
 from delta_mirror.store import db
 from delta_mirror.store.breakers import Breakers, BreakerState
 from delta_mirror.store.commits import Commits
+from delta_mirror.store.importing import Imports
 from delta_mirror.store.lag import LagHistory
 from delta_mirror.store.latency import VersionLatency
 from delta_mirror.store.mirror_status import MirrorStatus, StatusRow
@@ -27,7 +28,15 @@ from delta_mirror.store.verbatim import CommitResult, VerbatimCommits
 
 
 class SqlStore(
-    VerbatimCommits, Commits, Reads, MirrorStatus, LagHistory, VersionLatency, TableFailures, Breakers
+    VerbatimCommits,
+    Commits,
+    Imports,
+    Reads,
+    MirrorStatus,
+    LagHistory,
+    VersionLatency,
+    TableFailures,
+    Breakers,
 ):
     """The authority for every table's Delta log, on SQLite or PostgreSQL."""
 

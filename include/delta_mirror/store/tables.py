@@ -10,7 +10,7 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 from urllib.parse import unquote, urlparse
 
 from sqlalchemy import Connection, delete, func, insert, or_, select, update
@@ -58,6 +58,18 @@ class TableInfo:
     settings: dict[str, Any]
     lease_owner: str | None
     lease_expires_at: int | None
+
+
+class NewTable(TypedDict, total=False):
+    """``create_table``'s options: the ``dl_tables`` columns a new table may set (the rest have
+    defaults: a new UUID, version 0, no base checkpoint, classic checkpoints, no settings)."""
+
+    table_uuid: str | None
+    first_version: int
+    base_checkpoint_version: int | None
+    checkpoint_kind: str
+    checkpoint_part_size: int | None
+    settings: dict[str, Any] | None
 
 
 def check_table_name(name: str) -> None:
@@ -164,19 +176,15 @@ def check_location(conn: Connection, name: str, location: str) -> None:
 class Tables(StoreBase):
     """Create, read, change and drop tables; take and release the publisher lease."""
 
-    def create_table(
-        self,
-        name: str,
-        location: str,
-        *,
-        table_uuid: str | None = None,
-        first_version: int = 0,
-        base_checkpoint_version: int | None = None,
-        checkpoint_kind: str = "classic",
-        checkpoint_part_size: int | None = None,
-        settings: dict[str, Any] | None = None,
-        conn: Connection | None = None,
+    def create_table(self, name: str, location: str, **options: Unpack[NewTable]) -> TableInfo:
+        """Create the table ``name`` at ``location``, in a transaction of its own."""
+        return self._create_table(None, name, location, **options)
+
+    def _create_table(
+        self, conn: Connection | None, name: str, location: str, **options: Unpack[NewTable]
     ) -> TableInfo:
+        """``create_table`` in the store's own transaction ``conn`` (an import, a commit that
+        creates its table), or in a new one when ``conn`` is None."""
         check_table_name(name)
         with db.translated(self.url, f"creating table '{name}'"):
             if conn is not None:
@@ -187,13 +195,13 @@ class Tables(StoreBase):
         values = {
             "name": name,
             "location": location,
-            "table_uuid": table_uuid or str(uuid.uuid4()),
+            "table_uuid": options.get("table_uuid") or str(uuid.uuid4()),
             "state": TableState.ACTIVE,
-            "first_version": first_version,
-            "base_checkpoint_version": base_checkpoint_version,
-            "checkpoint_kind": checkpoint_kind,
-            "checkpoint_part_size": checkpoint_part_size,
-            "settings": json.dumps(settings or {}),
+            "first_version": options.get("first_version", 0),
+            "base_checkpoint_version": options.get("base_checkpoint_version"),
+            "checkpoint_kind": options.get("checkpoint_kind", "classic"),
+            "checkpoint_part_size": options.get("checkpoint_part_size"),
+            "settings": json.dumps(options.get("settings") or {}),
             "created_at": now_ms(),
         }
         with db.translated(self.url, f"creating table '{name}'"):
@@ -216,7 +224,7 @@ class Tables(StoreBase):
     ) -> TableInfo:
         """Create the table a commit names, in the commit's transaction (a racing creator wins)."""
         try:
-            return self.create_table(name, location, conn=conn)
+            return self._create_table(conn, name, location)
         except TableExistsError:
             raise CommitConflictError(
                 "another writer created the table first",
@@ -291,6 +299,7 @@ class Tables(StoreBase):
 
 __all__ = [
     "TABLE_NAME",
+    "NewTable",
     "TableInfo",
     "Tables",
     "check_location",
