@@ -269,28 +269,14 @@ class SparkCheckpointEngine:
 # --------------------------------------------------------------------------------------------
 
 
-def jdbc_url(url: str) -> tuple[str, dict[str, str]]:
-    """A SQLAlchemy PostgreSQL URL as a JDBC URL and its connection properties."""
-    from sqlalchemy.engine import make_url
-
-    u = make_url(url)
-    if not u.drivername.startswith("postgresql"):
-        raise PermanentError(f"no JDBC mapping for a {u.drivername} store", hint="use PostgreSQL or SQLite")
-    host = u.host or "localhost"
-    props = {"driver": "org.postgresql.Driver", "user": u.username or ""}
-    if u.password is not None:
-        props["password"] = str(u.password)
-    for key, value in u.query.items():  # e.g. sslmode: the JDBC driver takes the same names
-        props[key] = value if isinstance(value, str) else value[-1]
-    return f"jdbc:postgresql://{host}:{u.port or 5432}/{u.database or ''}", props
-
-
 def _file_lines(
     spark: Any, store: SqlStore, plan: CheckpointPlan, parts: int, staging: Path, fetch_size: int
 ) -> tuple[Any, int, int]:
     """A DataFrame of one string column ``line`` (adds then tombstones) and the two counts."""
     table_id, v = plan.table.id, plan.version
     if store.engine.dialect.name == "postgresql":
+        from delta_mirror.store.db import jdbc_url  # URL parsing by SQLAlchemy stays in store/
+
         url, props = jdbc_url(store.url)
         props["fetchsize"] = str(fetch_size)
         frames: list[Any] = []
@@ -464,7 +450,6 @@ __all__ = [
     "builder_for",
     "choose_engine",
     "describe",
-    "jdbc_url",
     "spark_schema",
     "spark_type",
 ]
