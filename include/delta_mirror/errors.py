@@ -19,6 +19,7 @@ MirrorError                      (base; carries ``error_class``, ``table``, ``ve
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TypedDict, Unpack
 
 
 class ErrorClass(StrEnum):
@@ -26,6 +27,15 @@ class ErrorClass(StrEnum):
     PERMANENT = "PERMANENT"
     CONFLICT = "CONFLICT"
     DATA = "DATA"
+
+
+class ErrorContext(TypedDict, total=False):
+    """The keywords every ``MirrorError`` takes besides its text: a subclass that adds fields
+    accepts these as ``**context`` instead of repeating them."""
+
+    table: str | None
+    version: int | None
+    hint: str | None
 
 
 class MirrorError(Exception):
@@ -108,18 +118,11 @@ class PublishConflictError(ConflictError):
     """A different file already exists where the canonical commit belongs."""
 
     def __init__(
-        self,
-        what: str,
-        *,
-        table: str | None = None,
-        version: int | None = None,
-        hint: str | None = None,
-        expected_sha256: str = "",
-        found_sha256: str = "",
+        self, what: str, *, expected_sha256: str = "", found_sha256: str = "", **context: Unpack[ErrorContext]
     ) -> None:
         self.expected_sha256 = expected_sha256
         self.found_sha256 = found_sha256
-        super().__init__(what, table=table, version=version, hint=hint)
+        super().__init__(what, **context)
 
 
 class DataError(MirrorError):
@@ -148,6 +151,7 @@ __all__ = [
     "ConflictError",
     "DataError",
     "ErrorClass",
+    "ErrorContext",
     "InvalidActionError",
     "LeaseHeldError",
     "MirrorError",
