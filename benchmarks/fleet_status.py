@@ -205,10 +205,39 @@ def _timed(fn: Callable[[], Any], engine: Any) -> tuple[float, int]:
         event.remove(engine, "before_cursor_execute", on_execute)
 
 
+def _ui_pages() -> tuple[Callable[[], None], Callable[[], None], Any]:
+    """The "Delta Mirror" overview and a table page (data and HTML) and the engine they read,
+    opened once and kept, as the plugin keeps it (``--before`` trees: one ``ui_plugin`` module)."""
+    try:
+        from delta_mirror.airflow.ui_render import overview_html, table_html
+        from delta_mirror.health.pages import PageStores, overview_data, table_data
+    except ImportError:  # a tree from before data and HTML were split (issue 29)
+        import importlib
+
+        old: Any = importlib.import_module("delta_mirror.airflow.ui_plugin")
+
+        def old_overview() -> None:
+            old.overview_html(old.overview_data())
+
+        def old_table_page() -> None:
+            old.table_html(old.table_data(f"t{FAILED_TABLE:04d}"))
+
+        old_overview()
+        return old_overview, old_table_page, old._store_for(None).engine
+    stores = PageStores()
+
+    def overview() -> None:
+        overview_html(overview_data(stores))
+
+    def table_page() -> None:
+        table_html(table_data(stores, f"t{FAILED_TABLE:04d}"))
+
+    overview()
+    return overview, table_page, stores.store(None).engine
+
+
 def child(url: str) -> dict[str, Any]:
     """The in-process figures with whatever ``delta_mirror`` is on the path (this tree's or ``--before``'s)."""
-    from sqlalchemy.engine import Engine
-
     from delta_mirror.health import monitoring, status
     from delta_mirror.store import SqlStore
 
@@ -232,16 +261,7 @@ def child(url: str) -> dict[str, Any]:
             for t in tables:
                 monitoring.record_lag_sample(store, t, status=status.table_status(store, t))
 
-    from delta_mirror.airflow import ui_plugin
-
-    def overview() -> None:
-        ui_plugin.overview_html(ui_plugin.overview_data())
-
-    def table_page() -> None:
-        ui_plugin.table_html(ui_plugin.table_data(f"t{FAILED_TABLE:04d}"))
-
-    ui_plugin.overview_html(ui_plugin.overview_data())  # the plugin's store (engine, pool) is kept
-    ui_engine: Engine = ui_plugin._store_for(None).engine
+    overview, table_page, ui_engine = _ui_pages()
     for key, fn, engine in (
         ("fleet_status", fleet, store.engine),
         ("lag_step", lag_step, store.engine),

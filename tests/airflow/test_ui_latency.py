@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from dm_airflow_kit import make_table
 
-from delta_mirror.airflow import ui_plugin
+from delta_mirror.airflow.ui_render import lag_chart_svg, overview_html, sparkline, table_html
+from delta_mirror.health.pages import PageStores, overview_data, table_data
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.store import SqlStore
 
@@ -85,7 +86,7 @@ def test_the_lag_chart_draws_a_spike_at_its_height_among_many_versions() -> None
         for i in range(2000)
     ]
     latency = {"since": since, "until": now, "versions": versions, "behind": [[since, 0], [now, 0]]}
-    chart = _chart(ui_plugin.lag_chart_svg(latency, 900.0, "24h"))
+    chart = _chart(lag_chart_svg(latency, 900.0, "24h"))
     assert chart["ymax"] == 200  # round ticks just above the highest
     (spike,) = [
         c for c in chart["circles"] if c["version"] == 1500
@@ -103,11 +104,11 @@ def test_the_sparkline_puts_a_small_lag_low_not_one_dot_at_the_top() -> None:
     """The overview's old sparkline scaled one sample to its own height: a dot at the top, which
     read as a high lag. Now y runs to the SLO (or the highest value above it)."""
     now = 1_800_000_000_000
-    one = ET.fromstring(ui_plugin.sparkline([[now - 3_600_000, 2.0]], 900.0, None, now_ms=now))
+    one = ET.fromstring(sparkline([[now - 3_600_000, 2.0]], 900.0, None, now_ms=now))
     (dot,) = one.iter("circle")
     assert float(dot.get("cy", "0")) > 20  # of 24: near the bottom
     spike = ET.fromstring(
-        ui_plugin.sparkline([[now - 7_200_000, 1.0], [now - 3_600_000, 1800.0]], 900.0, 0.0, now_ms=now)
+        sparkline([[now - 7_200_000, 1.0], [now - 3_600_000, 1800.0]], 900.0, 0.0, now_ms=now)
     )
     assert spike.get("data-top") == "1800"
     ys = [float(p.split(",")[1]) for p in spike.find("polyline").get("points", "").split()]  # type: ignore[union-attr]
@@ -117,20 +118,24 @@ def test_the_sparkline_puts_a_small_lag_low_not_one_dot_at_the_top() -> None:
 
 
 @pytest.fixture
-def plugin_store(store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SqlStore]:
+def plugin_store(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[SqlStore, PageStores]]:
+    """A store and the pages' own stores over it (``DELTA_MIRROR_STORE``, no table config)."""
     monkeypatch.setenv("DELTA_MIRROR_STORE", store_url)
     monkeypatch.setenv("DELTA_MIRROR_CONFIG", str(tmp_path / "none.yaml"))
-    monkeypatch.setattr(ui_plugin, "_STORES", {})
     store = SqlStore(store_url)
     store.init()
-    yield store
+    stores = PageStores()
+    yield store, stores
+    stores.close()
     store.close()
 
 
 def test_overview_and_table_data_carry_per_version_percentiles_and_the_failure(
-    plugin_store: SqlStore, tmp_path: Path
+    plugin_store: tuple[SqlStore, PageStores], tmp_path: Path
 ) -> None:
-    store = plugin_store
+    store, stores = plugin_store
     (tmp_path / "sales").mkdir()
     make_table(store, "sales", (tmp_path / "sales").as_uri(), versions=1)
     Publisher(store).publish("sales")
@@ -143,7 +148,7 @@ def test_overview_and_table_data_carry_per_version_percentiles_and_the_failure(
     with pytest.raises(Exception, match="Not a directory"):
         Publisher(store).publish("orders")
 
-    data = ui_plugin.overview_data()
+    data = overview_data(stores)
     rows = {r["table"]: r for r in data["tables"]}
     sales = rows["sales"]
     stats = sales["latency"]["24h"]
@@ -153,19 +158,19 @@ def test_overview_and_table_data_carry_per_version_percentiles_and_the_failure(
     orders = rows["orders"]
     assert orders["failure"]["attempts"] == 1 and "Not a directory" in orders["failure"]["error"]
     assert orders["healthy"] and orders["latency"]["24h"] is None  # within the grace; nothing published
-    page = ui_plugin.overview_html(data)
+    page = overview_html(data)
     orders_row = page[page.index(">orders</a>") :].split("</tr>")[0]
     assert "FAILING" in orders_row and "<span class='ok'>OK</span>" not in orders_row
     assert "Not a directory" in orders_row
 
-    detail = ui_plugin.table_data("sales")
+    detail = table_data(stores, "sales")
     lat = detail["version_latency"]
     assert [v["version"] for v in lat["versions"]] == list(range(8))
     burst = [v["latency_seconds"] for v in lat["versions"][4:]]
     assert all(1.5 <= s < 10 for s in burst)
     assert max(n for _, n in lat["behind"]) == 4  # the burst waited together
     assert lat["behind"][-1][1] == 0
-    chart = _chart(ui_plugin.lag_chart_svg(lat, detail["lag_slo_seconds"], "24h"))
+    chart = _chart(lag_chart_svg(lat, detail["lag_slo_seconds"], "24h"))
     behind_ys = [float(p.split(",")[1]) for p in chart["behind"].get("points", "").split()]
     four = chart["top"] + chart["h"] - 4 / chart["behind_max"] * chart["h"]
     assert min(behind_ys) == pytest.approx(four, abs=0.06)
@@ -175,10 +180,10 @@ def test_overview_and_table_data_carry_per_version_percentiles_and_the_failure(
     assert top["cy"] == pytest.approx(
         chart["top"] + chart["h"] - top["seconds"] / chart["ymax"] * chart["h"], abs=0.06
     )
-    html = ui_plugin.table_html(detail)
+    html = table_html(detail)
     assert "id='latency'" in html and "<td>24h</td><td class='n'>8</td>" in html
 
-    failing = ui_plugin.table_html(ui_plugin.table_data("orders"))
+    failing = table_html(table_data(stores, "orders"))
     assert "id='failure'" in failing and "publishing failed 1 attempt(s)" in failing
     assert "unhealthy after 2 attempt(s) or 300 s" in failing
 

@@ -16,7 +16,7 @@ from delta_mirror.store import SqlStore
 def test_a_rewritten_checkpoint_is_a_second_write_not_a_retried_version(
     sqlite_store: str, tmp_path: Path
 ) -> None:
-    from delta_mirror.airflow.ui_plugin import table_html
+    from delta_mirror.airflow.ui_render import table_html
 
     store = SqlStore(sqlite_store)
     root = tmp_path / "t"
@@ -44,12 +44,13 @@ def test_the_overview_sends_as_many_statements_for_30_tables_as_for_3(
     from sqlalchemy.engine import Engine
     from support.builders import add_body, metadata_body, protocol_body
 
-    from delta_mirror.airflow import ui_plugin
+    from delta_mirror.airflow.ui_render import overview_html
+    from delta_mirror.health.pages import PageStores, overview_data
     from delta_mirror.store.states import Artifact
 
     monkeypatch.setenv("DELTA_MIRROR_STORE", store_url)
     monkeypatch.setenv("DELTA_MIRROR_CONFIG", str(tmp_path / "none.yaml"))
-    monkeypatch.setattr(ui_plugin, "_STORES", {})
+    stores = PageStores()
     store = SqlStore(store_url)
     store.init()
 
@@ -73,27 +74,28 @@ def test_the_overview_sends_as_many_statements_for_30_tables_as_for_3(
 
         event.listen(Engine, "before_cursor_execute", on_execute)
         try:
-            data = ui_plugin.overview_data()
-            ui_plugin.overview_html(data)
+            data = overview_data(stores)
+            overview_html(data)
         finally:
             event.remove(Engine, "before_cursor_execute", on_execute)
         assert all(len(r["lag_24h"]) == 1 and r["versions_behind"] == 1 for r in data["tables"])
         return len(seen)
 
     add_tables(0, 3)
-    statements()  # the plugin's store is opened once, then kept
+    statements()  # the pages' store is opened once, then kept
     few = statements()
     add_tables(3, 27)
     assert statements() == few
-    assert len(ui_plugin.overview_data()["tables"]) == 30
+    assert len(overview_data(stores)["tables"]) == 30
 
     # Pages by name: the rows of one page, the verdict and the count of every table.
     store.mark_failed(store.get_table("t001").id, 1, Artifact.JSON, "FAILED", "TRANSIENT", "503")
-    data = ui_plugin.overview_data(page=2, per_page=7)
+    data = overview_data(stores, page=2, per_page=7)
     assert [r["table"] for r in data["tables"]] == [f"t{i:03d}" for i in range(7, 14)]
     assert (data["total"], data["pages"], data["unhealthy"], data["healthy"]) == (30, 5, 1, False)
-    page = ui_plugin.overview_html(data)
+    page = overview_html(data)
     assert "30 table(s), <span class='bad'>1 unhealthy</span>" in page
     assert "tables 8-14 of 30 (page 2 of 5)" in page and "?page=3&amp;per_page=7'>next" in page
-    assert ui_plugin.overview_data(page=99, per_page=7)["page"] == 5  # past the end: the last page
+    assert overview_data(stores, page=99, per_page=7)["page"] == 5  # past the end: the last page
+    stores.close()
     store.close()

@@ -16,6 +16,9 @@ let a user of one DAG read every table). The overview and the health verdict cov
 tables the user may read; a table page the user may not read is 403, also for a name that does
 not exist unless the user may read tables without a DAG (the answer then says nothing about
 which names exist).
+
+The pages' data is ``delta_mirror.health.pages`` (one ``PageStores`` for the server's life, store
+connections read through ``DeltaMirrorHook``); their HTML is ``ui_render``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ from airflow.api_fastapi.core_api.security import GetUserDep, get_user
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
+
+from delta_mirror.airflow import ui_render
+from delta_mirror.health import pages
+from delta_mirror.health.pages import OVERVIEW_PAGE, TABLE_VERSIONS, PageStores
 
 log = logging.getLogger(__name__)
 
@@ -109,14 +116,25 @@ class TableAccess:
         return self.may_read_tables_without_dag() if dag_id is None else dag_id in self.readable_dags()
 
 
-def _access_of(views: Any) -> Any:
+def _connection_url(conn_id: str) -> str | None:
+    """A table config's ``store_conn_id``: the store's URL from that Airflow connection."""
+    from delta_mirror.airflow.hooks import DeltaMirrorHook
+
+    return DeltaMirrorHook(store_conn_id=conn_id).store_url
+
+
+#: The stores the pages read: one engine and pool per store connection for the server's life.
+STORES = PageStores(_connection_url)
+
+
+def _access() -> Any:
     """The dependency that makes a request's ``TableAccess`` (the table config read per request)."""
 
     def access(user: GetUserDep) -> TableAccess:
         from delta_mirror.errors import MirrorError
 
         try:
-            return TableAccess(user, views._config(), get_auth_manager())
+            return TableAccess(user, pages.page_config(), get_auth_manager())
         except MirrorError as exc:  # a broken table config: one line, not a stack trace
             raise HTTPException(status_code=503, detail=exc.message) from None
 
@@ -157,60 +175,54 @@ def _check(access: TableAccess, name: str) -> None:
         )
 
 
-def _error_page(exc: HTTPException, ui: Any) -> HTMLResponse:
+def _error_page(exc: HTTPException) -> HTMLResponse:
     """A table page's refusal as a page (it shows inside Airflow's iframe), not raw JSON."""
     title = {403: "Not allowed", 404: "No such table"}.get(exc.status_code, "Delta Mirror")
-    body = (
-        f"<p><a href='{ui.URL_PREFIX}/'>&larr; all tables</a></p><h1>{ui._e(title)}</h1>"
-        f"<p class='err' id='error'>{ui._e(exc.detail)}</p>"
-    )
-    return HTMLResponse(ui._page(f"Delta Mirror: {title}", body), status_code=exc.status_code)
+    return HTMLResponse(ui_render.error_html(title, exc.detail), status_code=exc.status_code)
 
 
-def _add_table_routes(app: FastAPI, ui: Any) -> None:
-    """The pages and the JSON API; ``ui`` holds the data and HTML functions (``ui_plugin``)."""
-    access_dep = _access_of(ui)
+def _add_table_routes(app: FastAPI, stores: PageStores) -> None:
+    """The pages and the JSON API over ``stores``."""
+    access_dep = _access()
 
     @app.get("/", response_class=HTMLResponse)
-    def overview_page(
-        page: int = 1, per_page: int = ui.OVERVIEW_PAGE, access: TableAccess = access_dep
-    ) -> str:
-        data = _call(ui.overview_data, page, per_page, visible=access.visible)
+    def overview_page(page: int = 1, per_page: int = OVERVIEW_PAGE, access: TableAccess = access_dep) -> str:
+        data = _call(pages.overview_data, stores, page, per_page, visible=access.visible)
         _without_dag_links(data["tables"], access)
-        return str(ui.overview_html(data))
+        return ui_render.overview_html(data)
 
     @app.get("/tables/{name}", response_class=HTMLResponse, response_model=None)
     def table_page(
-        name: str, window: str = "24h", versions: int = 200, access: TableAccess = access_dep
+        name: str, window: str = "24h", versions: int = TABLE_VERSIONS, access: TableAccess = access_dep
     ) -> str | HTMLResponse:
         try:
             _check(access, name)
-            data = _call(ui.table_data, name, window, versions)
+            data = _call(pages.table_data, stores, name, window, versions)
         except HTTPException as exc:
-            return _error_page(exc, ui)
+            return _error_page(exc)
         _without_dag_links([data], access)
-        return str(ui.table_html(data))
+        return ui_render.table_html(data)
 
     @app.get("/api/overview")
     def overview_api(
-        page: int = 1, per_page: int = ui.OVERVIEW_PAGE, access: TableAccess = access_dep
+        page: int = 1, per_page: int = OVERVIEW_PAGE, access: TableAccess = access_dep
     ) -> dict[str, Any]:
-        data: dict[str, Any] = _call(ui.overview_data, page, per_page, visible=access.visible)
+        data: dict[str, Any] = _call(pages.overview_data, stores, page, per_page, visible=access.visible)
         _without_dag_links(data["tables"], access)
         return data
 
     @app.get("/api/tables/{name}")
     def table_api(
-        name: str, window: str = "24h", versions: int = 200, access: TableAccess = access_dep
+        name: str, window: str = "24h", versions: int = TABLE_VERSIONS, access: TableAccess = access_dep
     ) -> dict[str, Any]:
         _check(access, name)
-        data: dict[str, Any] = _call(ui.table_data, name, window, versions)
+        data: dict[str, Any] = _call(pages.table_data, stores, name, window, versions)
         _without_dag_links([data], access)
         return data
 
     @app.get("/api/health", response_model=None)
     def health_api(access: TableAccess = access_dep) -> JSONResponse:
-        data = _call(ui.health_data, visible=access.visible)
+        data = _call(pages.health_data, stores, visible=access.visible)
         return JSONResponse(data, status_code=200 if data["healthy"] else 503)
 
 
@@ -231,9 +243,9 @@ def _add_docs_routes(app: FastAPI) -> None:
         return get_redoc_html(openapi_url=_schema_url(request), title="Delta Mirror - API")
 
 
-def create_app(views: Any) -> FastAPI:
-    """The app Airflow's API server mounts at ``/delta-mirror`` (``DeltaMirrorPlugin``); ``views`` is
-    the module with the data and the HTML (``ui_plugin``, passed in: no import cycle)."""
+def create_app(stores: PageStores | None = None) -> FastAPI:
+    """The app Airflow's API server mounts at ``/delta-mirror`` (``ui_plugin.DeltaMirrorPlugin``),
+    reading ``stores`` (the server's ``STORES`` unless given)."""
     app = FastAPI(
         title="Delta Mirror",
         description="Mirror status, lag history and health of the Delta Mirror tables. "
@@ -243,7 +255,7 @@ def create_app(views: Any) -> FastAPI:
         redoc_url=None,
         openapi_url=None,
     )
-    _add_table_routes(app, views)
+    _add_table_routes(app, STORES if stores is None else stores)
     _add_docs_routes(app)
     return app
 
@@ -255,6 +267,7 @@ def _schema_url(request: Request) -> str:
 
 __all__ = [
     "DEFAULT_TABLES_WITHOUT_DAG",
+    "STORES",
     "TABLES_WITHOUT_DAG",
     "SettingError",
     "TableAccess",
