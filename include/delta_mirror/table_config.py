@@ -56,11 +56,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from delta_mirror.errors import PermanentError
-from delta_mirror.store.sql_store import TABLE_NAME
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -102,12 +102,36 @@ class Maintenance:
     schedule: str | timedelta | None = "@daily"
 
 
+class CheckpointEngine(StrEnum):
+    """Who builds a table's checkpoints: ``local`` in the publishing process, ``spark`` a Spark job
+    reading the store, ``auto`` Spark from ``spark_threshold_files`` active files on, else local.
+
+    The one list of engine names: the config check, the CLI's ``--engine`` choice, the operators and
+    ``spark.checkpoint_choice`` (which builds the publisher for an engine) read it. A member equals
+    its bare string, so configs and templated operator arguments keep working.
+    """
+
+    LOCAL = "local"
+    SPARK = "spark"
+    AUTO = "auto"
+
+    @classmethod
+    def named(cls, value: object) -> CheckpointEngine | None:
+        """The engine called ``value`` (None for any other value)."""
+        return next((e for e in cls if e.value == value), None)
+
+    @classmethod
+    def choices(cls) -> str:
+        """``local, spark or auto``, for messages."""
+        names = [e.value for e in cls]
+        return f"{', '.join(names[:-1])} or {names[-1]}"
+
+
 @dataclass(frozen=True)
 class CheckpointSettings:
-    """Which engine builds the table's checkpoints (``local`` in-process, ``spark``, or ``auto``:
-    Spark from ``spark_threshold_files`` active files on) and how Spark runs."""
+    """Which engine builds the table's checkpoints (``CheckpointEngine``) and how Spark runs."""
 
-    engine: str = "local"
+    engine: CheckpointEngine = CheckpointEngine.LOCAL
     spark_threshold_files: int = 2_000_000
     spark_conn_id: str = "spark_default"  # Airflow's SparkSubmitOperator connection
     spark_master: str | None = None  # in-process runs (CLI, auto): else DELTA_MIRROR_SPARK_MASTER
@@ -186,6 +210,13 @@ class MirrorConfig:
     escalate_after_attempts: int = 3
     reconcile_strategy: str = "smart"
     source: str = ""
+
+    def settings_for(self, name: str) -> TableConfig:
+        """The settings a table runs with: its own when it is listed, else the defaults (named
+        ``name``). The one lookup the CLI, the operators and the DAGs use; ``table()`` instead
+        refuses an unlisted name."""
+        listed = self.tables.get(name)
+        return listed if listed is not None else replace(self.defaults, name=name)
 
     def table(self, name: str) -> TableConfig:
         if name not in self.tables:
@@ -325,9 +356,10 @@ def _checkpoint(raw: Any, base: CheckpointSettings, where: str) -> CheckpointSet
     values: dict[str, Any] = {}
     for key, val in raw.items():
         if key == "engine":
-            if val not in ("local", "spark", "auto"):
-                raise ConfigError(f"{where}.engine: expected local, spark or auto, got {val!r}")
-            values[key] = val
+            engine = CheckpointEngine.named(val)
+            if engine is None:
+                raise ConfigError(f"{where}.engine: expected {CheckpointEngine.choices()}, got {val!r}")
+            values[key] = engine
         elif key == "spark_threshold_files":
             values[key] = _positive_int(val, f"{where}.spark_threshold_files")
         elif key == "spark":
@@ -454,6 +486,9 @@ def default_config_path() -> Path:
 
 def _tables(raw_tables: dict[Any, Any], defaults: TableConfig, source: str) -> dict[str, TableConfig]:
     """Each table's settings over the defaults; a table name must be one the store accepts."""
+    # Imported here: the CLI reads ``CheckpointEngine`` at start-up, before any store (SQLAlchemy) loads.
+    from delta_mirror.store.tables import TABLE_NAME
+
     tables: dict[str, TableConfig] = {}
     for name, settings in raw_tables.items():
         if not isinstance(name, str) or not TABLE_NAME.fullmatch(name):
@@ -544,6 +579,7 @@ def load_config(path: Path | None = None) -> MirrorConfig:
 
 
 __all__ = [
+    "CheckpointEngine",
     "CheckpointSettings",
     "ConfigError",
     "MirrorConfig",

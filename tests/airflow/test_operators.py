@@ -156,6 +156,55 @@ def test_a_checkpoint_before_anything_is_published_fails_without_retry(table: Sq
         op.execute({})
 
 
+@pytest.mark.parametrize(
+    ("step", "engine", "lease"),
+    [
+        ("checkpoint", "local", 120.0),
+        ("checkpoint", "auto", 3600.0),  # may start Spark in this worker
+        ("checkpoint", "spark", 3600.0),  # a Spark build is not renewed: it must not lose the lease
+        ("sync", "local", 120.0),
+        ("sync", "auto", 3600.0),
+        ("sync", "spark", 120.0),  # the spark-submit task after it checkpoints: this one only publishes
+    ],
+)
+def test_a_step_that_may_build_with_spark_holds_the_long_lease(
+    table: SqlStore,
+    dm_config: Callable[..., Path],
+    monkeypatch: pytest.MonkeyPatch,
+    step: str,
+    engine: str,
+    lease: float,
+) -> None:
+    """The lease each step's publisher asks for (refused here, so nothing is built and Spark never
+    starts): the factory chooses it with the checkpoint builder (``spark.checkpoint_choice``)."""
+    from airflow.sdk.exceptions import AirflowException
+
+    from delta_mirror.airflow.operators import DeltaMirrorCheckpointOperator, DeltaMirrorSyncOperator
+    from delta_mirror.jobs.publisher import LEASE_TTL_ENV, Publisher
+
+    monkeypatch.delenv(LEASE_TTL_ENV, raising=False)
+    dm_config({"t1": {"checkpoint": {"engine": engine}}})
+    Publisher(table).publish("t1", to_version=1)
+    asked: list[float] = []
+
+    def refuse(self: SqlStore, table_id: int, owner: str, ttl: float) -> bool:
+        asked.append(ttl)
+        return False  # another publisher holds it: the step stops before building anything
+
+    monkeypatch.setattr(SqlStore, "acquire_lease", refuse)
+    if step == "checkpoint":
+        op: Any = DeltaMirrorCheckpointOperator(
+            task_id="checkpoint", table="t1", version="1", only_if_due=False, engine=engine
+        )
+    else:
+        op = DeltaMirrorSyncOperator(
+            task_id="sync", table="t1", checkpoint_engine=engine, validate_every=None
+        )
+    with pytest.raises(AirflowException, match="another publisher holds this table's lease"):
+        op.execute({})
+    assert asked == [lease]
+
+
 @pytest.mark.parametrize("bad", ["-1", "three", "1.5"])
 def test_a_bad_version_from_a_template_fails_without_retry(table: SqlStore, bad: str) -> None:
     from delta_mirror.airflow.errors import DeltaMirrorFailure

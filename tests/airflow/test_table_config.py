@@ -13,7 +13,7 @@ import pytest
 from dm_airflow_kit import REPO
 
 from delta_mirror.errors import PermanentError
-from delta_mirror.table_config import ConfigError, load_config, parse_config, parse_duration
+from delta_mirror.table_config import CheckpointEngine, ConfigError, load_config, parse_config, parse_duration
 
 FULL = """
 defaults:
@@ -247,3 +247,59 @@ def test_load_config_reads_delta_mirror_config(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("DELTA_MIRROR_CONFIG", str(tmp_path / "missing.yaml"))
     with pytest.raises(ConfigError, match=r"cannot read the table config .*missing\.yaml"):
         load_config()
+
+
+SETTINGS_FOR = """
+defaults: {lag_slo: 20m, checkpoint: {engine: auto, spark_threshold_files: 500}}
+tables:
+  big: {checkpoint: {engine: spark}}
+  small: {lag_slo: 5m, checkpoint: {engine: local}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "lag_slo", "engine", "threshold"),
+    [
+        ("big", timedelta(minutes=20), "spark", 500),  # listed: its own engine over the defaults
+        ("small", timedelta(minutes=5), "local", 500),
+        ("unlisted", timedelta(minutes=20), "auto", 500),  # not listed: the defaults
+    ],
+)
+def test_settings_for_gives_a_listed_table_its_settings_and_any_other_the_defaults(
+    name: str, lag_slo: timedelta, engine: str, threshold: int
+) -> None:
+    settings = parse_config(SETTINGS_FOR).settings_for(name)
+    assert settings.name == name  # the defaults answer under the asked name, not "*"
+    assert (settings.lag_slo, settings.checkpoint.engine, settings.checkpoint.spark_threshold_files) == (
+        lag_slo,
+        engine,
+        threshold,
+    )
+
+
+@pytest.mark.parametrize(
+    ("written", "engine"),
+    [
+        ("local", CheckpointEngine.LOCAL),
+        ("spark", CheckpointEngine.SPARK),
+        ("auto", CheckpointEngine.AUTO),
+        (None, CheckpointEngine.LOCAL),  # unset: the in-process engine
+    ],
+)
+def test_the_checkpoint_engine_is_read_as_a_checkpoint_engine_member(
+    written: str | None, engine: CheckpointEngine
+) -> None:
+    section = f"checkpoint: {{engine: {written}}}" if written else ""
+    cfg = parse_config(f"tables: {{t: {{{section}}}}}").settings_for("t")
+    assert cfg.checkpoint.engine is engine
+    assert (
+        cfg.checkpoint.engine == engine.value
+    )  # equal to the bare string, as configs and templates spell it
+
+
+@pytest.mark.parametrize("bad", ["fast", "Spark", "1", "[local]"])
+def test_an_unknown_checkpoint_engine_is_refused_naming_the_three(bad: str) -> None:
+    with pytest.raises(
+        ConfigError, match=r"tables\.t\.checkpoint\.engine: expected local, spark or auto, got"
+    ):
+        parse_config(f"tables: {{t: {{checkpoint: {{engine: {bad}}}}}}}")

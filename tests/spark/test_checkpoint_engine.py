@@ -31,7 +31,7 @@ from delta_mirror.delta.checkpoint import (
 )
 from delta_mirror.delta.log_path import LOG_DIR
 from delta_mirror.jobs.publisher import Publisher
-from delta_mirror.spark.checkpoint_engine import SparkCheckpointEngine, choose_engine
+from delta_mirror.spark.checkpoint_engine import SparkCheckpointEngine
 from delta_mirror.spark.session import EXTRA_PACKAGES
 from delta_mirror.store import SqlStore
 
@@ -286,13 +286,6 @@ def test_the_session_ships_the_jdbc_driver_to_executors_even_beside_the_logstore
         assert f"{group}_{artifact}-{version}.jar" in registered, coordinate
     if logstore_loaded:
         assert "delta-mirror-logstore.jar" in registered
-
-
-def test_engine_choice() -> None:
-    assert choose_engine("local", 10**9, 5) == "local"
-    assert choose_engine("spark", 0, 5) == "spark"
-    assert choose_engine("auto", 4, 5) == "local"
-    assert choose_engine("auto", 5, 5) == "spark"
 
 
 def test_cli_engine_option_and_table_config(

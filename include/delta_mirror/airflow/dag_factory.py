@@ -54,7 +54,7 @@ from delta_mirror.airflow.operators import (
     DeltaMirrorValidateOperator,
 )
 from delta_mirror.airflow.triggers import StoreCommitTrigger
-from delta_mirror.table_config import MirrorConfig, TableConfig, load_config
+from delta_mirror.table_config import CheckpointEngine, MirrorConfig, TableConfig, load_config
 
 
 def _by_connections(config: MirrorConfig, aws: bool = True) -> list[tuple[dict[str, Any], list[str]]]:
@@ -115,7 +115,7 @@ def _checkpoint_task(cfg: TableConfig) -> Any:
     """``spark``: spark-submit the checkpoint job (apache-spark provider, ``checkpoint.spark.conn_id``);
     ``local`` / ``auto``: in the worker (``auto`` starts Spark there above the file threshold)."""
     settings = cfg.checkpoint
-    if settings.engine == "spark":
+    if settings.engine == CheckpointEngine.SPARK:
         from delta_mirror.airflow.spark_operators import DeltaMirrorSparkCheckpointOperator
 
         return DeltaMirrorSparkCheckpointOperator(
@@ -203,7 +203,7 @@ def _single_tasks(cfg: TableConfig) -> list[Any]:
         publish_in=cfg.publisher,  # triggerer: a lease its trigger holds is waited for
         **conn_args(cfg),
     )
-    return [sync, _checkpoint_task(cfg)] if engine == "spark" else [sync]
+    return [sync, _checkpoint_task(cfg)] if engine == CheckpointEngine.SPARK else [sync]
 
 
 def _step_tasks(cfg: TableConfig) -> list[Any]:
@@ -211,7 +211,10 @@ def _step_tasks(cfg: TableConfig) -> list[Any]:
     engine = cfg.checkpoint.engine
     # with another engine the publish step leaves the cadence's checkpoints to the next step
     publish = DeltaMirrorPublishOperator(
-        task_id="publish", table=cfg.name, cadence_checkpoints=engine == "local", **conn_args(cfg)
+        task_id="publish",
+        table=cfg.name,
+        cadence_checkpoints=engine == CheckpointEngine.LOCAL,
+        **conn_args(cfg),
     )
     tasks: list[Any] = [publish, _checkpoint_task(cfg)]
     if cfg.validate:
@@ -270,7 +273,7 @@ def reconcile_dag(config: MirrorConfig) -> DAG:
             cfg = load_config()
             sent = []
             for entry in [e for result in results for e in result["tables"]]:
-                table = cfg.tables.get(entry["table"], cfg.defaults)
+                table = cfg.settings_for(entry["table"])
                 # publish attempts failing past the table's failure grace (location, credentials, ...)
                 failing = entry.get("table_failure")
                 grace = FailureGrace(table.failure_grace, table.failure_grace_attempts)

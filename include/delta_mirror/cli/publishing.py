@@ -12,6 +12,7 @@ import click
 from delta_mirror.cli.common import Ctx, emit, errors, progress, store_option
 from delta_mirror.errors import DataError
 from delta_mirror.store.states import TableState
+from delta_mirror.table_config import CheckpointEngine
 
 if TYPE_CHECKING:
     from delta_mirror.table_config import CheckpointSettings, TableConfig
@@ -28,7 +29,7 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
     return click.option(
         "--engine",
-        type=click.Choice(["local", "spark", "auto"]),
+        type=click.Choice([e.value for e in CheckpointEngine]),
         default=None,
         help="Who builds checkpoints: in-process (local), Spark (reads the store over JDBC), or auto by "
         "file count (default: the table's `checkpoint.engine` in the table config when it exists, else local).",
@@ -44,8 +45,7 @@ def _table_config(config_path: str | None, name: str) -> TableConfig | None:
     path = Path(config_path) if config_path else default_config_path()
     if not (config_path or path.is_file()):
         return None
-    config = load_config(path)
-    return config.tables.get(name, config.defaults)
+    return load_config(path).settings_for(name)
 
 
 def _checkpoint_settings(config_path: str | None, name: str) -> CheckpointSettings | None:
@@ -65,19 +65,14 @@ def mirror(
     ctx: Ctx, name: str, to_version: int | None, as_json: bool, engine: str | None, config_path: str | None
 ) -> None:
     """Publish pending versions (and checkpoints when due) to the table's location."""
-    from delta_mirror.jobs.publisher import Publisher
+    from delta_mirror.spark.checkpoint_choice import engines_used, publisher_for
 
     with errors(ctx, name):
-        settings = _checkpoint_settings(config_path, name)
-        builder = None
-        if (engine or (settings.engine if settings else "local")) != "local":
-            # Imported here: the Spark tier loads pyarrow (~0.2 s), which a local-engine run never needs.
-            from delta_mirror.spark.checkpoint_engine import ConfiguredBuilder
-
-            builder = ConfiguredBuilder(name, engine, settings)  # Spark starts only if a checkpoint is due
-        publisher = Publisher(ctx.store(), checkpoint_builder=builder, lease_ttl=3600.0 if builder else None)
+        # Spark starts only if a checkpoint is due
+        publisher = publisher_for(ctx.store(), name, engine, settings=_checkpoint_settings(config_path, name))
         result = publisher.publish(name, to_version, progress=progress(f"publishing {name}"))
-        engines = f" ({', '.join(sorted(set(builder.used)))} engine)" if builder and builder.used else ""
+        used = sorted(set(engines_used(publisher)))
+        engines = f" ({', '.join(used)} engine)" if used else ""
 
         def text() -> None:
             if not result.published and not result.already_present:
@@ -110,21 +105,19 @@ def sync(ctx: Ctx, name: str, as_json: bool, engine: str | None, config_path: st
     The cadence, reader and engine come from the table config (its defaults without one).
     Exit 1 on a validation problem.
     """
+    from functools import partial
+
     from delta_mirror.jobs.sync import sync_table
+    from delta_mirror.spark.checkpoint_choice import publisher_for
     from delta_mirror.table_config import TableConfig
 
     with errors(ctx, name):
         cfg = _table_config(config_path, name) or TableConfig(name=name)
-        chosen = engine or cfg.checkpoint.engine
-        builder = None
-        if chosen != "local":  # Spark only when a checkpoint is due, as `mirror` does
-            from delta_mirror.spark.checkpoint_engine import ConfiguredBuilder
-
-            builder = ConfiguredBuilder(name, chosen, cfg.checkpoint)
+        store = ctx.store()
         result = sync_table(
-            ctx.store(),
+            store,
             name,
-            checkpoint_builder=builder,
+            make_publisher=partial(publisher_for, store, name, engine, settings=cfg.checkpoint),
             validate_every=cfg.validate_every if cfg.validate else None,
             reader=cfg.reader,
             lag_retention=cfg.lag_history_retention,
@@ -158,17 +151,12 @@ def sync(ctx: Ctx, name: str, as_json: bool, engine: str | None, config_path: st
 @click.pass_obj
 def checkpoint(ctx: Ctx, name: str, version: int | None, engine: str | None, config_path: str | None) -> None:
     """Write a checkpoint (default: at the last published version)."""
-    from delta_mirror.jobs.publisher import Publisher
-    from delta_mirror.spark.checkpoint_engine import builder_for
+    from delta_mirror.spark.checkpoint_choice import last_engine, publisher_for
 
     with errors(ctx, name):
-        store = ctx.store()
-        settings = _checkpoint_settings(config_path, name)
-        chosen, builder = builder_for(store, name, engine, settings)
-        v = Publisher(store, checkpoint_builder=builder, lease_ttl=3600.0 if builder else None).checkpoint(
-            name, version
-        )
-        click.echo(f"checkpoint written for '{name}' at version {v} ({chosen} engine)")
+        publisher = publisher_for(ctx.store(), name, engine, settings=_checkpoint_settings(config_path, name))
+        v = publisher.checkpoint(name, version)
+        click.echo(f"checkpoint written for '{name}' at version {v} ({last_engine(publisher)} engine)")
 
 
 @click.command()

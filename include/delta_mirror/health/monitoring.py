@@ -195,8 +195,7 @@ def lag_slo_for(config: Any, name: str) -> timedelta:
     """The table's ``lag_slo`` from a ``MirrorConfig`` (its defaults for unconfigured tables)."""
     if config is None:
         return DEFAULT_LAG_SLO
-    table = config.tables.get(name)
-    slo: timedelta = (table or config.defaults).lag_slo
+    slo: timedelta = config.settings_for(name).lag_slo
     return slo
 
 
@@ -204,7 +203,7 @@ def failure_grace_for(config: Any, name: str) -> FailureGrace:
     """The table's ``failure_grace`` / ``failure_grace_attempts`` from a ``MirrorConfig``."""
     if config is None:
         return DEFAULT_FAILURE_GRACE
-    cfg = config.tables.get(name) or config.defaults
+    cfg = config.settings_for(name)
     return FailureGrace(cfg.failure_grace, cfg.failure_grace_attempts)
 
 

@@ -64,6 +64,9 @@ T = TypeVar("T")
 
 DEFAULT_LEASE_TTL = 120.0
 LEASE_TTL_ENV = "DELTA_MIRROR_LEASE_TTL"
+#: The lease of a publisher whose checkpoints Spark may build: a big build takes minutes to an hour
+#: and the lease is not renewed during it (``spark.checkpoint_choice.publisher_for`` applies it).
+SPARK_LEASE_TTL = 3600.0
 
 
 def checkpoint_kind(table: TableInfo, protocol_line: str) -> CheckpointKind:

@@ -8,8 +8,9 @@ the same pieces run back to back in the caller's process (the ``sync`` task, ``d
 sync``):
 
 1. ``Publisher.publish`` publishes every pending version with the cadence's checkpoints (``local``
-   in-process; ``auto`` / ``spark`` through the ``ConfiguredBuilder`` the caller passes, which
-   starts Spark only when a checkpoint is due); ``Publisher.checkpoint_if_due`` then applies the same policy at the last
+   in-process; ``auto`` / ``spark`` through the publisher the caller's ``make_publisher`` builds:
+   ``spark.checkpoint_choice.publisher_for``, which starts Spark only when a checkpoint is due and
+   holds the long lease); ``Publisher.checkpoint_if_due`` then applies the same policy at the last
    published version. In a DAG on the ``spark`` engine the checkpoint is a separate spark-submit
    task (``checkpoint_here=False``) and nothing is checkpointed here.
 2. Validation is batched on its own cadence (``validate_every``): when the last recorded
@@ -44,7 +45,7 @@ from delta_mirror.health.monitoring import (
     record_validation,
 )
 from delta_mirror.health.status import TableStatus, table_status
-from delta_mirror.jobs.publisher import CheckpointBuilder, Publisher, PublishResult
+from delta_mirror.jobs.publisher import Publisher, PublishResult
 from delta_mirror.jobs.validate.report import ValidationReport
 from delta_mirror.storage import ObjectStore
 from delta_mirror.store.sql_store import SqlStore, TableInfo
@@ -168,15 +169,15 @@ def plan_validation(
 
 def _publisher(
     store: SqlStore,
-    builder: CheckpointBuilder | None,
+    make: Callable[..., Publisher] | None,
     here: bool,
     storage_options: Mapping[str, str] | None,
     open_location: Callable[[str], ObjectStore] | None,
     lease_wait: float,
 ) -> Publisher:
-    """``builder`` None: in-process checkpoints; else the caller's (``ConfiguredBuilder`` for
-    ``auto`` / ``spark``, which starts Spark only when one is due, as ``delta-mirror mirror``
-    does); ``here=False``: none (a separate spark-submit step writes them)."""
+    """``make`` None: in-process checkpoints; else the caller's factory (its checkpoint engine and
+    lease); ``here=False``: none (a separate spark-submit step writes them), so the plain publisher
+    and its usual lease."""
     kwargs: dict[str, Any] = {
         "storage_options": storage_options,
         "cadence_checkpoints": here,
@@ -184,8 +185,8 @@ def _publisher(
     }
     if open_location is not None:
         kwargs["open_location"] = open_location
-    if here and builder is not None:
-        kwargs.update(checkpoint_builder=builder, lease_ttl=3600.0)
+    if here and make is not None:
+        return make(**kwargs)
     return Publisher(store, **kwargs)
 
 
@@ -222,7 +223,7 @@ def sync_table(
     name: str,
     *,
     storage_options: Mapping[str, str] | None = None,
-    checkpoint_builder: CheckpointBuilder | None = None,
+    make_publisher: Callable[..., Publisher] | None = None,
     checkpoint_here: bool = True,
     validate_every: timedelta | None = DEFAULT_VALIDATE_EVERY,
     reader: str = "deltalake",
@@ -232,10 +233,12 @@ def sync_table(
     lease_wait: float = TRIGGERER_LEASE_WAIT,
 ) -> SyncResult:
     """Publish every pending version of ``name``, checkpoint when due, validate when the cadence
-    says so, record the lag sample. ``checkpoint_builder``: who builds the checkpoints (None: the
-    local engine, in process; the callers pass ``spark.checkpoint_engine.ConfiguredBuilder`` for
-    ``auto`` / ``spark``: jobs sit below the Spark tier); ``checkpoint_here=False``: checkpoints are
-    another step's (the DAG's spark-submit task).
+    says so, record the lag sample. ``make_publisher``: builds the run's publisher from
+    ``Publisher``'s keyword arguments, and with it who builds the checkpoints and the lease that
+    needs (None: the local engine, in process; the CLI and the sync operator pass
+    ``spark.checkpoint_choice.publisher_for`` bound to the table and its engine: jobs sit below the
+    Spark tier, so the engine is chosen there); ``checkpoint_here=False``: checkpoints are another
+    step's (the DAG's spark-submit task).
 
     ``publish_in="triggerer"``: the table's trigger publishes too, so a held lease is its normal
     work, not a failure: each step waits up to ``lease_wait`` seconds for it; then publishing is
@@ -248,7 +251,7 @@ def sync_table(
     shared = publish_in == "triggerer"
     publisher = _publisher(
         store,
-        checkpoint_builder,
+        make_publisher,
         checkpoint_here,
         storage_options,
         open_location,

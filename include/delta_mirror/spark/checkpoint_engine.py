@@ -5,6 +5,7 @@ For tables too big for one process (README, "Spark checkpoint engine"). It produ
 V2 layout — and hands the files to the publisher, which commits them exactly as it commits local
 ones: put-if-absent into ``_delta_log/``, only after the version's commit is published, then
 ``_last_checkpoint``, never backwards (``Publisher(checkpoint_builder=SparkCheckpointEngine(...))``).
+Which engine a table uses, and the publisher with its lease: ``spark.checkpoint_choice``.
 
 How it reads the store:
 
@@ -64,70 +65,10 @@ from delta_mirror.errors import InvalidActionError, PermanentError
 if TYPE_CHECKING:
     from delta_mirror.jobs.publisher import CheckpointPlan
     from delta_mirror.store.sql_store import SqlStore
-    from delta_mirror.table_config import CheckpointSettings
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("local", "spark", "auto")
-DEFAULT_SPARK_THRESHOLD_FILES = 2_000_000
 _PART_FILE = re.compile(r"^part-(\d{5})-.*\.parquet$")
-
-
-# --------------------------------------------------------------------------------------------
-# Engine choice
-# --------------------------------------------------------------------------------------------
-
-
-def choose_engine(engine: str, active_files: int | None, threshold: int) -> str:
-    """``local`` or ``spark`` for a table: ``auto`` picks Spark from ``threshold`` active files on."""
-    if engine not in ENGINES:
-        raise PermanentError(f"unknown checkpoint engine {engine!r}", hint="use local, spark or auto")
-    if engine != "auto":
-        return engine
-    return "spark" if active_files is not None and active_files >= threshold else "local"
-
-
-def builder_for(
-    store: SqlStore, name: str, engine: str | None = None, settings: CheckpointSettings | None = None
-) -> tuple[str, SparkCheckpointEngine | None]:
-    """The engine for ``name`` (``engine`` overrides the table config's) and its builder: ``None``
-    for the local engine, else a ``SparkCheckpointEngine`` on this process's SparkSession."""
-    from delta_mirror.table_config import CheckpointSettings
-
-    settings = settings or CheckpointSettings()
-    wanted = engine or settings.engine
-    files = None
-    if wanted == "auto":
-        table = store.get_table(name)
-        last = store.last_published_version(table.id)
-        files = store.count_active_files(table.id, last) if last is not None else 0
-    chosen = choose_engine(wanted, files, settings.spark_threshold_files)
-    if chosen == "local":
-        return chosen, None
-    from delta_mirror.spark.session import get_spark
-
-    spark = get_spark(settings.spark_master, authority=None, **settings.spark_conf)
-    return chosen, SparkCheckpointEngine(spark, num_partitions=settings.spark_partitions)
-
-
-class ConfiguredBuilder:
-    """A ``CheckpointBuilder`` that picks the engine when a checkpoint is actually due.
-
-    ``delta-mirror mirror`` writes checkpoints on the table's cadence: with ``spark`` or ``auto``
-    in the table config it must not start a SparkSession for a run that writes none. ``used``
-    records the engine of each checkpoint it built.
-    """
-
-    def __init__(self, name: str, engine: str | None, settings: CheckpointSettings | None) -> None:
-        self.name, self.engine, self.settings = name, engine, settings
-        self.used: list[str] = []
-
-    def __call__(self, store: SqlStore, plan: CheckpointPlan) -> CheckpointResult:
-        from delta_mirror.jobs.publisher import local_checkpoint_builder
-
-        chosen, builder = builder_for(store, self.name, self.engine, self.settings)
-        self.used.append(chosen)
-        return (builder or local_checkpoint_builder)(store, plan)
 
 
 # --------------------------------------------------------------------------------------------
@@ -444,11 +385,7 @@ def describe(result: CheckpointResult) -> dict[str, Any]:
 
 
 __all__ = [
-    "DEFAULT_SPARK_THRESHOLD_FILES",
-    "ENGINES",
     "SparkCheckpointEngine",
-    "builder_for",
-    "choose_engine",
     "describe",
     "spark_schema",
     "spark_type",

@@ -39,6 +39,9 @@ def _session(master: str | None) -> Any:
 
 
 def run(argv: list[str] | None = None) -> dict[str, Any]:
+    from delta_mirror.jobs.publisher import SPARK_LEASE_TTL, Publisher
+    from delta_mirror.table_config import CheckpointEngine
+
     parser = argparse.ArgumentParser(
         prog="delta_mirror.spark.checkpoint_job", description=__doc__.split("\n")[0]
     )
@@ -50,10 +53,11 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--partitions", type=int, default=None, help="parallel JDBC reads")
     parser.add_argument("--staging", default=None, help="staging folder shared by driver and executors")
     parser.add_argument("--master", default=None, help="without spark-submit: the Spark master")
-    parser.add_argument("--lease-ttl", type=float, default=3600.0, help="seconds (a big build takes a while)")
+    parser.add_argument(
+        "--lease-ttl", type=float, default=SPARK_LEASE_TTL, help="seconds (a big build takes a while)"
+    )
     args = parser.parse_args(argv)
 
-    from delta_mirror.jobs.publisher import Publisher
     from delta_mirror.spark.checkpoint_engine import SparkCheckpointEngine
     from delta_mirror.store import SqlStore
 
@@ -72,7 +76,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     return {
         "table": args.table,
         "version": version,
-        "engine": "spark",
+        "engine": CheckpointEngine.SPARK.value,
         "seconds": round(time.monotonic() - started, 3),
         "timings": {k: round(v, 3) for k, v in engine.timings.items()},
     }

@@ -4,7 +4,7 @@ steps the ``enabled`` switch, step metrics and error translation (``DeltaMirrorT
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -82,6 +82,21 @@ class DeltaMirrorTableOperator(DeltaMirrorBaseOperator):
 
     def run(self, context: Any) -> Any:
         raise NotImplementedError
+
+    def publisher_factory(self, engine: str) -> Callable[..., Any]:
+        """``publisher_for`` bound to this table and checkpoint ``engine``: the one place that chooses
+        the checkpoint builder and the lease it needs (``spark.checkpoint_choice``); call it with
+        ``Publisher``'s other keyword arguments. A non-local engine reads the table's
+        ``checkpoint`` settings (threshold, Spark master and conf) from the table config."""
+        from functools import partial
+
+        from delta_mirror.spark.checkpoint_choice import publisher_for
+        from delta_mirror.table_config import CheckpointEngine, load_config
+
+        settings = None
+        if engine != CheckpointEngine.LOCAL:
+            settings = load_config().settings_for(str(self.table)).checkpoint
+        return partial(publisher_for, self.hook.store, str(self.table), engine, settings=settings)
 
 
 __all__ = ["DeltaMirrorBaseOperator", "DeltaMirrorTableOperator", "optional_int"]

@@ -9,6 +9,7 @@ from typing import Any
 from delta_mirror.airflow.errors import translated
 from delta_mirror.airflow.operators.base import DeltaMirrorTableOperator
 from delta_mirror.airflow.operators.table_steps import judge_report
+from delta_mirror.table_config import CheckpointEngine
 
 
 class DeltaMirrorSyncOperator(DeltaMirrorTableOperator):
@@ -28,7 +29,7 @@ class DeltaMirrorSyncOperator(DeltaMirrorTableOperator):
     def __init__(
         self,
         *,
-        checkpoint_engine: str = "local",
+        checkpoint_engine: str = CheckpointEngine.LOCAL,
         validate_every: float | str | None = 600.0,
         reader: str = "deltalake",
         lag_history_retention: float | None = None,
@@ -42,19 +43,6 @@ class DeltaMirrorSyncOperator(DeltaMirrorTableOperator):
         self.lag_history_retention = lag_history_retention
         self.publish_in = publish_in
 
-    def _builder(self) -> Any:
-        """``auto``: Spark in this worker when a due checkpoint's table is above the threshold (the
-        table's settings from the config); ``local`` (and ``spark``, checkpointed by the next
-        task): None, the in-process engine."""
-        if self.checkpoint_engine != "auto":
-            return None
-        from delta_mirror.spark.checkpoint_engine import ConfiguredBuilder
-        from delta_mirror.table_config import load_config
-
-        config = load_config()
-        settings = config.tables.get(self.table, config.defaults).checkpoint
-        return ConfiguredBuilder(self.table, self.checkpoint_engine, settings)
-
     @translated
     def run(self, context: Any) -> dict[str, Any]:
         from datetime import timedelta
@@ -63,14 +51,17 @@ class DeltaMirrorSyncOperator(DeltaMirrorTableOperator):
         from delta_mirror.health.monitoring import DEFAULT_LAG_RETENTION
         from delta_mirror.jobs.sync import sync_table
 
+        # spark: the spark-submit task after this one checkpoints; local / auto: this task, auto
+        # starting Spark in this worker when a due checkpoint's table is above the threshold
+        here = self.checkpoint_engine != CheckpointEngine.SPARK
         every = None if self.validate_every in (None, "", "None") else float(self.validate_every)
         retention = self.lag_history_retention
         result = sync_table(
             self.hook.store,
             self.table,
             storage_options=self.hook.storage_options,
-            checkpoint_builder=self._builder(),
-            checkpoint_here=self.checkpoint_engine != "spark",  # else the spark-submit task after this
+            make_publisher=self.publisher_factory(self.checkpoint_engine) if here else None,
+            checkpoint_here=here,
             validate_every=None if every is None else timedelta(seconds=every),
             reader=self.reader,
             lag_retention=DEFAULT_LAG_RETENTION if retention is None else timedelta(seconds=retention),

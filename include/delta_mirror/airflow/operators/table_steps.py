@@ -7,6 +7,7 @@ from typing import Any
 
 from delta_mirror.airflow.errors import translated
 from delta_mirror.airflow.operators.base import DeltaMirrorTableOperator, optional_int
+from delta_mirror.table_config import CheckpointEngine
 
 
 def judge_report(log: Any, table: str, report: Any, *, strict: bool = False) -> None:
@@ -85,7 +86,7 @@ class DeltaMirrorCheckpointOperator(DeltaMirrorTableOperator):
         *,
         version: int | str | None = None,
         only_if_due: bool = True,
-        engine: str = "local",
+        engine: str = CheckpointEngine.LOCAL,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -95,22 +96,19 @@ class DeltaMirrorCheckpointOperator(DeltaMirrorTableOperator):
 
     @translated
     def run(self, context: Any) -> int | None:
-        version = optional_int(self.version, "version")
-        builder = None
-        if self.engine != "local":
-            from delta_mirror.spark.checkpoint_engine import builder_for
-            from delta_mirror.table_config import load_config
+        from delta_mirror.spark.checkpoint_choice import last_engine
 
-            config = load_config()
-            settings = config.tables.get(self.table, config.defaults).checkpoint
-            chosen, builder = builder_for(self.hook.store, self.table, self.engine, settings)
-            self.log.info("checkpoint engine for %s: %s", self.table, chosen)
-        publisher = self.publisher(checkpoint_builder=builder)
+        version = optional_int(self.version, "version")
+        # a Spark-capable engine holds the table's lease for a long build (the factory's rule)
+        publisher = self.publisher_factory(self.engine)(storage_options=self.hook.storage_options)
         if version is None and self.only_if_due:
             written = publisher.checkpoint_if_due(self.table)
         else:
             written = publisher.checkpoint(self.table, version)
-        self.log.info("checkpoint for %s: %s", self.table, written if written is not None else "not due")
+        if written is None:
+            self.log.info("checkpoint for %s: not due", self.table)
+        else:
+            self.log.info("checkpoint for %s: %s (%s engine)", self.table, written, last_engine(publisher))
         return written  # type: ignore[no-any-return]
 
 
