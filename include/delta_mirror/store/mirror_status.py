@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select, text, update
+from sqlalchemy import ColumnElement, Connection, and_, bindparam, func, insert, select, text, update
 
 from delta_mirror.delta.protocol import now_ms
 from delta_mirror.store import db
@@ -94,8 +94,56 @@ SELECT table_id, error_class, last_error FROM (
 """
 
 
+def _artifact_rows(table_id: int, artifact: str, *more: ColumnElement[bool]) -> ColumnElement[bool]:
+    """The WHERE of a table's status rows of one artifact (and ``more``)."""
+    return and_(dl_mirror_status.c.table_id == table_id, dl_mirror_status.c.artifact == artifact, *more)
+
+
+def _top_version(conn: Connection, table_id: int, artifact: str, *more: ColumnElement[bool]) -> int | None:
+    """The highest version among the table's ``artifact`` rows (matching ``more``)."""
+    v = conn.execute(
+        select(func.max(dl_mirror_status.c.version)).where(_artifact_rows(table_id, artifact, *more))
+    ).scalar()
+    return None if v is None else int(v)
+
+
+def _span(versions: Sequence[int]) -> tuple[int, int] | None:
+    """(lowest, highest) when ``versions`` are every version between them, else None."""
+    lo, hi = min(versions), max(versions)
+    return (lo, hi) if len(set(versions)) == hi - lo + 1 else None
+
+
+def _at_versions(versions: Sequence[int]) -> ColumnElement[bool]:
+    """``versions`` as a range when they are contiguous (one index range), else as a list."""
+    span = _span(versions)
+    column = dl_mirror_status.c.version
+    return column.in_(list(versions)) if span is None else column.between(*span)
+
+
+# What a published row records beside its hash and size (the text form of the fast paths; the
+# per-row path sets the same columns).
+_SUCCESS_SET = (
+    "UPDATE dl_mirror_status AS m SET state = 'SUCCESS', sha256 = {sha256}, size_bytes = {size}, "
+    "finished_at = :now, error_class = NULL, last_error = NULL, lease_owner = NULL "
+)
+
+
 class MirrorStatus(StoreBase):
     """Read and move the per-version publish states."""
+
+    def _update(
+        self,
+        table_id: int,
+        artifact: str,
+        rows: ColumnElement[bool],
+        values: dict[str, Any],
+        params: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """Set ``values`` on the table's ``artifact`` rows matched by ``rows``, in one transaction
+        (``params``: once per parameter set)."""
+        stmt = update(dl_mirror_status).where(_artifact_rows(table_id, artifact, rows)).values(**values)
+        with db.translated(self.url, "updating mirror status"), self.engine.begin() as conn:
+            conn.execute(stmt, params)
 
     def fleet_rows(self, table_ids: Sequence[int] | None = None) -> dict[int, FleetRow]:
         """Every table's status figures (or those of ``table_ids``) in four statements, whatever the
@@ -211,9 +259,7 @@ class MirrorStatus(StoreBase):
         with db.translated(self.url, "reading mirror status"), self.reader.connect() as conn:
             first_open = conn.execute(
                 select(func.min(dl_mirror_status.c.version)).where(
-                    dl_mirror_status.c.table_id == table_id,
-                    dl_mirror_status.c.artifact == Artifact.JSON,
-                    dl_mirror_status.c.state != PublishState.SUCCESS,
+                    _artifact_rows(table_id, Artifact.JSON, dl_mirror_status.c.state != PublishState.SUCCESS)
                 )
             ).scalar()
             if first_open is not None:
@@ -222,56 +268,31 @@ class MirrorStatus(StoreBase):
                 ).scalar()
                 # Nothing published yet is None, not first_version - 1 (-1 for a new table).
                 return None if first is None or first_open <= first else int(first_open) - 1
-            top = conn.execute(
-                select(func.max(dl_mirror_status.c.version)).where(
-                    dl_mirror_status.c.table_id == table_id, dl_mirror_status.c.artifact == Artifact.JSON
-                )
-            ).scalar()
-            return None if top is None else int(top)
+            return _top_version(conn, table_id, Artifact.JSON)
 
     def last_checkpoint_version(self, table_id: int) -> int | None:
         with db.translated(self.url, "reading mirror status"), self.reader.connect() as conn:
-            v = conn.execute(
-                select(func.max(dl_mirror_status.c.version)).where(
-                    dl_mirror_status.c.table_id == table_id,
-                    dl_mirror_status.c.artifact == Artifact.CHECKPOINT,
-                    dl_mirror_status.c.state == PublishState.SUCCESS,
-                )
-            ).scalar()
-            return None if v is None else int(v)
+            return _top_version(
+                conn, table_id, Artifact.CHECKPOINT, dl_mirror_status.c.state == PublishState.SUCCESS
+            )
 
     def mark_started(self, table_id: int, versions: Sequence[int], artifact: str, owner: str) -> None:
         if not versions:
             return
-        now = now_ms()
-        lo, hi = min(versions), max(versions)
-        contiguous = len(set(versions)) == hi - lo + 1
-        with db.translated(self.url, "updating mirror status"), self.engine.begin() as conn:
-            conn.execute(
-                update(dl_mirror_status)
-                .where(
-                    dl_mirror_status.c.table_id == table_id,
-                    dl_mirror_status.c.artifact == artifact,
-                    dl_mirror_status.c.version.between(lo, hi)
-                    if contiguous
-                    else dl_mirror_status.c.version.in_(list(versions)),
-                )
-                .values(
-                    state=PublishState.IN_PROGRESS,
-                    attempts=dl_mirror_status.c.attempts + 1,
-                    started_at=now,
-                    lease_owner=owner,
-                )
-            )
+        values = {
+            "state": PublishState.IN_PROGRESS,
+            "attempts": dl_mirror_status.c.attempts + 1,
+            "started_at": now_ms(),
+            "lease_owner": owner,
+        }
+        self._update(table_id, artifact, _at_versions(versions), values)
 
     def ensure_status(self, table_id: int, version: int, artifact: str) -> None:
         """Create a PENDING status row if missing (checkpoints are enqueued when due)."""
         with db.translated(self.url, "updating mirror status"), self.engine.begin() as conn:
             exists = conn.execute(
                 select(dl_mirror_status.c.state).where(
-                    dl_mirror_status.c.table_id == table_id,
-                    dl_mirror_status.c.version == version,
-                    dl_mirror_status.c.artifact == artifact,
+                    _artifact_rows(table_id, artifact, dl_mirror_status.c.version == version)
                 )
             ).first()
             if exists is None:
@@ -304,25 +325,17 @@ class MirrorStatus(StoreBase):
         if dialect == "postgresql":
             self._mark_succeeded_pg(table_id, artifact, results, now)
             return
-        with db.translated(self.url, "updating mirror status"), self.engine.begin() as conn:
-            conn.execute(
-                update(dl_mirror_status)
-                .where(
-                    dl_mirror_status.c.table_id == table_id,
-                    dl_mirror_status.c.artifact == artifact,
-                    dl_mirror_status.c.version == bindparam("v"),
-                )
-                .values(
-                    state=PublishState.SUCCESS,
-                    sha256=bindparam("s"),
-                    size_bytes=bindparam("n"),
-                    finished_at=now,
-                    error_class=None,
-                    last_error=None,
-                    lease_owner=None,
-                ),
-                [{"v": v, "s": s, "n": n} for v, s, n in results],
-            )
+        values = {
+            "state": PublishState.SUCCESS,
+            "sha256": bindparam("s"),
+            "size_bytes": bindparam("n"),
+            "finished_at": now,
+            "error_class": None,
+            "last_error": None,
+            "lease_owner": None,
+        }
+        rows = dl_mirror_status.c.version == bindparam("v")
+        self._update(table_id, artifact, rows, values, [{"v": v, "s": s, "n": n} for v, s, n in results])
 
     def _mark_commits_succeeded(
         self, table_id: int, results: Sequence[tuple[int, str, int]], now: int
@@ -330,14 +343,13 @@ class MirrorStatus(StoreBase):
         """A contiguous run of published commits whose bytes were checked against ``dl_commits``:
         one range UPDATE taking hash and size from there (PostgreSQL, SQLite >= 3.33: UPDATE ... FROM).
         False when the fast path does not apply."""
-        versions = [v for v, _, _ in results]
-        lo, hi = min(versions), max(versions)
-        if len(set(versions)) != hi - lo + 1:
+        span = _span([v for v, _, _ in results])
+        if span is None:
             return False
+        lo, hi = span
         stmt = text(
-            "UPDATE dl_mirror_status AS m SET state = 'SUCCESS', sha256 = c.sha256, size_bytes = c.size_bytes, "
-            "finished_at = :now, error_class = NULL, last_error = NULL, lease_owner = NULL "
-            "FROM dl_commits AS c WHERE c.table_id = m.table_id AND c.version = m.version AND c.has_json "
+            _SUCCESS_SET.format(sha256="c.sha256", size="c.size_bytes")
+            + "FROM dl_commits AS c WHERE c.table_id = m.table_id AND c.version = m.version AND c.has_json "
             "AND m.table_id = :t AND m.artifact = 'json' AND m.version BETWEEN :lo AND :hi"
         )
         # The publisher renders each commit and refuses bytes whose SHA-256 differs from
@@ -356,9 +368,8 @@ class MirrorStatus(StoreBase):
             values.append(f"(CAST(:v{i} AS BIGINT), CAST(:s{i} AS VARCHAR), CAST(:n{i} AS BIGINT))")
             params.update({f"v{i}": v, f"s{i}": sha, f"n{i}": n})
         stmt = text(
-            "UPDATE dl_mirror_status AS m SET state = 'SUCCESS', sha256 = r.sha, size_bytes = r.n, "
-            "finished_at = :now, error_class = NULL, last_error = NULL, lease_owner = NULL "
-            f"FROM (VALUES {', '.join(values)}) AS r(v, sha, n) "
+            _SUCCESS_SET.format(sha256="r.sha", size="r.n")
+            + f"FROM (VALUES {', '.join(values)}) AS r(v, sha, n) "
             "WHERE m.table_id = :t AND m.artifact = :a AND m.version = r.v"
         )
         with db.translated(self.url, "updating mirror status"), self.engine.begin() as conn:
@@ -367,37 +378,22 @@ class MirrorStatus(StoreBase):
     def mark_failed(
         self, table_id: int, version: int, artifact: str, state: str, error_class: str, message: str
     ) -> None:
-        with db.translated(self.url, "updating mirror status"), self.engine.begin() as conn:
-            conn.execute(
-                update(dl_mirror_status)
-                .where(
-                    dl_mirror_status.c.table_id == table_id,
-                    dl_mirror_status.c.artifact == artifact,
-                    dl_mirror_status.c.version == version,
-                )
-                .values(
-                    state=state,
-                    error_class=error_class,
-                    last_error=message[:4000],
-                    finished_at=now_ms(),
-                    lease_owner=None,
-                )
-            )
+        values = {
+            "state": state,
+            "error_class": error_class,
+            "last_error": message[:4000],
+            "finished_at": now_ms(),
+            "lease_owner": None,
+        }
+        self._update(table_id, artifact, dl_mirror_status.c.version == version, values)
 
     def mark_pending(self, table_id: int, artifact: str, versions: Sequence[int]) -> None:
         """Queue versions again (the reconciler found their files missing at the location)."""
         if not versions:
             return
-        with db.translated(self.url, "updating mirror status"), self.engine.begin() as conn:
-            conn.execute(
-                update(dl_mirror_status)
-                .where(
-                    dl_mirror_status.c.table_id == table_id,
-                    dl_mirror_status.c.artifact == artifact,
-                    dl_mirror_status.c.version.in_(list(versions)),
-                )
-                .values(state=PublishState.PENDING, finished_at=None)
-            )
+        self._update(
+            table_id, artifact, _at_versions(versions), {"state": PublishState.PENDING, "finished_at": None}
+        )
 
     def reset_in_progress(self, table_id: int) -> None:
         """A new lease holder re-drives what a crashed one left IN_PROGRESS (put-if-absent makes it safe)."""
