@@ -1,5 +1,6 @@
 """The "Delta Mirror" page's HTML from a real store (no server): what the table page says of versions
-and checkpoints. The browser test (test_ui_plugin.py) drives the same pages inside Airflow."""
+and checkpoints, and that the store's text is shown escaped. The browser test (test_ui_plugin.py)
+drives the same pages inside Airflow."""
 
 from __future__ import annotations
 
@@ -98,4 +99,46 @@ def test_the_overview_sends_as_many_statements_for_30_tables_as_for_3(
     assert "tables 8-14 of 30 (page 2 of 5)" in page and "?page=3&amp;per_page=7'>next" in page
     assert overview_data(stores, page=99, per_page=7)["page"] == 5  # past the end: the last page
     stores.close()
+    store.close()
+
+
+def test_every_text_from_the_store_is_escaped_on_the_pages(sqlite_store: str, tmp_path: Path) -> None:
+    """Error texts, halt reasons, locations and validation problems are the store's (and so a
+    writer's or an object store's) text: the templates' autoescape shows them, never runs them."""
+    from delta_mirror.airflow.ui_render import error_html, overview_html, table_html
+    from delta_mirror.health.monitoring import overview_rows
+    from delta_mirror.store.states import Artifact
+
+    evil = "<script>alert('x')</script>"
+    store = SqlStore(sqlite_store)
+    root = tmp_path / "t"
+    create_data_table(store, root)
+    append_rows(store, root, "t", [2])
+    info = store.get_table("t")
+    store.mark_failed(info.id, 1, Artifact.JSON, "FAILED", "PERMANENT", evil)
+    store.halt_table(info.id, evil, 1)
+    store.update_table(info.id, location=f"file:///{evil}")
+    detail = table_detail(store, store.get_table("t"))
+    detail["last_validation"] = {
+        "at": 1_800_000_000_000,
+        "from_version": 0,
+        "to_version": 1,
+        "reader": evil,
+        "ok": False,
+        "problem_count": 1,
+        "problems": [{"kind": evil, "version": 1, "message": evil, "hint": evil}],
+    }
+    rows = overview_rows(store, [store.get_table("t")])
+    pages = {
+        "overview": overview_html(
+            {"generated_at": "2027-01-01T00:00:00+00:00", "healthy": False, "tables": rows}
+        ),
+        "table": table_html(detail),
+        "error": error_html("No such table", f"no table named '{evil}' in the store"),
+    }
+    for which, page in pages.items():
+        assert "<script>alert" not in page, which
+        assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in page, which
+        assert page.count("<script>") == 1, which  # the page's own script only
+    assert pages["table"].count("&lt;script&gt;") >= 5  # halt, error, location, validation
     store.close()
