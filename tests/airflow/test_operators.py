@@ -474,3 +474,20 @@ def test_every_operator_declares_the_shared_template_fields_once_and_each_is_an_
             for p in inspect.signature(vars(c)["__init__"]).parameters
         }
         assert set(fields) <= arguments, f"{name} templates a field that is no constructor argument"
+
+
+def test_every_operator_and_hook_documents_each_constructor_argument_with_a_param_line() -> None:
+    """Airflow's convention (``:param name: ...``), read by its docs and IDEs: an argument is
+    documented on the class that takes it, or on a delta-mirror base class that does."""
+    from delta_mirror.airflow.hooks import DeltaMirrorHook
+
+    classes: dict[str, type] = {**_operator_classes(), "DeltaMirrorHook": DeltaMirrorHook}
+    for name, cls in classes.items():
+        ours = [c for c in cls.__mro__ if c.__module__.startswith("delta_mirror.")]
+        documented = "\n".join(inspect.getdoc(c) or "" for c in ours)
+        for c in ours:
+            if "__init__" not in vars(c):
+                continue
+            for p in inspect.signature(vars(c)["__init__"]).parameters.values():
+                if p.name != "self" and p.kind is not p.VAR_KEYWORD:
+                    assert f":param {p.name}:" in documented, f"{name}: no ':param {p.name}:' line"

@@ -36,6 +36,12 @@ class DeltaMirrorHook(BaseHook):
 
     Without ``store_conn_id`` the store comes from ``DELTA_MIRROR_STORE`` or the embedded SQLite
     default; without ``aws_conn_id`` S3 credentials come from the usual AWS environment variables.
+
+    :param store_conn_id: Airflow connection of the SQL store: a Postgres connection (host, login,
+        password, schema as the database) or any connection whose extra holds ``sqlalchemy_url``;
+        ``""`` and ``"None"`` (a rendered template) mean none.
+    :param aws_conn_id: Airflow connection with the object store's credentials and endpoint
+        (``""`` and ``"None"`` mean none).
     """
 
     conn_name_attr = "store_conn_id"

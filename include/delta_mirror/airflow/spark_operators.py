@@ -26,7 +26,20 @@ JDBC_PACKAGES = ",".join(p for p in EXTRA_PACKAGES if p.startswith("org.postgres
 
 
 class DeltaMirrorSparkCheckpointOperator(DeltaMirrorHookMixin, SparkSubmitOperator):
-    """spark-submit the checkpoint job for ``table`` (``--if-due``, or ``--version``)."""
+    """spark-submit the checkpoint job for ``table`` (``--if-due``, or ``--version``).
+
+    The job holds the table's lease for a long build (``--lease-ttl``, 3,600 s by default).
+
+    :param table: the table's name in the store. Templated.
+    :param store_conn_id: Airflow connection of the SQL store; passed to the job in its
+        environment, never on the command line. Templated.
+    :param aws_conn_id: Airflow connection with the object store's credentials. Templated.
+    :param version: the version to checkpoint; None: the last published one. Templated.
+    :param only_if_due: with no ``version``, write only when the cadence policy says one is due.
+    :param partitions: parallel JDBC reads of the store (None: the job's default).
+    :param conn_id: the Spark connection (``checkpoint.spark.conn_id`` in the table config).
+    :param conf: more Spark settings for the job.
+    """
 
     template_fields: Sequence[str] = (
         *SparkSubmitOperator.template_fields,

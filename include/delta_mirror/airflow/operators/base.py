@@ -32,7 +32,14 @@ def optional_int(value: Any, name: str) -> int | None:
 
 
 class DeltaMirrorBaseOperator(DeltaMirrorHookMixin, BaseOperator):
-    """Every delta-mirror operator on ``BaseOperator``: keyword-only, the constructor only assigns."""
+    """Every delta-mirror operator on ``BaseOperator``: keyword-only, the constructor only assigns.
+
+    :param store_conn_id: Airflow connection of the SQL store (a Postgres connection, or one whose
+        extra holds ``sqlalchemy_url``); None: ``DELTA_MIRROR_STORE`` or the embedded SQLite store.
+        Templated.
+    :param aws_conn_id: Airflow connection with the object store's credentials and endpoint; None:
+        the usual AWS environment variables. Templated.
+    """
 
     template_fields: Sequence[str] = CONNECTION_FIELDS
     ui_color = "#00add4"
@@ -45,7 +52,8 @@ class DeltaMirrorBaseOperator(DeltaMirrorHookMixin, BaseOperator):
         self.aws_conn_id = aws_conn_id
 
     def publisher(self, **kwargs: Any) -> Any:
-        """A publisher over the hook's store and object-store options."""
+        """A local-engine publisher over the hook's store and object-store options (a step whose
+        checkpoints another engine may build takes ``publisher_factory``'s)."""
         from delta_mirror.jobs.publisher import Publisher
 
         return Publisher(self.hook.store, storage_options=self.hook.storage_options, **kwargs)
@@ -53,7 +61,11 @@ class DeltaMirrorBaseOperator(DeltaMirrorHookMixin, BaseOperator):
 
 class DeltaMirrorTableOperator(DeltaMirrorBaseOperator):
     """A step on one table: ``table`` and the ``enabled`` switch are templated (the backfill form
-    switches steps off at run time); ``run()`` is the step, timed and counted in the metrics."""
+    switches steps off at run time); ``run()`` is the step, timed and counted in the metrics.
+
+    :param table: the table's name in the store. Templated.
+    :param enabled: False (or the text ``false``, ``0``, ``no``) skips the step. Templated.
+    """
 
     template_fields: Sequence[str] = template_fields_with("table", "enabled")
     metric_step = "step"  # names the metrics: delta_mirror.<step>_seconds, delta_mirror.failures

@@ -12,7 +12,14 @@ from delta_mirror.airflow.operators.base import DeltaMirrorBaseOperator
 
 
 class DeltaMirrorReconcileOperator(DeltaMirrorBaseOperator):
-    """Re-drive FAILED, stuck and lagging versions across tables; returns the report."""
+    """Re-drive FAILED, stuck and lagging versions across tables; returns the report.
+
+    :param tables: the tables to reconcile (one not in the store yet is skipped with a warning);
+        None: every table in the store. Templated.
+    :param strategy: ``incremental``, ``full`` or ``smart`` (``jobs.reconcile``). Templated.
+    :param escalate_after_attempts: attempts after which a failing version is reported as
+        persistent (the reconcile DAG emails it).
+    """
 
     template_fields: Sequence[str] = template_fields_with("tables", "strategy")
 
@@ -58,7 +65,13 @@ class DeltaMirrorReconcileOperator(DeltaMirrorBaseOperator):
 
 
 class DeltaMirrorLagOperator(DeltaMirrorBaseOperator):
-    """Measure lag per table and emit it through Airflow's stats (StatsD / OpenTelemetry)."""
+    """Measure lag per table and emit it through Airflow's stats (StatsD / OpenTelemetry).
+
+    :param tables: the tables to measure (one not in the store yet is skipped with a warning);
+        None: every table in the store. Templated.
+    :param lag_history_retention: seconds (or seconds per table) of lag samples to keep; None: 14 days.
+    :param record_samples: store a lag sample per table (``dl_lag_samples``) as well as emitting it.
+    """
 
     template_fields: Sequence[str] = template_fields_with("tables")
 
@@ -70,7 +83,6 @@ class DeltaMirrorLagOperator(DeltaMirrorBaseOperator):
         record_samples: bool = True,
         **kwargs: Any,
     ) -> None:
-        """``lag_history_retention``: seconds (or seconds per table) of lag samples to keep (default 14 d)."""
         super().__init__(**kwargs)
         self.tables = list(tables) if tables else None
         self.lag_history_retention = lag_history_retention
@@ -122,8 +134,10 @@ class DeltaMirrorLagOperator(DeltaMirrorBaseOperator):
 class DeltaMirrorFleetValidateOperator(DeltaMirrorBaseOperator):
     """Validate every table whose cadence says due, in one process (``jobs.fleet_validate``).
 
-    ``tables``: name → ``{"every": seconds or None, "reader": ...}``. A failed validation fails the
-    task with one line per table (the DAG's failure notifications alert); the others are recorded.
+    A failed validation fails the task with one line per table (the DAG's failure notifications
+    alert); the others are recorded.
+
+    :param tables: name → ``{"every": seconds between validations or None, "reader": ...}``. Templated.
     """
 
     template_fields: Sequence[str] = template_fields_with("tables")

@@ -48,6 +48,17 @@ class DeltaMirrorSparkIngestOperator(DeltaMirrorTableOperator):
     ``spark-submit`` as ``python -m delta_mirror.spark.ingest``. With ``idempotent`` the commit
     carries a ``txn`` (app id ``airflow:<dag>.<task>``, version = the run's ``run_after`` in ms): a
     retry after a successful commit is skipped instead of ingesting twice.
+
+    :param source: the files to ingest: a path, a glob or a list of them. Templated.
+    :param source_format: ``csv``, ``parquet`` or ``json``. Templated.
+    :param location: the table root, used when the ingest creates the table. Templated.
+    :param partition_by: partition columns for a new table (a list or comma-separated text). Templated.
+    :param mode: ``append`` or ``overwrite``. Templated.
+    :param schema: a DDL schema for the source (None: inferred). Templated.
+    :param options: the Spark reader's options for the source format. Templated.
+    :param spark_master: the Spark master; None: ``local[2]`` (or ``DELTA_MIRROR_SPARK_MASTER``).
+    :param spark_conf: more Spark settings for the session.
+    :param idempotent: commit with a ``txn`` of the run, so a retried task does not ingest twice.
     """
 
     metric_step = "ingest"
@@ -135,6 +146,19 @@ class DeltaMirrorSparkPipelineOperator(DeltaMirrorTableOperator):
     ``table`` (registered at ``location`` first when new). Spark runs in the task's process with
     the delta-mirror LogStore. With ``idempotent`` the append carries Delta's ``txnAppId`` /
     ``txnVersion`` (the run's ``run_after`` in ms): a retried task does not append twice.
+
+    :param location: the table root the job writes. Templated.
+    :param source: the source files the job appends and merges. Templated.
+    :param source_format: ``csv``, ``parquet`` or ``json``. Templated.
+    :param schema: a DDL schema for the source (None: inferred). Templated.
+    :param partition_by: partition columns of the table. Templated.
+    :param delete_where: the DELETE step's predicate (None: the pipeline's default). Templated.
+    :param steps: which pipeline steps run (None: all, in order). Templated.
+    :param commit_conn_id: HTTP connection to ``delta-mirror serve`` (the token as password);
+        None: ``DELTA_MIRROR_COMMIT_URL`` / ``DELTA_MIRROR_COMMIT_TOKEN``. Templated.
+    :param spark_master: the Spark master; None: ``local[2]`` (or ``DELTA_MIRROR_SPARK_MASTER``).
+    :param spark_conf: more Spark settings for the session.
+    :param idempotent: append with Delta's ``txnAppId`` / ``txnVersion`` of the run.
     """
 
     metric_step = "spark_job"

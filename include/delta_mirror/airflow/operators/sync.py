@@ -13,14 +13,18 @@ from delta_mirror.table_config import CheckpointEngine
 
 
 class DeltaMirrorSyncOperator(DeltaMirrorTableOperator):
-    """Publish every pending version of ``table`` and do the run's follow-up work in the same task.
+    """Publish every pending version of ``table`` and do the run's follow-up work in the same task
+    (``jobs.sync.sync_table``): checkpoint when due, validate on the table's cadence, lag sample.
 
-    ``checkpoint_engine``: ``local`` / ``auto`` checkpoint here when due; ``spark`` leaves it to
-    the spark-submit task after this one. ``validate_every``: seconds between validations of the
-    newly published versions (``None``: never; 0: every run); a problem fails the task, as the
-    validate step does. ``lag_history_retention``: seconds of lag samples kept. ``publish_in``:
-    the table config's; ``triggerer``: the table's trigger publishes too, and a lease it holds is
-    waited for, not a failed try (``jobs.sync.sync_table``).
+    :param checkpoint_engine: ``local`` / ``auto`` checkpoint here when due (``auto`` with Spark in
+        this worker from the table's file threshold on, under the long lease); ``spark`` leaves it
+        to the spark-submit task after this one.
+    :param validate_every: seconds between validations of the newly published versions (None:
+        never; 0: every run); a problem fails the task, as the validate step does. Templated.
+    :param reader: the reader validation compares with the store. Templated.
+    :param lag_history_retention: seconds of lag samples kept (None: 14 days).
+    :param publish_in: the table config's; ``triggerer``: the table's trigger publishes too, and a
+        lease it holds is waited for, not a failed try.
     """
 
     metric_step = "sync"

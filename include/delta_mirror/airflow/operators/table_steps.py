@@ -44,7 +44,12 @@ def judge_report(log: Any, table: str, report: Any, *, strict: bool = False) -> 
 
 
 class DeltaMirrorPublishOperator(DeltaMirrorTableOperator):
-    """Publish the table's pending versions (up to ``to_version``) as ``_delta_log`` commits."""
+    """Publish the table's pending versions (up to ``to_version``) as ``_delta_log`` commits.
+
+    :param to_version: the last version to publish; None: every committed one. Templated.
+    :param cadence_checkpoints: write the checkpoints the table's cadence asks for while
+        publishing; False when a separate step (Spark, or the checkpoint operator) writes them.
+    """
 
     metric_step = "publish"
     template_fields: Sequence[str] = (*DeltaMirrorTableOperator.template_fields, "to_version")
@@ -76,7 +81,15 @@ class DeltaMirrorPublishOperator(DeltaMirrorTableOperator):
 
 
 class DeltaMirrorCheckpointOperator(DeltaMirrorTableOperator):
-    """Write a checkpoint when the cadence policy says one is due (or at ``version``)."""
+    """Write a checkpoint when the cadence policy says one is due (or at ``version``).
+
+    :param version: the version to checkpoint; None: the last published one. Templated.
+    :param only_if_due: with no ``version``, write only when the cadence policy says one is due.
+    :param engine: who builds it (``CheckpointEngine``): ``local`` in this worker, ``auto`` Spark in
+        this worker from the table's file threshold on, ``spark`` Spark in this worker; a
+        Spark-capable engine holds the table's lease for a long build
+        (``spark.checkpoint_choice.publisher_for``).
+    """
 
     metric_step = "checkpoint"
     template_fields: Sequence[str] = (*DeltaMirrorTableOperator.template_fields, "version")
@@ -118,6 +131,12 @@ class DeltaMirrorValidateOperator(DeltaMirrorTableOperator):
     A reader's limitation (it cannot read a version although the table is right) is logged as a
     warning with the reader to use instead, and fails the task only with ``strict`` (the CLI's
     ``validate --strict``).
+
+    :param from_version: the first version to check; None: the first published one. Templated.
+    :param to_version: the last version to check; None: the last published one. Templated.
+    :param reader: the reader whose view is compared with the store (``deltalake``, ``spark``,
+        ``duckdb``, ``kernel-java`` or ``auto``). Templated.
+    :param strict: also fail on a reader's limitation. Templated.
     """
 
     metric_step = "validate"
@@ -166,7 +185,12 @@ class DeltaMirrorValidateOperator(DeltaMirrorTableOperator):
 
 
 class DeltaMirrorMaintenanceOperator(DeltaMirrorTableOperator):
-    """Clean up log files by the table's retention (dry-run unless ``cleanup_dry_run=False``)."""
+    """Clean up log files by the table's retention (dry-run unless ``cleanup_dry_run=False``).
+
+    :param cleanup_dry_run: only report what would be deleted. Templated.
+    :param log_retention_seconds: how long log files are kept; None: the table's
+        ``delta.logRetentionDuration`` (30 days by default).
+    """
 
     metric_step = "maintenance"
     template_fields: Sequence[str] = (*DeltaMirrorTableOperator.template_fields, "cleanup_dry_run")
