@@ -17,7 +17,7 @@ from sqlalchemy import ColumnElement, Connection, and_, bindparam, func, insert,
 
 from delta_mirror.delta.protocol import now_ms
 from delta_mirror.store import db
-from delta_mirror.store.base import StoreBase
+from delta_mirror.store.base import StoreBase, from_row
 from delta_mirror.store.schema import dl_mirror_status, dl_tables
 from delta_mirror.store.states import Artifact, PublishState
 from delta_mirror.store.table_failures import TableFailure
@@ -224,22 +224,7 @@ class MirrorStatus(StoreBase):
         else:
             q = q.order_by(dl_mirror_status.c.version, dl_mirror_status.c.artifact)
         with db.translated(self.url, "reading mirror status"), self.reader.connect() as conn:
-            rows = [
-                StatusRow(
-                    r.version,
-                    r.artifact,
-                    r.state,
-                    r.attempts,
-                    r.error_class,
-                    r.last_error,
-                    r.sha256,
-                    r.size_bytes,
-                    r.enqueued_at,
-                    r.started_at,
-                    r.finished_at,
-                )
-                for r in conn.execute(q)
-            ]
+            rows = [from_row(StatusRow, r) for r in conn.execute(q)]
         if newest is not None:
             rows.reverse()
         return rows

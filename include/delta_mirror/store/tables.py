@@ -25,7 +25,7 @@ from delta_mirror.errors import (
     TableNotFoundError,
 )
 from delta_mirror.store import db
-from delta_mirror.store.base import StoreBase
+from delta_mirror.store.base import StoreBase, from_row
 from delta_mirror.store.schema import (
     dl_actions,
     dl_commits,
@@ -88,24 +88,7 @@ def default_table_name(location: str) -> str:
 
 
 def table_info(row: Any) -> TableInfo:
-    return TableInfo(
-        id=row.id,
-        name=row.name,
-        location=row.location,
-        table_uuid=row.table_uuid,
-        state=row.state,
-        halted_reason=row.halted_reason,
-        halted_version=row.halted_version,
-        first_version=row.first_version,
-        base_checkpoint_version=row.base_checkpoint_version,
-        checkpoint_kind=row.checkpoint_kind,
-        checkpoint_part_size=row.checkpoint_part_size,
-        checkpoint_interval=row.checkpoint_interval,
-        checkpoint_max_bytes=row.checkpoint_max_bytes,
-        settings=json.loads(row.settings or "{}"),
-        lease_owner=row.lease_owner,
-        lease_expires_at=row.lease_expires_at,
-    )
+    return from_row(TableInfo, row, settings=json.loads(row.settings or "{}"))
 
 
 def refuse_if_halted(table: TableInfo, version: int | None) -> None:
