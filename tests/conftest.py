@@ -10,6 +10,7 @@ Services start lazily, the first time a test requests them, and stop at the end 
 - ``s3`` (session): the ``S3Server`` (``endpoint``, keys, ``region``, ``make_bucket()``, ``env()``).
 - ``s3_env`` (function): sets the ``AWS_*`` variables for the test and yields a fresh bucket name.
 - ``store_url`` (function, parametrized sqlite/postgres): a fresh store URL.
+- ``store`` (function): an initialised ``SqlStore`` on ``store_url``, closed after the test.
 - ``table_location`` (function, parametrized local/s3): a fresh table root URI.
 - ``corpus_dir`` (session): the shared Delta corpus (``DELTA_MIRROR_CORPUS``), skipped when absent.
 """
@@ -22,6 +23,8 @@ from pathlib import Path
 
 import pytest
 from support.services import PG_ENV, PgServer, S3Server, corpus_path, session_service
+
+from delta_mirror.store import SqlStore
 
 
 def repo_root() -> Path:
@@ -99,11 +102,7 @@ def pg_store_url(pg_server: PgServer) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def s3() -> Iterator[S3Server]:
-    server = S3Server()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from session_service(S3Server, S3Server.stop)
 
 
 @pytest.fixture
@@ -129,6 +128,15 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'store.db'}"
     return str(request.getfixturevalue("pg_store_url"))
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[SqlStore]:
+    """An initialised ``SqlStore`` on ``store_url`` (so on SQLite and on PostgreSQL), closed after."""
+    s = SqlStore(store_url)
+    s.init()
+    yield s
+    s.close()
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -79,14 +79,6 @@ def lake(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(store_url: str) -> Iterator[SqlStore]:
-    s = SqlStore(store_url)
-    s.init()
-    yield s
-    s.close()
-
-
-@pytest.fixture
 def service(store: SqlStore, lake: Path, tmp_path: Path) -> Iterator[Service]:
     svc = Service(
         store.url,

@@ -161,12 +161,10 @@ HOSTILE_VALUES = [
 
 
 def test_sql_metacharacters_in_every_stored_value_round_trip_and_inject_nothing(
-    store_url: str, tmp_path: Path
+    store: SqlStore, tmp_path: Path
 ) -> None:
     from deltalake import DeltaTable
 
-    store = SqlStore(store_url)
-    store.init()
     root = tmp_path / "t"
     # paths are URIs: '%', '\\', ':', '?' and '/' percent-encoded, the SQL metacharacters kept as they are
     # (a backslash is refused in paths even when encoded, so it is spelled out there)
@@ -357,12 +355,10 @@ def test_a_symlinked_delta_log_is_refused_and_nothing_is_written_through_it(tmp_
 
 
 def test_publishing_into_a_symlinked_delta_log_fails_clearly_and_writes_nothing(
-    store_url: str, tmp_path: Path
+    store: SqlStore, store_url: str, tmp_path: Path
 ) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    store = SqlStore(store_url)
-    store.init()
     root = tmp_path / "t"
     store.commit(
         "t",

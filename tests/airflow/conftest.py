@@ -45,6 +45,7 @@ for _var in [v for v in os.environ if v.startswith("AIRFLOW__")]:
 os.environ.update(AIRFLOW_ENV)
 
 from dm_airflow_kit import MailBox, SmtpServer, config_yaml  # noqa: E402
+from support.services import session_service  # noqa: E402
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -131,11 +132,7 @@ def local_location(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def smtp_server() -> Iterator[SmtpServer]:
-    server = SmtpServer()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from session_service(SmtpServer, SmtpServer.stop)
 
 
 @pytest.fixture
@@ -156,7 +153,7 @@ def spark() -> object:
     """The run's one SparkSession (``support.spark``) for DAGs whose tasks run Spark in-process."""
     from support.services import skip_or_fail
 
-    from delta_mirror.spark.session import spark_missing
+    from delta_mirror.spark_session import spark_missing
 
     why = spark_missing()
     if why is not None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from airflow_e2e_stack import SmtpServer, save_artifacts
+from support.services import session_service
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -24,11 +25,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
 
 @pytest.fixture(scope="module")
 def smtp() -> Iterator[SmtpServer]:
-    server = SmtpServer()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from session_service(SmtpServer, SmtpServer.stop)
 
 
 @pytest.fixture(scope="module")

@@ -35,10 +35,8 @@ def _age_commits(store: SqlStore, table_id: int, seconds: float) -> None:
 
 
 def test_lag_samples_record_the_oldest_unpublished_commit_and_are_pruned(
-    store_url: str, tmp_path: Path
+    store: SqlStore, tmp_path: Path
 ) -> None:
-    store = SqlStore(store_url)
-    store.init()
     root = tmp_path / "t"
     _table(store, root)
     info = store.get_table("t")
@@ -80,9 +78,9 @@ def _health(store_url: str, *args: str, config: Path | None = None) -> tuple[int
     return result.exit_code, json.loads(result.stdout)
 
 
-def test_health_fails_on_lag_slo_breach_halt_and_failures(store_url: str, tmp_path: Path) -> None:
-    store = SqlStore(store_url)
-    store.init()
+def test_health_fails_on_lag_slo_breach_halt_and_failures(
+    store: SqlStore, store_url: str, tmp_path: Path
+) -> None:
     root = tmp_path / "t"
     _table(store, root)
     info = store.get_table("t")
@@ -131,9 +129,7 @@ def test_health_fails_on_lag_slo_breach_halt_and_failures(store_url: str, tmp_pa
     assert len(store.lag_samples(info.id)) == 1
 
 
-def test_health_on_an_unknown_table_is_one_error_line(store_url: str) -> None:
-    store = SqlStore(store_url)
-    store.init()
+def test_health_on_an_unknown_table_is_one_error_line(store: SqlStore, store_url: str) -> None:
     result = CliRunner().invoke(cli, ["--store", store_url, "health", "nope"])
     assert result.exit_code == 1
     assert result.stderr.startswith("error:") and "nope" in result.stderr
@@ -155,12 +151,10 @@ def test_lag_history_retention_is_a_table_config_duration() -> None:
 
 
 def test_a_rewritten_checkpoint_counts_writes_and_is_not_called_retried(
-    store_url: str, tmp_path: Path
+    store: SqlStore, tmp_path: Path
 ) -> None:
     """A checkpoint rewritten on request (`delta-mirror checkpoint`) is a second write, not a retry;
     a commit file that failed once and was published on the next try is a retry."""
-    store = SqlStore(store_url)
-    store.init()
     root = tmp_path / "t"
     _table(store, root)
     info = store.get_table("t")

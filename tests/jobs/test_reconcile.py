@@ -18,9 +18,7 @@ SCHEMA = pa.schema([("id", pa.int64())])
 _table = create_data_table
 
 
-def test_reconcile_publishes_pending_and_failed_versions(store_url: str, tmp_path: Path) -> None:
-    store = SqlStore(store_url)
-    store.init()
+def test_reconcile_publishes_pending_and_failed_versions(store: SqlStore, tmp_path: Path) -> None:
     root = tmp_path / "t"
     _table(store, root)
     Publisher(store).publish("t")
@@ -40,10 +38,8 @@ def test_reconcile_publishes_pending_and_failed_versions(store_url: str, tmp_pat
 
 
 def test_reconcile_reports_a_conflict_halt_for_escalation_and_never_overwrites(
-    store_url: str, tmp_path: Path
+    store: SqlStore, tmp_path: Path
 ) -> None:
-    store = SqlStore(store_url)
-    store.init()
     root = tmp_path / "t"
     _table(store, root)
     foreign = b'{"commitInfo":{"operation":"WRITE","engineInfo":"someone-else"}}\n'
@@ -62,9 +58,7 @@ def test_reconcile_reports_a_conflict_halt_for_escalation_and_never_overwrites(
     assert json.loads(json.dumps(report.to_json()))["strategy"] == "incremental"
 
 
-def test_full_reconcile_republishes_lost_commits_and_checkpoints(store_url: str, tmp_path: Path) -> None:
-    store = SqlStore(store_url)
-    store.init()
+def test_full_reconcile_republishes_lost_commits_and_checkpoints(store: SqlStore, tmp_path: Path) -> None:
     root = tmp_path / "t"
     _table(store, root)
     for i in range(11):
@@ -89,10 +83,8 @@ def test_full_reconcile_republishes_lost_commits_and_checkpoints(store_url: str,
 
 
 def test_smart_reconcile_halts_on_a_foreign_commit_and_leaves_healthy_tables_alone(
-    store_url: str, tmp_path: Path
+    store: SqlStore, tmp_path: Path
 ) -> None:
-    store = SqlStore(store_url)
-    store.init()
     healthy, hijacked = tmp_path / "healthy", tmp_path / "hijacked"
     _table(store, healthy, "healthy")
     _table(store, hijacked, "hijacked")

@@ -1,21 +1,11 @@
-"""The store's fixtures: an initialised store on real SQLite and real PostgreSQL (``store_url``)."""
+"""The store's fixtures: a table location (the initialised ``store`` on SQLite and PostgreSQL is
+tests/conftest.py's)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from delta_mirror.store import SqlStore
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[SqlStore]:
-    s = SqlStore(store_url)
-    s.init()
-    yield s
-    s.close()
 
 
 @pytest.fixture
