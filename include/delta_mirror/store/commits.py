@@ -18,7 +18,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from delta_mirror.delta import commit_rules
@@ -36,8 +36,8 @@ from delta_mirror.store.log_rows import (
     write_actions,
 )
 from delta_mirror.store.reads import latest_action, latest_version_in
-from delta_mirror.store.schema import PART_COMMIT, dl_commits, dl_mirror_status
-from delta_mirror.store.states import Artifact, CommitSource, PublishState
+from delta_mirror.store.schema import PART_COMMIT, dl_commits
+from delta_mirror.store.states import CommitSource
 from delta_mirror.store.tables import TableInfo, Tables, check_table_name, get_table, refuse_if_halted
 
 # Without an expected version a writer that loses a race retries on the next version this often.
@@ -241,33 +241,26 @@ class Commits(Tables):
             if actions and actions[0][0] == "commitInfo":
                 raw = actions[0][1].get("inCommitTimestamp")
                 ict = raw if isinstance(raw, int) else None
-            conn.execute(
-                insert(dl_commits).values(
-                    table_id=table.id,
-                    version=version,
-                    committed_at=ts,
-                    in_commit_timestamp=ict,
-                    action_count=len(actions),
-                    size_bytes=len(data) if has_json else 0,
-                    sha256=hashlib.sha256(data).hexdigest() if has_json else "",
-                    has_json=has_json,
-                    source=CommitSource.IMPORT,
-                )
+            claim_version(
+                conn,
+                table,
+                version,
+                CommitSource.IMPORT,
+                action_count=len(actions),
+                size=len(data) if has_json else 0,
+                sha256=hashlib.sha256(data).hexdigest() if has_json else "",
+                in_commit_timestamp=ict,
+                has_json=has_json,
+                committed_at=ts,
             )
             if has_json:
-                done = published_sha256 is not None
-                conn.execute(
-                    insert(dl_mirror_status).values(
-                        table_id=table.id,
-                        version=version,
-                        artifact=Artifact.JSON,
-                        state=PublishState.SUCCESS if done else PublishState.PENDING,
-                        attempts=0,
-                        enqueued_at=ts,
-                        finished_at=ts if done else None,
-                        sha256=published_sha256,
-                        size_bytes=published_size,
-                    )
+                enqueue_json(
+                    conn,
+                    table.id,
+                    version,
+                    ts,
+                    published_sha256=published_sha256,
+                    published_size=published_size,
                 )
         if index_files:
             write_actions(conn, table.id, version, part, actions, strict=False, lines=lines)

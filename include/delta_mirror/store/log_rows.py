@@ -15,7 +15,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy import ColumnElement, Connection, and_, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from delta_mirror.config import max_commit_actions, max_commit_bytes
@@ -29,23 +29,23 @@ from delta_mirror.store.schema import dl_actions, dl_commits, dl_files, dl_mirro
 from delta_mirror.store.states import Artifact, CommitSource, PublishState
 from delta_mirror.store.tables import TableInfo
 
+#: The store's commit limits: what each measures, and the setting that raises it.
+_LIMITS = (
+    ("the commit holds {:,} actions", max_commit_actions, "DELTA_MIRROR_MAX_COMMIT_ACTIONS"),
+    ("the commit file would be {:,} bytes", max_commit_bytes, "DELTA_MIRROR_MAX_COMMIT_BYTES"),
+)
+
 
 def check_commit_size(name: str, version: int | None, action_count: int, size: int) -> None:
     """The store's commit limits (``DELTA_MIRROR_MAX_COMMIT_ACTIONS`` / ``_BYTES``), for every writer."""
-    if action_count > (limit := max_commit_actions()):
-        raise CommitTooLargeError(
-            f"the commit holds {action_count:,} actions, more than the limit of {limit:,}",
-            table=name,
-            version=version,
-            hint="split it into several commits, or raise DELTA_MIRROR_MAX_COMMIT_ACTIONS",
-        )
-    if size > (max_bytes := max_commit_bytes()):
-        raise CommitTooLargeError(
-            f"the commit file would be {size:,} bytes, more than the limit of {max_bytes:,}",
-            table=name,
-            version=version,
-            hint="split it into several commits, or raise DELTA_MIRROR_MAX_COMMIT_BYTES",
-        )
+    for found, (what, limit_of, setting) in zip((action_count, size), _LIMITS, strict=True):
+        if found > (limit := limit_of()):
+            raise CommitTooLargeError(
+                f"{what.format(found)}, more than the limit of {limit:,}",
+                table=name,
+                version=version,
+                hint=f"split it into several commits, or raise {setting}",
+            )
 
 
 def claim_version(
@@ -58,11 +58,14 @@ def claim_version(
     size: int = 0,
     sha256: str = "",
     in_commit_timestamp: int | None = None,
+    has_json: bool = True,
+    committed_at: int | None = None,
 ) -> int:
     """Insert the version's ``dl_commits`` row first: a racing writer fails here, before any other
     work (its primary key decides). A native commit fills in hash and size once its actions are
-    rendered; a verbatim one knows them up front. Returns the commit time (epoch ms)."""
-    ts = now_ms()
+    rendered; a verbatim one knows them up front; an imported one keeps the source's commit time
+    (``committed_at``). Returns the commit time (epoch ms)."""
+    ts = now_ms() if committed_at is None else committed_at
     try:
         conn.execute(
             insert(dl_commits).values(
@@ -73,7 +76,7 @@ def claim_version(
                 action_count=action_count,
                 size_bytes=size,
                 sha256=sha256,
-                has_json=True,
+                has_json=has_json,
                 source=source,
             )
         )
@@ -84,16 +87,29 @@ def claim_version(
     return ts
 
 
-def enqueue_json(conn: Connection, table_id: int, version: int, ts: int) -> None:
-    """A committed version waits for the publisher (``PENDING``)."""
+def enqueue_json(
+    conn: Connection,
+    table_id: int,
+    version: int,
+    ts: int,
+    *,
+    published_sha256: str | None = None,
+    published_size: int | None = None,
+) -> None:
+    """A committed version waits for the publisher (``PENDING``); an imported one already at its
+    location (``published_sha256``, an in-place import) is ``SUCCESS`` from the start."""
+    done = published_sha256 is not None
     conn.execute(
         insert(dl_mirror_status).values(
             table_id=table_id,
             version=version,
             artifact=Artifact.JSON,
-            state=PublishState.PENDING,
+            state=PublishState.SUCCESS if done else PublishState.PENDING,
             attempts=0,
             enqueued_at=ts,
+            finished_at=ts if done else None,
+            sha256=published_sha256,
+            size_bytes=published_size,
         )
     )
 
@@ -203,20 +219,22 @@ def write_actions(
         conn.execute(insert(dl_files), adds)
 
 
+def _active_entry(table_id: int) -> ColumnElement[bool]:
+    """The WHERE of the active ``dl_files`` entry of the key bound as ``p`` (path), ``d`` (dv id)."""
+    return and_(
+        dl_files.c.table_id == table_id,
+        dl_files.c.path == bindparam("p"),
+        dl_files.c.dv_id == bindparam("d"),
+        dl_files.c.remove_version.is_(None),
+    )
+
+
 def _supersede(conn: Connection, table_id: int, version: int, adds: Sequence[dict[str, Any]]) -> None:
     active = active_keys(conn, table_id, [a["path"] for a in adds])
     superseded = [{"p": a["path"], "d": a["dv_id"]} for a in adds if (a["path"], a["dv_id"]) in active]
     if superseded:
         conn.execute(
-            update(dl_files)
-            .where(
-                dl_files.c.table_id == table_id,
-                dl_files.c.path == bindparam("p"),
-                dl_files.c.dv_id == bindparam("d"),
-                dl_files.c.remove_version.is_(None),
-            )
-            .values(remove_version=version),
-            superseded,
+            update(dl_files).where(_active_entry(table_id)).values(remove_version=version), superseded
         )
 
 
@@ -242,12 +260,7 @@ def _remove(
     ]
     stmt = (
         update(dl_files)
-        .where(
-            dl_files.c.table_id == table_id,
-            dl_files.c.path == bindparam("p"),
-            dl_files.c.dv_id == bindparam("d"),
-            dl_files.c.remove_version.is_(None),
-        )
+        .where(_active_entry(table_id))
         .values(
             remove_version=bindparam("rv"),
             remove_part=bindparam("rp"),
