@@ -17,13 +17,11 @@ import uuid
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from delta_mirror.delta.actions import Action, dv_id, spark_ordered, validate_action
+from delta_mirror.delta.actions import Action, spark_ordered, validate_action
 from delta_mirror.delta.protocol import CATALOG_FEATURES, COORDINATED_COMMITS_PREFIX
+from delta_mirror.delta.replay import FileKey, file_key
 from delta_mirror.errors import InvalidActionError
 from delta_mirror.version import ENGINE_INFO
-
-#: A file's identity in the file index: (path, deletion vector id).
-FileKey = tuple[str, str]
 
 _SINGLE_ACTIONS = ("metaData", "protocol", "commitInfo")
 _DROP_FEATURE = "DROP FEATURE"
@@ -82,10 +80,10 @@ def _check_each_action(
         validate_action(kind, body, number=number, table=table, version=version, location=location)
         counts[kind] = counts.get(kind, 0) + 1
         if kind in seen:
-            key = (body["path"], dv_id(body.get("deletionVector")))
+            key = file_key(body)
             if key in seen[kind]:
                 raise InvalidActionError(
-                    f"action {number}: duplicate {kind} of '{key[0]}' in one commit",
+                    f"action {number}: duplicate {kind} of '{key.path}' in one commit",
                     table=table,
                     version=version,
                     hint=f"{kind} each file once per commit",
@@ -146,18 +144,18 @@ def check_no_downgrade(
 
 def removed_files(actions: Sequence[Action]) -> list[FileKey]:
     """The (path, deletion vector id) of each ``remove``, in commit order."""
-    return [(b["path"], dv_id(b.get("deletionVector"))) for k, b in actions if k == "remove"]
+    return [file_key(b) for k, b in actions if k == "remove"]
 
 
 def check_removes(
     removes: Sequence[FileKey], active: Collection[FileKey], *, table: str, version: int
 ) -> None:
     """A remove names an active file: the same path text and deletion vector."""
-    for path, dv in removes:
-        if (path, dv) not in active:
+    for key in removes:
+        if key not in active:
             raise InvalidActionError(
-                f"remove of '{path}'"
-                + (f" (deletion vector {dv})" if dv else "")
+                f"remove of '{key.path}'"
+                + (f" (deletion vector {key.dv_id})" if key.dv_id else "")
                 + " which is not an active file",
                 table=table,
                 version=version,
@@ -222,7 +220,6 @@ def _new_commit_info(
 
 
 __all__ = [
-    "FileKey",
     "check_actions",
     "check_no_downgrade",
     "check_removes",

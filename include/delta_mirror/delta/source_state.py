@@ -21,19 +21,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from delta_mirror.delta.actions import dv_id, line_action, schema_problem
+from delta_mirror.delta.actions import line_action, schema_problem
 from delta_mirror.delta.protocol import unsupported_reasons
+from delta_mirror.delta.replay import FileKey, LogReplay
 from delta_mirror.errors import DataError, UnsupportedTableError
 
 _FIX_HINT = (
     "repair the source log with a Delta writer (or restore the file from a backup), then import again; "
     "README: 'Import: logs readers cannot reconstruct'"
 )
-
-FileKey = tuple[str, str]  # (path, deletion vector id)
 
 
 def _refuse(what: str, *, table: str, version: int) -> DataError:
@@ -203,51 +202,17 @@ class CheckpointState:
     dropped_files: list[FileKey]  # active in the JSON replay, absent from the checkpoint
 
 
-@dataclass
-class ReplayState:
-    """Protocol, metadata, transactions, domains and active files, action by action."""
+class ReplayState(LogReplay[str]):
+    """The JSON replay import compares with a source checkpoint (``delta.replay``); each active
+    file holds its add line when ``keep_lines`` (a checkpoint's state, whose lines the store may
+    keep), else ''."""
 
-    protocol: dict[str, Any] | None = None
-    metadata: dict[str, Any] | None = None
-    txns: dict[str, dict[str, Any]] = field(default_factory=dict)
-    domains: dict[str, dict[str, Any]] = field(default_factory=dict)  # removed ones dropped
-    files: dict[FileKey, str] = field(default_factory=dict)  # key -> add line ('' when not kept)
-    keep_lines: bool = False
+    def __init__(self, *, keep_lines: bool = False) -> None:
+        super().__init__()
+        self.keep_lines = keep_lines
 
-    def apply(self, lines: Iterable[str]) -> None:
-        removed: list[FileKey] = []
-        added: list[tuple[FileKey, str]] = []
-        for line in lines:
-            if line.startswith('{"commitInfo":'):
-                continue  # one known action per line: this one is commitInfo
-            kind, body = line_action(json.loads(line))
-            if not isinstance(body, dict):
-                continue
-            if kind == "protocol":
-                self.protocol = body
-            elif kind == "metaData":
-                self.metadata = body
-            elif kind == "txn":
-                self.txns[str(body.get("appId"))] = body
-            elif kind == "domainMetadata":
-                self._domain(body)
-            elif kind in ("add", "remove"):
-                key = (str(body.get("path", "")), dv_id(body.get("deletionVector")))
-                (
-                    added.append((key, line if self.keep_lines else ""))
-                    if kind == "add"
-                    else removed.append(key)
-                )
-        for key in removed:  # removes apply to the state before the commit, then adds
-            self.files.pop(key, None)
-        self.files.update(added)
-
-    def _domain(self, body: dict[str, Any]) -> None:
-        name = str(body.get("domain"))
-        if body.get("removed") is True:
-            self.domains.pop(name, None)
-        else:
-            self.domains[name] = body
+    def _file(self, key: FileKey, add: dict[str, Any], line: str) -> str:
+        return line if self.keep_lines else ""
 
 
 def compare_to_checkpoint(
@@ -270,7 +235,7 @@ def compare_to_checkpoint(
     out.dropped_files = [k for k in replay.files if k not in checkpoint.files]
     out.lines += [checkpoint.files[k] for k in extra]
     if extra or out.dropped_files:
-        sample = ", ".join(p for p, _ in (extra + out.dropped_files)[:3])
+        sample = ", ".join(str(k.path) for k in (extra + out.dropped_files)[:3])
         out.disagreements.append(
             Disagreement(
                 version,

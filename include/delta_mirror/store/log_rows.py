@@ -20,8 +20,8 @@ from sqlalchemy.exc import IntegrityError
 
 from delta_mirror.config import max_commit_actions, max_commit_bytes
 from delta_mirror.delta.actions import Action, canonical_line, dv_id
-from delta_mirror.delta.commit_rules import FileKey
 from delta_mirror.delta.protocol import now_ms
+from delta_mirror.delta.replay import FileKey
 from delta_mirror.errors import CommitTooLargeError
 from delta_mirror.store import db
 from delta_mirror.store.base import CHUNK, version_taken
@@ -173,7 +173,7 @@ def active_keys(conn: Connection, table_id: int, paths: Sequence[str]) -> set[Fi
                 dl_files.c.path.in_(chunk),
             )
         )
-        out.update((r.path, r.dv_id) for r in rows)
+        out.update(FileKey(r.path, r.dv_id) for r in rows)
     return out
 
 
@@ -188,7 +188,7 @@ def _tombstone_keys(conn: Connection, table_id: int, version: int, paths: Sequen
                 dl_files.c.path.in_(unique[i : i + CHUNK]),
             )
         )
-        out.update((r.path, r.dv_id) for r in rows)
+        out.update(FileKey(r.path, r.dv_id) for r in rows)
     return out
 
 
