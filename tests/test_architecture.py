@@ -82,8 +82,9 @@ def test_the_package_has_no_import_cycles() -> None:
 
 
 # The tiers (docs/architecture.md), lowest first. A module may import its own tier or a lower one.
-# spark.session and spark.s3a only build a SparkSession (like storage.py opens object stores), so
-# they sit at the bottom; the rest of spark/ (ingest, pipeline, the checkpoint engine) runs jobs.
+# A folder is one tier: spark_session and s3a only build a SparkSession and its s3a settings (like
+# storage.py opens object stores), so they live at the bottom, outside spark/ (ingest, pipeline, the
+# checkpoint engine run jobs); spark.session and spark.s3a are their old names, re-exported.
 TIERS: tuple[tuple[str, ...], ...] = (
     (
         "delta",
@@ -93,8 +94,8 @@ TIERS: tuple[tuple[str, ...], ...] = (
         "version",
         "lazy",
         "failpoints",
-        "spark.session",
-        "spark.s3a",
+        "spark_session",
+        "s3a",
     ),
     ("store", "table_config"),
     ("health",),
@@ -137,7 +138,8 @@ def test_each_module_imports_only_its_own_tier_or_lower_ones() -> None:
 
 def test_a_module_belongs_to_the_tier_of_its_longest_named_prefix() -> None:
     assert _tier("delta_mirror.delta.actions") == 0
-    assert _tier("delta_mirror.spark.session") == 0
+    assert _tier("delta_mirror.spark_session") == 0
+    assert _tier("delta_mirror.spark.session") == 4  # the old name: a shell re-exporting the bottom
     assert _tier("delta_mirror.spark.ingest") == 4
     assert _tier("delta_mirror.jobs.validate.spark_reader") == 3
     assert _tier("delta_mirror.airflow.operators.base") == 5
@@ -198,3 +200,21 @@ def test_the_delta_model_never_imports_the_storage_adapter() -> None:
         if dep == "delta_mirror.storage"
     ]
     assert wrong == []
+
+
+def test_the_store_owns_its_transactions_no_public_method_takes_a_connection() -> None:
+    """A caller outside ``store/`` never holds a transaction of the store: a write of several steps
+    is one store method or context manager (``SqlStore.importing``), not ``begin()`` plus ``conn=``."""
+    import inspect
+
+    from delta_mirror.store import SqlStore
+
+    taking = [
+        f"{name}({param})"
+        for name, member in inspect.getmembers(SqlStore, inspect.isfunction)
+        if not name.startswith("_")
+        for param in inspect.signature(member).parameters
+        if param in ("conn", "connection")
+    ]
+    assert taking == []
+    assert not hasattr(SqlStore, "begin")

@@ -45,7 +45,7 @@ HEARTBEAT_THRESHOLD_S = 30.0
 
 @pytest.fixture(scope="module")
 def run() -> Iterator[ClusterRun]:
-    from delta_mirror.spark.session import LogStoreJarMissing, logstore_jar
+    from delta_mirror.spark_session import LogStoreJarMissing, logstore_jar
 
     try:
         logstore_jar()

@@ -213,9 +213,7 @@ def _slices(lines: list[str], size: int) -> Iterator[list[str]]:
 class Reads(StoreBase):
     """Commits, snapshots and file sets as stored (read-only transactions)."""
 
-    def latest_version(self, table_id: int, conn: Connection | None = None) -> int | None:
-        if conn is not None:
-            return latest_version_in(conn, table_id)
+    def latest_version(self, table_id: int) -> int | None:
         with db.translated(self.url, "reading the latest version"), self.reader.connect() as c:
             return latest_version_in(c, table_id)
 

@@ -13,7 +13,7 @@ is compared with the store's:
   when every active file exists and has stats.
 
 Local (``file://``) and S3 (``s3://``, read as ``s3a://`` with the table's storage options set on
-the session for its bucket, ``delta_mirror.spark.s3a``) tables.
+the session for its bucket, ``delta_mirror.s3a``) tables.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def spark_check(
     ``AWS_*`` environment fills in what is missing).
     """
     if spark is None:
-        from delta_mirror.spark.session import get_spark
+        from delta_mirror.spark_session import get_spark
 
         spark = get_spark()
     view = _SparkView(spark, table, storage_options)
@@ -106,7 +106,7 @@ class _SparkView:
             self.path = str(folder)
             self.root = self.path.rstrip("/") + "/"
         elif urlparse(uri).scheme in ("s3", "s3a"):
-            from delta_mirror.spark.s3a import configure_s3a
+            from delta_mirror.s3a import configure_s3a
 
             self.path = configure_s3a(spark, uri, self.options)
             self.root = self.path + "/"
@@ -119,7 +119,7 @@ class _SparkView:
         self.exists = _exists_check(uri, self.options) if folder is None else _local_exists(folder)
 
     def text_of(self, exc: BaseException) -> str:
-        from delta_mirror.spark.s3a import redact
+        from delta_mirror.s3a import redact
 
         return redact(_text(exc), self.options)
 
