@@ -1,4 +1,4 @@
-"""An import's rows written in bulk: the same rows ``Commits._import_version`` writes one version at
+"""An import's rows written in bulk: the same rows ``Commits.import_version`` writes one version at
 a time, in a few statements (PostgreSQL ``COPY``, SQLite ``executemany``).
 
 An imported table is new, so its whole file index is a function of the imported log alone: it is
@@ -28,16 +28,15 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from delta_mirror.delta.actions import render_commit
-from delta_mirror.delta.line_facts import DV_ID, KIND, PATH, FileAction, LineFacts
+from delta_mirror.delta.line_facts import KIND, FileAction, LineFacts
 from delta_mirror.delta.protocol import now_ms
+from delta_mirror.delta.replay import FileKey
 from delta_mirror.store.schema import ANALYZE_STATEMENTS, PART_COMMIT, dl_tables
 from delta_mirror.store.states import Artifact, CommitSource, PublishState
 from delta_mirror.store.tables import refuse_if_halted, table_info
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
-
-FileKey = tuple[Any, Any]
 
 # dl_files columns, in the order of ``FileIndex.rows``' lists.
 _FILE_COLUMNS = (
@@ -115,8 +114,9 @@ class FileIndex:
         early = self._early.pop(version, 0)
         active = self._active
         adds = [f for f in files if f[KIND] == "add"]
+        keys = [FileKey(path, dv) for _seq, _kind, path, dv, _size, _pv, _dt in adds]
         if adds and version > 0 and active:
-            superseded = {key for a in adds if (key := (a[PATH], a[DV_ID])) in active}
+            superseded = {key for key in keys if key in active}
             for key in superseded:
                 for row in active.pop(key):
                     row[_RV] = version
@@ -133,7 +133,7 @@ class FileIndex:
             else:
                 row = _add_row(version, part, add)
                 rows.append(row)
-            key = (add[PATH], add[DV_ID])
+            key = keys[i]
             same = active.get(key)
             if same is None:
                 active[key] = [row]
@@ -143,20 +143,21 @@ class FileIndex:
     def _remove(self, version: int, part: int, removes: Sequence[FileAction]) -> None:
         removed = 0
         for seq, _kind, path, dv, _size, _pv, dt in removes:
-            rows = self._active.pop((path, dv), None)
+            key = FileKey(path, dv)
+            rows = self._active.pop(key, None)
             if rows is None:
                 continue
             for row in rows:
                 row[_RV], row[_RP], row[_RS], row[_DT] = version, part, seq, dt
             removed += len(rows)
-            self._close(version, (path, dv))
+            self._close(version, key)
         if removed == len(removes):
             return  # the store's UPDATE touched as many rows as there were removes
         known = set(self._closed.get(version, ()))
         for seq, _kind, path, dv, _size, _pv, dt in removes:
-            if (path, dv) not in known:
+            if (key := FileKey(path, dv)) not in known:
                 self.rows.append([path, dv, None, None, None, version, part, seq, None, None, dt])
-                self._close(version, (path, dv))
+                self._close(version, key)
 
     def drop(self, version: int, keys: Iterable[FileKey]) -> None:
         """Close the active entries of ``keys`` at ``version`` without a tombstone (a source
@@ -211,7 +212,7 @@ class BulkImport:
         lines_sent: int = 0,
         rendered: tuple[str, int] | None = None,
     ) -> None:
-        """One version's rows, as ``Commits._import_version`` writes them. ``published`` is the
+        """One version's rows, as ``Commits.import_version`` writes them. ``published`` is the
         (sha256, size) of a commit file already at the location (in-place import);
         ``lines_sent``: its first lines already went to ``lines`` (a large commit, while parsed);
         ``rendered``: the (sha256, size) of ``render_commit(lines)``, when already taken."""
