@@ -19,8 +19,9 @@ import inspect
 import json
 import pkgutil
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -491,3 +492,30 @@ def test_every_operator_and_hook_documents_each_constructor_argument_with_a_para
             for p in inspect.signature(vars(c)["__init__"]).parameters.values():
                 if p.name != "self" and p.kind is not p.VAR_KEYWORD:
                     assert f":param {p.name}:" in documented, f"{name}: no ':param {p.name}:' line"
+
+
+_AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("idempotent", "context", "txn"),
+    [
+        (True, {"dag_run": SimpleNamespace(run_after=_AT)}, ("airflow:d.t", 1767323045000)),
+        (
+            True,
+            {"dag_run": SimpleNamespace(run_after=None), "logical_date": _AT},
+            ("airflow:d.t", 1767323045000),
+        ),
+        (True, {}, (None, None)),  # no run time: nothing to key a retry on
+        (False, {"dag_run": SimpleNamespace(run_after=_AT)}, (None, None)),
+    ],
+    ids=["run-after", "logical-date", "no-time", "not-idempotent"],
+)
+def test_an_idempotent_spark_step_keys_its_commit_on_the_dag_task_and_run_time(
+    idempotent: bool, context: dict[str, Any], txn: tuple[str | None, int | None]
+) -> None:
+    """Shared by the ingest and pipeline operators: a retried run carries the same txn, so Delta skips it."""
+    from delta_mirror.airflow.operators.spark import run_txn
+
+    op = SimpleNamespace(idempotent=idempotent, dag_id="d", task_id="t")
+    assert run_txn(op, context) == txn

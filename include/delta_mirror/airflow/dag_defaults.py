@@ -6,9 +6,12 @@ Used by the generated DAGs (``dag_factory``) and the example DAGs (``examples``)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
+
+from airflow.sdk import DAG
 
 from delta_mirror.airflow.notifications import task_failure_callback
 from delta_mirror.table_config import TableConfig
@@ -60,6 +63,38 @@ def airflow_dag_settings() -> dict[str, Any]:
     }
 
 
+def fleet_dag(
+    dag_id: str,
+    defaults: TableConfig,
+    *,
+    tags: Sequence[str],
+    doc_md: str,
+    schedule: Any = None,
+    max_active_runs: int | None = 1,
+    **dag_args: Any,
+) -> DAG:
+    """A DAG beside the tables' own (reconcile, backfill, monitor, maintenance, the examples): no
+    catch-up, the config defaults' owner, retries and failure notification, one run at a time
+    (``max_active_runs=None``: Airflow's default); ``schedule`` None: manual runs only."""
+    if max_active_runs is not None:
+        dag_args["max_active_runs"] = max_active_runs
+    return DAG(
+        dag_id=dag_id,
+        schedule=schedule,
+        start_date=START,
+        catchup=False,
+        default_args=default_args(defaults),
+        tags=[*BASE_TAGS, *tags],
+        doc_md=doc_md,
+        **dag_args,
+    )
+
+
+def numbered(task_id: str, index: int) -> str:
+    """``task_id`` for the first of a DAG's tasks of one kind, ``task_id_2``, ``_3``... for the next."""
+    return task_id if index == 0 else f"{task_id}_{index + 1}"
+
+
 def conn_args(cfg: TableConfig) -> dict[str, Any]:
     """The connection arguments every delta-mirror operator takes."""
     return {"store_conn_id": cfg.store_conn_id, "aws_conn_id": cfg.aws_conn_id}
@@ -74,4 +109,6 @@ __all__ = [
     "airflow_dag_settings",
     "conn_args",
     "default_args",
+    "fleet_dag",
+    "numbered",
 ]

@@ -40,6 +40,8 @@ from delta_mirror.airflow.dag_defaults import (
     airflow_dag_settings,
     conn_args,
     default_args,
+    fleet_dag,
+    numbered,
 )
 from delta_mirror.airflow.examples import example_dags
 from delta_mirror.airflow.notifications import deadline_missed, send
@@ -240,15 +242,11 @@ def _step_tasks(cfg: TableConfig) -> list[Any]:
 
 
 def reconcile_dag(config: MirrorConfig) -> DAG:
-    defaults = config.defaults
-    with DAG(
-        dag_id="delta_mirror_reconcile",
+    with fleet_dag(
+        "delta_mirror_reconcile",
+        config.defaults,
         schedule=config.reconcile_schedule,
-        start_date=START,
-        catchup=False,
-        max_active_runs=1,
-        default_args=default_args(defaults),
-        tags=[*BASE_TAGS, "reconcile"],
+        tags=["reconcile"],
         doc_md="Finds FAILED, stuck (lease expired) and lagging versions across the configured tables and "
         "re-drives them; emails the table's contacts when failures persist "
         f"(≥ {config.escalate_after_attempts} attempts), a table's publish attempts keep failing past "
@@ -256,7 +254,7 @@ def reconcile_dag(config: MirrorConfig) -> DAG:
     ) as dag:
         reports = [
             DeltaMirrorReconcileOperator(
-                task_id="reconcile" if i == 0 else f"reconcile_{i + 1}",
+                task_id=numbered("reconcile", i),
                 tables=names or None,
                 escalate_after_attempts=config.escalate_after_attempts,
                 strategy=config.reconcile_strategy,
@@ -309,14 +307,11 @@ def reconcile_dag(config: MirrorConfig) -> DAG:
 
 def backfill_dag(config: MirrorConfig) -> DAG:
     tables = sorted(config.tables)
-    defaults = config.defaults
-    with DAG(
-        dag_id="delta_mirror_backfill",
-        schedule=None,
-        start_date=START,
-        catchup=False,
-        default_args=default_args(defaults),
-        tags=[*BASE_TAGS, "backfill"],
+    with fleet_dag(
+        "delta_mirror_backfill",
+        config.defaults,
+        tags=["backfill"],
+        max_active_runs=None,  # runs for different tables may overlap
         params={
             "table": Param(
                 tables[0] if tables else "",
@@ -385,20 +380,17 @@ def backfill_dag(config: MirrorConfig) -> DAG:
 
 def monitor_dag(config: MirrorConfig) -> DAG:
     defaults = config.defaults
-    with DAG(
-        dag_id="delta_mirror_monitor",
+    with fleet_dag(
+        "delta_mirror_monitor",
+        defaults,
         schedule=config.monitor_schedule,
-        start_date=START,
-        catchup=False,
-        max_active_runs=1,
-        default_args=default_args(defaults),
-        tags=[*BASE_TAGS, "monitor"],
+        tags=["monitor"],
         doc_md="Lag per table (seconds since the oldest unpublished commit, versions behind) as Airflow "
         "metrics; emails a table's contacts when its lag breaches the lag SLO in the config.",
     ) as dag:
         lags = [
             DeltaMirrorLagOperator(
-                task_id="lag" if i == 0 else f"lag_{i + 1}",
+                task_id=numbered("lag", i),
                 tables=names or None,
                 lag_history_retention={
                     n: config.tables[n].lag_history_retention.total_seconds() for n in names
@@ -449,7 +441,7 @@ def _fleet_validate_tasks(config: MirrorConfig) -> list[Any]:
             groups.setdefault(key, {})[name] = {"every": every, "reader": cfg.reader}
     return [
         DeltaMirrorFleetValidateOperator(
-            task_id="validate" if i == 0 else f"validate_{i + 1}",
+            task_id=numbered("validate", i),
             tables=tables,
             store_conn_id=store or None,
             aws_conn_id=bucket or None,
@@ -460,14 +452,11 @@ def _fleet_validate_tasks(config: MirrorConfig) -> list[Any]:
 
 def maintenance_dag(config: MirrorConfig) -> DAG:
     defaults = config.defaults
-    with DAG(
-        dag_id="delta_mirror_maintenance",
+    with fleet_dag(
+        "delta_mirror_maintenance",
+        defaults,
         schedule=defaults.maintenance.schedule,
-        start_date=START,
-        catchup=False,
-        max_active_runs=1,
-        default_args=default_args(defaults),
-        tags=[*BASE_TAGS, "maintenance"],
+        tags=["maintenance"],
         doc_md="Log and checkpoint cleanup by each table's retention (`delta.logRetentionDuration`), keeping "
         "the newest checkpoint older than the cutoff and its commit. Dry-run unless the config says "
         "`maintenance: {dry_run: false}`.",

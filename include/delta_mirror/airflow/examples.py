@@ -20,14 +20,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Param
 
-from delta_mirror.airflow.dag_defaults import (
-    BASE_TAGS,
-    JUST_PUBLISHED_FROM,
-    JUST_PUBLISHED_TO,
-    START,
-    conn_args,
-    default_args,
-)
+from delta_mirror.airflow.dag_defaults import JUST_PUBLISHED_FROM, JUST_PUBLISHED_TO, conn_args, fleet_dag
 from delta_mirror.airflow.operators import (
     DeltaMirrorPublishOperator,
     DeltaMirrorSparkIngestOperator,
@@ -62,17 +55,32 @@ def _table_and_source_params(table: str) -> dict[str, Param]:
     }
 
 
+def _publish_then_validate(
+    conn: dict[str, Any], readers: dict[str, str], from_version: str, to_version: str
+) -> Any:
+    """Both examples' tail: publish the form's table, then validate ``from_version..to_version``
+    with each reader (task id → reader). Returns the publish task, for the job to precede."""
+    publish = DeltaMirrorPublishOperator(task_id="publish", table="{{ params.table }}", **conn)
+    publish >> [
+        DeltaMirrorValidateOperator(
+            task_id=task_id,
+            table="{{ params.table }}",
+            reader=reader,
+            from_version=from_version,
+            to_version=to_version,
+            **conn,
+        )
+        for task_id, reader in readers.items()
+    ]
+    return publish
+
+
 def spark_ingest_dag(config: MirrorConfig) -> DAG:
-    defaults = config.defaults
-    conn = conn_args(defaults)
-    with DAG(
-        dag_id=DAG_ID,
-        schedule=None,
-        start_date=START,
-        catchup=False,
-        max_active_runs=1,
-        default_args=default_args(defaults),
-        tags=[*BASE_TAGS, "example", "spark"],
+    conn = conn_args(config.defaults)
+    with fleet_dag(
+        DAG_ID,
+        config.defaults,
+        tags=["example", "spark"],
         params={
             **_table_and_source_params("events_example"),
             "partition_by": Param(
@@ -98,16 +106,8 @@ def spark_ingest_dag(config: MirrorConfig) -> DAG:
             mode="{{ params.mode }}",
             **conn,
         )
-        publish = DeltaMirrorPublishOperator(task_id="publish", table="{{ params.table }}", **conn)
-        validate = DeltaMirrorValidateOperator(
-            task_id="validate",
-            table="{{ params.table }}",
-            reader="{{ params.reader }}",
-            from_version=JUST_PUBLISHED_FROM,
-            to_version=JUST_PUBLISHED_TO,
-            **conn,
-        )
-        ingest >> publish >> validate
+        readers = {"validate": "{{ params.reader }}"}
+        ingest >> _publish_then_validate(conn, readers, JUST_PUBLISHED_FROM, JUST_PUBLISHED_TO)
     return dag
 
 
@@ -117,16 +117,11 @@ _JOB_TO = "{{ (ti.xcom_pull(task_ids='job') or {}).get('last_version') }}"
 
 
 def spark_pipeline_dag(config: MirrorConfig) -> DAG:
-    defaults = config.defaults
-    conn = conn_args(defaults)
-    with DAG(
-        dag_id=PIPELINE_DAG_ID,
-        schedule=None,
-        start_date=START,
-        catchup=False,
-        max_active_runs=1,
-        default_args=default_args(defaults),
-        tags=[*BASE_TAGS, "example", "spark"],
+    conn = conn_args(config.defaults)
+    with fleet_dag(
+        PIPELINE_DAG_ID,
+        config.defaults,
+        tags=["example", "spark"],
         params={
             **_table_and_source_params("events_pipeline"),
             "delete_where": Param("amount < 50", type="string", description="The DELETE step's predicate."),
@@ -157,19 +152,8 @@ def spark_pipeline_dag(config: MirrorConfig) -> DAG:
             commit_conn_id="{{ params.commit_conn_id }}",
             **conn,
         )
-        publish = DeltaMirrorPublishOperator(task_id="publish", table="{{ params.table }}", **conn)
-        validators = [
-            DeltaMirrorValidateOperator(
-                task_id=f"validate_{reader}",
-                table="{{ params.table }}",
-                reader=reader,
-                from_version=_JOB_FROM,
-                to_version=_JOB_TO,
-                **conn,
-            )
-            for reader in ("deltalake", "spark")
-        ]
-        job >> publish >> validators
+        readers = {f"validate_{reader}": reader for reader in ("deltalake", "spark")}
+        job >> _publish_then_validate(conn, readers, _JOB_FROM, _JOB_TO)
     return dag
 
 

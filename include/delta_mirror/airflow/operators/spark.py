@@ -29,6 +29,16 @@ def optional_text(value: Any) -> str | None:
     return None if value is None or str(value).strip() in ("", "None") else str(value)
 
 
+def run_txn(op: Any, context: Any) -> tuple[str | None, int | None]:
+    """The ``(app id, version)`` an idempotent Spark step's commit carries: ``airflow:<dag>.<task>``
+    and the run's ``run_after`` in ms, so a retry of a committed run is skipped, not done twice;
+    ``(None, None)`` when the operator is not ``idempotent`` or the run has no time."""
+    run_after = getattr(context.get("dag_run"), "run_after", None) or context.get("logical_date")
+    if not op.idempotent or run_after is None:
+        return None, None
+    return f"airflow:{op.dag_id}.{op.task_id}", int(run_after.timestamp() * 1000)
+
+
 def as_dict(value: Any) -> dict[str, str]:
     """A templated mapping: a dict, or its JSON / Python text."""
     if isinstance(value, dict):
@@ -105,11 +115,7 @@ class DeltaMirrorSparkIngestOperator(DeltaMirrorTableOperator):
         from delta_mirror.spark.ingest import ingest
         from delta_mirror.spark_session import get_spark
 
-        app_id = app_version = None
-        run_after = getattr(context.get("dag_run"), "run_after", None) or context.get("logical_date")
-        if self.idempotent and run_after is not None:
-            app_id = f"airflow:{self.dag_id}.{self.task_id}"
-            app_version = int(run_after.timestamp() * 1000)
+        app_id, app_version = run_txn(self, context)
         conf: dict[str, Any] = self.spark_conf or {}
         spark = get_spark(self.spark_master, app_name=f"delta-mirror-ingest-{self.table}", **conf)
         result = ingest(
@@ -232,11 +238,7 @@ class DeltaMirrorSparkPipelineOperator(DeltaMirrorTableOperator):
             from delta_mirror.s3a import configure_s3a
 
             spark_location = configure_s3a(spark, location, self.hook.storage_options)
-        app_id = run_version = None
-        run_after = getattr(context.get("dag_run"), "run_after", None) or context.get("logical_date")
-        if self.idempotent and run_after is not None:
-            app_id = f"airflow:{self.dag_id}.{self.task_id}"
-            run_version = int(run_after.timestamp() * 1000)
+        app_id, run_version = run_txn(self, context)
         with governed(spark, authority, token):
             result = run_pipeline(
                 spark,
@@ -256,4 +258,10 @@ class DeltaMirrorSparkPipelineOperator(DeltaMirrorTableOperator):
         return result.as_dict()
 
 
-__all__ = ["DeltaMirrorSparkIngestOperator", "DeltaMirrorSparkPipelineOperator", "as_dict", "as_list"]
+__all__ = [
+    "DeltaMirrorSparkIngestOperator",
+    "DeltaMirrorSparkPipelineOperator",
+    "as_dict",
+    "as_list",
+    "run_txn",
+]
