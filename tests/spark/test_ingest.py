@@ -216,14 +216,6 @@ def check_stats(root: Path, add: dict[str, Any]) -> int:
     return int(data.num_rows)
 
 
-@pytest.fixture
-def store(store_url: str) -> Any:
-    s = SqlStore(store_url)
-    s.init()
-    yield s
-    s.close()
-
-
 def test_ingest_creates_appends_and_overwrites_and_readers_get_exactly_the_rows(
     spark: Any, store: SqlStore, tmp_path: Path
 ) -> None:
