@@ -477,12 +477,17 @@ def test_every_operator_declares_the_shared_template_fields_once_and_each_is_an_
         assert set(fields) <= arguments, f"{name} templates a field that is no constructor argument"
 
 
-def test_every_operator_and_hook_documents_each_constructor_argument_with_a_param_line() -> None:
+def test_every_operator_hook_and_trigger_documents_each_constructor_argument_with_a_param_line() -> None:
     """Airflow's convention (``:param name: ...``), read by its docs and IDEs: an argument is
     documented on the class that takes it, or on a delta-mirror base class that does."""
     from delta_mirror.airflow.hooks import DeltaMirrorHook
+    from delta_mirror.airflow.triggers import StoreCommitTrigger
 
-    classes: dict[str, type] = {**_operator_classes(), "DeltaMirrorHook": DeltaMirrorHook}
+    classes: dict[str, type] = {
+        **_operator_classes(),
+        "DeltaMirrorHook": DeltaMirrorHook,
+        "StoreCommitTrigger": StoreCommitTrigger,
+    }
     for name, cls in classes.items():
         ours = [c for c in cls.__mro__ if c.__module__.startswith("delta_mirror.")]
         documented = "\n".join(inspect.getdoc(c) or "" for c in ours)
