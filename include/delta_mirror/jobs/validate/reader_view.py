@@ -19,8 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from delta_mirror.delta.actions import dv_id, line_action
+from delta_mirror.delta.actions import line_action
 from delta_mirror.delta.protocol import now_ms, parse_interval_ms
+from delta_mirror.delta.replay import FileKey, LogReplay, file_key
 from delta_mirror.jobs.validate.limits import judge_dv_failure, unsupported_feature
 from delta_mirror.jobs.validate.report import MAX_PROBLEMS_PER_KIND, Limitation, Problem
 from delta_mirror.jobs.validate.rows import num_records
@@ -55,93 +56,90 @@ class _Schema:
     type_keys: list[str]
 
 
-class StoreState:
-    """The store's view of one version, advanced commit by commit.
+class StoreState(LogReplay[FileEntry]):
+    """The store's view of one version, advanced commit by commit (the one replay, ``delta.replay``).
 
     ``with_records``: also keep each file's ``numRecords`` (for readers that count rows).
     """
 
+    protocol: dict[str, Any]  # the store's snapshot always has both
+    metadata: dict[str, Any]
+
     def __init__(
         self, store: SqlStore, table: TableInfo, version: int, *, with_records: bool = False
     ) -> None:
+        super().__init__()
+        self._store, self._table, self._with_records = store, table, with_records
         # An import may have taken a version's state from the source's checkpoint (store.source_import):
         # there the store's state is not the previous one plus the commit, so the view restarts.
-        self._at = (store, table, version, with_records, checkpoint_state_versions(table.settings))
-        snap = store.snapshot(table.id, version)
-        self.protocol: dict[str, Any] = json.loads(snap.protocol)["protocol"]
-        self.metadata: dict[str, Any] = json.loads(snap.metadata)["metaData"]
-        self.txns: dict[str, tuple[int, int | None]] = {}  # appId -> (version, lastUpdated)
-        for line in snap.txns:
-            self._txn(json.loads(line)["txn"])
-        self.files: dict[tuple[str, str], FileEntry] = {
-            (f.path, f.dv_id): f for f in store.active_files(table.id, version)
-        }
-        # (path, dv id) -> the comparable form of its entry; kept in step with ``files``
-        self.views: dict[tuple[str, str], tuple[str, tuple[Any, ...]]] = {}
-        self.cardinality: dict[tuple[str, str], int] = {}  # rows deleted by each file's DV
-        self.dvs: dict[tuple[str, str], dict[str, Any]] = {}  # each file's DV descriptor
-        self.records: dict[tuple[str, str], int | None] | None = {} if with_records else None
-        if with_records or any(dv for _, dv in self.files):
-            for batch in store.iter_active_add_lines(table.id, version):
-                for line in batch:
-                    if with_records or '"deletionVector"' in line:
-                        self._add_extras(json.loads(line)["add"])
+        self._restarts = checkpoint_state_versions(table.settings)
+        self.restart(version)
 
-    def _add_extras(self, add: dict[str, Any]) -> None:
-        self._dv(add)
-        if self.records is not None:
-            self.records[(add.get("path", ""), dv_id(add.get("deletionVector")))] = num_records(add)
+    def restart(self, version: int) -> None:
+        """Read the store's state at ``version`` afresh (every field of the view is replaced)."""
+        store, table_id = self._store, self._table.id
+        snap = store.snapshot(table_id, version)
+        self.version = version
+        self.protocol = json.loads(snap.protocol)["protocol"]
+        self.metadata = json.loads(snap.metadata)["metaData"]
+        self.txns, self.domains = {}, {}
+        for line in (*snap.txns, *snap.domain_metadata):
+            self.action(*line_action(json.loads(line)))
+        self.files = {FileKey(f.path, f.dv_id): f for f in store.active_files(table_id, version)}
+        # file key -> the comparable form of its entry; kept in step with ``files``
+        self.views: dict[FileKey, tuple[str, tuple[Any, ...]]] = {}
+        self.cardinality: dict[FileKey, int] = {}  # rows deleted by each file's DV
+        self.dvs: dict[FileKey, dict[str, Any]] = {}  # each file's DV descriptor
+        self.records: dict[FileKey, int | None] | None = {} if self._with_records else None
+        if self._with_records or any(key.dv_id for key in self.files):
+            for batch in store.iter_active_add_lines(table_id, version):
+                for line in batch:
+                    if self._with_records or '"deletionVector"' in line:
+                        add = json.loads(line)["add"]
+                        self._extras(file_key(add), add)
+
+    def apply(self, lines: Iterable[str]) -> None:
+        """The next version's commit (``LogReplay.apply``), or a restart where an import recorded
+        a source checkpoint's state."""
+        if self.version + 1 in self._restarts:
+            self.restart(self.version + 1)
+            return
+        self.version += 1
+        super().apply(lines)
+
+    def txn_versions(self) -> dict[str, tuple[int, int | None]]:
+        """appId -> (version, ``lastUpdated`` when it is an integer)."""
+        out: dict[str, tuple[int, int | None]] = {}
+        for app_id, body in self.txns.items():
+            updated = body.get("lastUpdated")
+            out[app_id] = (int(body["version"]), updated if _is_int(updated) else None)
+        return out
 
     def row_inputs(self) -> list[tuple[str, int | None, int]]:
         """(path, numRecords, rows deleted by its DV) of every active file (``with_records`` only)."""
         records = self.records or {}
-        return [(k[0], records.get(k), self.cardinality.get(k, 0)) for k in self.files]
+        return [(k.path, records.get(k), self.cardinality.get(k, 0)) for k in self.files]
 
-    def _txn(self, body: dict[str, Any]) -> None:
-        updated = body.get("lastUpdated")
-        self.txns[str(body.get("appId"))] = (int(body["version"]), updated if _is_int(updated) else None)
+    def _file(self, key: FileKey, add: dict[str, Any], line: str) -> FileEntry:
+        size = add.get("size")
+        self.views.pop(key, None)
+        self._extras(key, add)
+        return FileEntry(key.path, key.dv_id, size if _is_int(size) else None, add.get("partitionValues"))
 
-    def _dv(self, add: dict[str, Any]) -> None:
+    def _removed(self, key: FileKey) -> None:
+        self.views.pop(key, None)
+        self.cardinality.pop(key, None)
+        self.dvs.pop(key, None)
+        if self.records is not None:
+            self.records.pop(key, None)
+
+    def _extras(self, key: FileKey, add: dict[str, Any]) -> None:
         dv = add.get("deletionVector")
         if isinstance(dv, dict):
-            key = (add.get("path", ""), dv_id(dv))
             self.cardinality[key] = int(dv.get("cardinality") or 0)
             self.dvs[key] = dv
-
-    def apply(self, lines: Iterable[str]) -> None:
-        """One commit: removes apply to the state before it, then adds (as the store's index does)."""
-        store, table, version, with_records, restarts = self._at
-        if version + 1 in restarts:
-            self.__dict__.update(StoreState(store, table, version + 1, with_records=with_records).__dict__)
-            return
-        self._at = (store, table, version + 1, with_records, restarts)
-        adds: list[dict[str, Any]] = []
-        for line in lines:
-            kind, body = line_action(json.loads(line))  # an imported line may carry unknown keys
-            if kind == "protocol":
-                self.protocol = body
-            elif kind == "metaData":
-                self.metadata = body
-            elif kind == "txn":
-                self._txn(body)
-            elif kind == "remove":
-                key = (body.get("path", ""), dv_id(body.get("deletionVector")))
-                self.files.pop(key, None)
-                self.views.pop(key, None)
-                self.cardinality.pop(key, None)
-                self.dvs.pop(key, None)
-                if self.records is not None:
-                    self.records.pop(key, None)
-            elif kind == "add":
-                adds.append(body)
-        for body in adds:
-            key = (body.get("path", ""), dv_id(body.get("deletionVector")))
-            size = body.get("size")
-            self.files[key] = FileEntry(
-                key[0], key[1], size if _is_int(size) else None, body.get("partitionValues")
-            )
-            self.views.pop(key, None)
-            self._add_extras(body)
+        if self.records is not None:
+            self.records[key] = num_records(add)
 
 
 class ReaderCheck:
@@ -298,7 +296,7 @@ class ReaderCheck:
         self._compare_files(dt, version, state, at)
         retention = (state.metadata.get("configuration") or {}).get("delta.setTransactionRetentionDuration")
         cutoff = now_ms() - parse_interval_ms(retention, 0) if retention else None
-        for app_id, (expected, updated) in sorted(state.txns.items()):
+        for app_id, (expected, updated) in sorted(state.txn_versions().items()):
             found = dt.transaction_version(app_id)
             expired = cutoff is not None and updated is not None and updated < cutoff
             if found != expected and not (expired and found is None):  # readers drop expired txns
