@@ -125,6 +125,16 @@ def remove(path: str, **extra: Any) -> dict[str, Any]:
     return action("remove", remove_body(path, **extra))
 
 
+#: A deletion vector descriptor (a UUID-relative one, as Delta-Spark writes) and its unique id.
+DELETION_VECTOR = {
+    "storageType": "u",
+    "pathOrInlineDv": "ab^-aqEH.-t@S}K{vb[*k^",
+    "offset": 4,
+    "sizeInBytes": 40,
+    "cardinality": 6,
+}
+DELETION_VECTOR_ID = "uab^-aqEH.-t@S}K{vb[*k^@4"
+
 PROTOCOL = action("protocol", protocol_body())
 METADATA = action("metaData", metadata_body())
 
