@@ -124,3 +124,49 @@ def test_a_local_publisher_reports_the_local_engine(store: SqlStore) -> None:
     publisher = publisher_for(store, "t", "local")
     assert engines_used(publisher) == []  # no configured builder records anything
     assert last_engine(publisher) is CheckpointEngine.LOCAL
+
+
+@pytest.mark.parametrize(
+    ("command", "engine", "lease"),
+    [
+        ("checkpoint", "local", DEFAULT_LEASE_TTL),
+        ("checkpoint", "spark", SPARK_LEASE_TTL),
+        ("checkpoint", "auto", SPARK_LEASE_TTL),
+        ("mirror", "local", DEFAULT_LEASE_TTL),
+        ("mirror", "spark", SPARK_LEASE_TTL),  # its cadence checkpoints may be built by Spark
+        ("sync", "local", DEFAULT_LEASE_TTL),
+        ("sync", "auto", SPARK_LEASE_TTL),
+    ],
+)
+def test_each_cli_command_takes_the_lease_its_engine_needs(
+    store: SqlStore,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+    engine: str,
+    lease: float,
+) -> None:
+    """The lease each command asks for with ``--engine`` (refused, so nothing is built and Spark never
+    starts): transient, exit 5, as any held lease."""
+    from click.testing import CliRunner
+
+    from delta_mirror.cli import cli
+    from delta_mirror.jobs.publisher import Publisher
+
+    monkeypatch.setenv("DELTA_MIRROR_CONFIG", str(tmp_path / "absent.yaml"))
+    location = tmp_path / "t"
+    location.mkdir()
+    store.create_table("t", location.as_uri())
+    store.commit("t", [*create_table_actions(pa.schema([("id", pa.int64())]))])
+    Publisher(store).publish("t")
+    store.commit("t", [("add", add_body("part-1.parquet"))])  # one version for mirror and sync to publish
+    asked: list[float] = []
+
+    def refuse(self: SqlStore, table_id: int, owner: str, ttl: float) -> bool:
+        asked.append(ttl)
+        return False
+
+    monkeypatch.setattr(SqlStore, "acquire_lease", refuse)
+    result = CliRunner().invoke(cli, ["--store", store.url, command, "t", "--engine", engine])
+    assert result.exit_code == 5, result.output
+    assert asked == [lease]
