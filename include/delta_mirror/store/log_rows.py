@@ -12,16 +12,16 @@ All functions run in the caller's transaction.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, and_, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from delta_mirror.config import max_commit_actions, max_commit_bytes
-from delta_mirror.delta.actions import Action, canonical_line, dv_id
+from delta_mirror.delta.actions import Action, canonical_line
 from delta_mirror.delta.protocol import now_ms
-from delta_mirror.delta.replay import FileKey
+from delta_mirror.delta.replay import FileKey, file_key
 from delta_mirror.errors import CommitTooLargeError
 from delta_mirror.store import db
 from delta_mirror.store.base import CHUNK, version_taken
@@ -114,6 +114,12 @@ def enqueue_json(
     )
 
 
+def _whole(body: Mapping[str, Any], field: str) -> int | None:
+    """An integer field of an action body as ``dl_files`` stores it (anything else: NULL)."""
+    value = body.get(field)
+    return value if isinstance(value, int) else None
+
+
 def file_rows(
     table_id: int, version: int, part: int, actions: Sequence[Action]
 ) -> tuple[list[dict[str, Any]], list[tuple[int, dict[str, Any]]]]:
@@ -123,15 +129,16 @@ def file_rows(
     for seq, (kind, body) in enumerate(actions):
         if kind == "add":
             pv = body.get("partitionValues")
+            key = file_key(body)
             adds.append(
                 {
                     "table_id": table_id,
-                    "path": body.get("path", ""),
-                    "dv_id": dv_id(body.get("deletionVector")),
+                    "path": key.path,
+                    "dv_id": key.dv_id,
                     "add_version": version,
                     "add_part": part,
                     "add_seq": seq,
-                    "size": body.get("size") if isinstance(body.get("size"), int) else None,
+                    "size": _whole(body, "size"),
                     "partition_values": json.dumps(pv, separators=(",", ":"), ensure_ascii=False)
                     if pv is not None
                     else None,
@@ -160,36 +167,28 @@ def insert_action_rows(
         conn.execute(insert(dl_actions), rows)
 
 
-def active_keys(conn: Connection, table_id: int, paths: Sequence[str]) -> set[FileKey]:
-    """The active (path, deletion vector) entries among ``paths``."""
+def _keys(conn: Connection, table_id: int, paths: Sequence[str], entry: ColumnElement[bool]) -> set[FileKey]:
+    """The keys of the table's ``dl_files`` entries among ``paths`` that match ``entry``."""
     out: set[FileKey] = set()
     unique = sorted(set(paths))
     for i in range(0, len(unique), CHUNK):
-        chunk = unique[i : i + CHUNK]
         rows = conn.execute(
             select(dl_files.c.path, dl_files.c.dv_id).where(
-                dl_files.c.table_id == table_id,
-                dl_files.c.remove_version.is_(None),
-                dl_files.c.path.in_(chunk),
+                dl_files.c.table_id == table_id, entry, dl_files.c.path.in_(unique[i : i + CHUNK])
             )
         )
         out.update(FileKey(r.path, r.dv_id) for r in rows)
     return out
+
+
+def active_keys(conn: Connection, table_id: int, paths: Sequence[str]) -> set[FileKey]:
+    """The active (path, deletion vector) entries among ``paths``."""
+    return _keys(conn, table_id, paths, dl_files.c.remove_version.is_(None))
 
 
 def _tombstone_keys(conn: Connection, table_id: int, version: int, paths: Sequence[str]) -> set[FileKey]:
-    out: set[FileKey] = set()
-    unique = sorted(set(paths))
-    for i in range(0, len(unique), CHUNK):
-        rows = conn.execute(
-            select(dl_files.c.path, dl_files.c.dv_id).where(
-                dl_files.c.table_id == table_id,
-                dl_files.c.remove_version == version,
-                dl_files.c.path.in_(unique[i : i + CHUNK]),
-            )
-        )
-        out.update(FileKey(r.path, r.dv_id) for r in rows)
-    return out
+    """The entries among ``paths`` that ``version`` removed."""
+    return _keys(conn, table_id, paths, dl_files.c.remove_version == version)
 
 
 def write_actions(
@@ -247,16 +246,17 @@ def _remove(
     *,
     strict: bool,
 ) -> None:
-    params = [
+    params: list[dict[str, Any]] = [
         {
-            "p": body.get("path", ""),
-            "d": dv_id(body.get("deletionVector")),
+            "p": key.path,
+            "d": key.dv_id,
             "rv": version,
             "rp": part,
             "rs": seq,
-            "dt": body.get("deletionTimestamp") if isinstance(body.get("deletionTimestamp"), int) else None,
+            "dt": _whole(body, "deletionTimestamp"),
         }
         for seq, body in removes
+        for key in [file_key(body)]
     ]
     stmt = (
         update(dl_files)
