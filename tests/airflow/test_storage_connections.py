@@ -31,77 +31,101 @@ def _options(conn: Conn) -> tuple[dict[str, str], list[str | None]]:
     return storage_options_from_connection(conn, masked.append), masked
 
 
-def test_a_wasb_connection_with_account_and_key() -> None:
-    options, masked = _options(
-        Conn("wasb", login="acct", password="k3y==", host="https://acct.blob.core.windows.net")
-    )
-    assert options == {"AZURE_STORAGE_ACCOUNT_NAME": "acct", "AZURE_STORAGE_ACCOUNT_KEY": "k3y=="}
-    assert "k3y==" in masked
+KEYFILE = {"type": "service_account", "private_key": "-----BEGIN PRIVATE KEY-----x"}
+CONNECTION_STRING = (
+    "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;"
+    "BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;"
+)
+AWS_KEYS = {"AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": "s3cr3t", "AWS_REGION": "eu-west-1"}
 
 
-def test_a_wasb_service_principal_and_the_prefixed_extras() -> None:
-    options, masked = _options(
-        Conn(
-            "wasb",
-            login="client-id",
-            password="client-secret",
-            extra_dejson={"extra__wasb__tenant_id": "tenant", "account_name": "acct"},
-        )
-    )
-    assert options == {
-        "AZURE_STORAGE_TENANT_ID": "tenant",
-        "AZURE_STORAGE_CLIENT_ID": "client-id",
-        "AZURE_STORAGE_CLIENT_SECRET": "client-secret",
-        "AZURE_STORAGE_ACCOUNT_NAME": "acct",
-    }
-    assert "client-secret" in masked
-
-
-def test_an_azure_connection_string_and_a_sas_token() -> None:
-    text = "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;"
-    options, masked = _options(Conn("wasb", extra_dejson={"connection_string": text}))
-    assert options == {
-        "AZURE_STORAGE_ACCOUNT_NAME": "devstoreaccount1",
-        "AZURE_STORAGE_ACCOUNT_KEY": "a2V5",
-        "AZURE_STORAGE_ENDPOINT": "http://127.0.0.1:10000/devstoreaccount1",
-        "AZURE_ALLOW_HTTP": "true",
-    }
-    assert "a2V5" in masked
-    options, masked = _options(Conn("adls", extra_dejson={"account_name": "acct", "sas_token": "sv=1&sig=s"}))
-    assert options == {"AZURE_STORAGE_ACCOUNT_NAME": "acct", "AZURE_STORAGE_SAS_TOKEN": "sv=1&sig=s"}
-    assert "sv=1&sig=s" in masked
-    options, _ = _options(Conn("wasb", extra_dejson={"use_emulator": True}))
-    assert options == {"AZURE_STORAGE_USE_EMULATOR": "true"}
-
-
-def test_a_google_connection_key_path_keyfile_dict_or_none() -> None:
-    assert _options(Conn("google_cloud_platform", extra_dejson={"key_path": "/s/key.json"}))[0] == {
-        "GOOGLE_SERVICE_ACCOUNT": "/s/key.json"
-    }
-    keyfile = {"type": "service_account", "private_key": "-----BEGIN PRIVATE KEY-----x"}
-    options, masked = _options(
-        Conn(
-            "google_cloud_platform",
-            extra_dejson={"extra__google_cloud_platform__keyfile_dict": json.dumps(keyfile)},
-        )
-    )
-    assert json.loads(options["GOOGLE_SERVICE_ACCOUNT_KEY"]) == keyfile
-    assert keyfile["private_key"] in masked
-    # no key: application default credentials (GOOGLE_APPLICATION_CREDENTIALS / metadata server)
-    assert _options(Conn("google_cloud_platform"))[0] == {}
-
-
-def test_an_aws_or_untyped_connection_keeps_the_aws_reading() -> None:
-    for conn_type in ("aws", None):
-        options, masked = _options(
-            Conn(conn_type, login="AKIA", password="s3cr3t", extra_dejson={"region_name": "eu-west-1"})
-        )
-        assert options == {
-            "AWS_ACCESS_KEY_ID": "AKIA",
-            "AWS_SECRET_ACCESS_KEY": "s3cr3t",
-            "AWS_REGION": "eu-west-1",
-        }
-        assert "s3cr3t" in masked
+@pytest.mark.parametrize(
+    ("conn", "options", "secret"),
+    [
+        pytest.param(
+            Conn("wasb", login="acct", password="k3y==", host="https://acct.blob.core.windows.net"),
+            {"AZURE_STORAGE_ACCOUNT_NAME": "acct", "AZURE_STORAGE_ACCOUNT_KEY": "k3y=="},
+            "k3y==",
+            id="wasb-account-and-key",
+        ),
+        pytest.param(
+            Conn(
+                "wasb",
+                login="client-id",
+                password="client-secret",
+                extra_dejson={"extra__wasb__tenant_id": "tenant", "account_name": "acct"},
+            ),
+            {
+                "AZURE_STORAGE_TENANT_ID": "tenant",
+                "AZURE_STORAGE_CLIENT_ID": "client-id",
+                "AZURE_STORAGE_CLIENT_SECRET": "client-secret",
+                "AZURE_STORAGE_ACCOUNT_NAME": "acct",
+            },
+            "client-secret",
+            id="wasb-service-principal-and-prefixed-extras",
+        ),
+        pytest.param(
+            Conn("wasb", extra_dejson={"connection_string": CONNECTION_STRING}),
+            {
+                "AZURE_STORAGE_ACCOUNT_NAME": "devstoreaccount1",
+                "AZURE_STORAGE_ACCOUNT_KEY": "a2V5",
+                "AZURE_STORAGE_ENDPOINT": "http://127.0.0.1:10000/devstoreaccount1",
+                "AZURE_ALLOW_HTTP": "true",
+            },
+            "a2V5",
+            id="wasb-connection-string",
+        ),
+        pytest.param(
+            Conn("adls", extra_dejson={"account_name": "acct", "sas_token": "sv=1&sig=s"}),
+            {"AZURE_STORAGE_ACCOUNT_NAME": "acct", "AZURE_STORAGE_SAS_TOKEN": "sv=1&sig=s"},
+            "sv=1&sig=s",
+            id="adls-sas-token",
+        ),
+        pytest.param(
+            Conn("wasb", extra_dejson={"use_emulator": True}),
+            {"AZURE_STORAGE_USE_EMULATOR": "true"},
+            None,
+            id="wasb-emulator",
+        ),
+        pytest.param(
+            Conn("google_cloud_platform", extra_dejson={"key_path": "/s/key.json"}),
+            {"GOOGLE_SERVICE_ACCOUNT": "/s/key.json"},
+            None,
+            id="google-key-path",
+        ),
+        pytest.param(
+            Conn(
+                "google_cloud_platform",
+                extra_dejson={"extra__google_cloud_platform__keyfile_dict": json.dumps(KEYFILE)},
+            ),
+            {"GOOGLE_SERVICE_ACCOUNT_KEY": KEYFILE},  # compared as JSON
+            KEYFILE["private_key"],
+            id="google-prefixed-keyfile-dict",
+        ),
+        # no key: application default credentials (GOOGLE_APPLICATION_CREDENTIALS / metadata server)
+        pytest.param(Conn("google_cloud_platform"), {}, None, id="google-without-a-key"),
+        pytest.param(
+            Conn("aws", login="AKIA", password="s3cr3t", extra_dejson={"region_name": "eu-west-1"}),
+            AWS_KEYS,
+            "s3cr3t",
+            id="aws",
+        ),
+        pytest.param(
+            Conn(None, login="AKIA", password="s3cr3t", extra_dejson={"region_name": "eu-west-1"}),
+            AWS_KEYS,
+            "s3cr3t",
+            id="untyped-read-as-aws",
+        ),
+    ],
+)
+def test_a_connection_becomes_the_storage_options_its_provider_reads_and_its_secret_is_masked(
+    conn: Conn, options: dict[str, Any], secret: str | None
+) -> None:
+    found, masked = _options(conn)
+    if "GOOGLE_SERVICE_ACCOUNT_KEY" in options:
+        found = {**found, "GOOGLE_SERVICE_ACCOUNT_KEY": json.loads(found["GOOGLE_SERVICE_ACCOUNT_KEY"])}
+    assert found == options
+    assert secret is None or secret in masked
 
 
 def test_azure_and_gcs_options_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

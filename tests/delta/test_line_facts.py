@@ -26,12 +26,13 @@ from delta_mirror.delta.line_facts import (
 )
 from delta_mirror.errors import InvalidActionError
 
+#: A deletion vector in a file of its own (storage type "p": an absolute path), 36 bytes at offset 1.
 DV = {
-    "storageType": "u",
-    "pathOrInlineDv": "ab^-aqEH.-t@S}K{vb[*k^",
-    "offset": 4,
-    "sizeInBytes": 40,
-    "cardinality": 6,
+    "storageType": "p",
+    "pathOrInlineDv": "s3://bucket/t/dv.bin",
+    "offset": 1,
+    "sizeInBytes": 36,
+    "cardinality": 2,
 }
 
 
@@ -47,7 +48,7 @@ DV = {
         (
             "add",
             {"path": "a.parquet", "size": 10, "partitionValues": {}, "deletionVector": DV},
-            (0, "add", "a.parquet", "uab^-aqEH.-t@S}K{vb[*k^@4", 10, "{}", None),
+            (0, "add", "a.parquet", "ps3://bucket/t/dv.bin@1", 10, "{}", None),
         ),  # the DV's unique id: storage type + path or inline DV + "@" + offset
         (
             "add",
@@ -58,7 +59,7 @@ DV = {
         ("add", {"size": "10", "partitionValues": None}, (0, "add", "", "", None, None, None)),  # odd values: not indexed
         ("remove", {"path": "a.parquet", "deletionTimestamp": 7, "size": 10}, (0, "remove", "a.parquet", "", None, None, 7)),
         ("remove", {"path": "a.parquet", "deletionTimestamp": 1.5}, (0, "remove", "a.parquet", "", None, None, None)),
-        ("remove", {"path": "a.parquet", "deletionVector": DV}, (0, "remove", "a.parquet", "uab^-aqEH.-t@S}K{vb[*k^@4", None, None, None)),
+        ("remove", {"path": "a.parquet", "deletionVector": DV}, (0, "remove", "a.parquet", "ps3://bucket/t/dv.bin@1", None, None, None)),
     ],
     ids=["add", "partitioned", "with-dv", "dv-without-offset", "minimal-add", "odd-add", "remove", "float-timestamp", "remove-with-dv"],
 )  # fmt: skip

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select, text
+from sqlalchemy import Table, event, select, text
 from store.store_kit import Action, add, inline_dv, metadata, protocol, remove, spark_file, state, v0_file
 from support.race import race, won_or_refused
 
@@ -20,56 +20,22 @@ from delta_mirror.store.schema import dl_actions, dl_commits, dl_files, dl_mirro
 
 def store_rows(store: SqlStore, table_id: int) -> dict[str, list[tuple[Any, ...]]]:
     """Every row a table's commits wrote, without ids and clock times: equal rows, equal commits."""
+
+    def rows(table: Table, columns: list[str], order: list[str]) -> list[tuple[Any, ...]]:
+        query = select(*(table.c[c] for c in columns)).where(table.c.table_id == table_id)
+        return [tuple(r) for r in conn.execute(query.order_by(*(table.c[c] for c in order)))]
+
+    def but(table: Table, *left_out: str) -> list[str]:
+        return [c.name for c in table.c if c.name not in left_out]
+
     with store.engine.connect() as conn:
         return {
-            "commits": [
-                tuple(r)
-                for r in conn.execute(
-                    select(
-                        dl_commits.c.version,
-                        dl_commits.c.in_commit_timestamp,
-                        dl_commits.c.action_count,
-                        dl_commits.c.size_bytes,
-                        dl_commits.c.sha256,
-                        dl_commits.c.has_json,
-                        dl_commits.c.source,
-                    )
-                    .where(dl_commits.c.table_id == table_id)
-                    .order_by(dl_commits.c.version)
-                )
-            ],
-            "actions": [
-                tuple(r)
-                for r in conn.execute(
-                    select(
-                        dl_actions.c.version, dl_actions.c.part, dl_actions.c.seq, dl_actions.c.action_type
-                    )
-                    .add_columns(dl_actions.c.payload)
-                    .where(dl_actions.c.table_id == table_id)
-                    .order_by(dl_actions.c.version, dl_actions.c.part, dl_actions.c.seq)
-                )
-            ],
-            "files": sorted(
-                tuple(r)
-                for r in conn.execute(
-                    select(*[c for c in dl_files.c if c.name not in ("id", "table_id")]).where(
-                        dl_files.c.table_id == table_id
-                    )
-                )
+            "commits": rows(dl_commits, but(dl_commits, "table_id", "committed_at"), ["version"]),
+            "actions": rows(
+                dl_actions, ["version", "part", "seq", "action_type", "payload"], ["version", "part", "seq"]
             ),
-            "status": [
-                tuple(r)
-                for r in conn.execute(
-                    select(
-                        dl_mirror_status.c.version,
-                        dl_mirror_status.c.artifact,
-                        dl_mirror_status.c.state,
-                        dl_mirror_status.c.attempts,
-                    )
-                    .where(dl_mirror_status.c.table_id == table_id)
-                    .order_by(dl_mirror_status.c.version)
-                )
-            ],
+            "files": sorted(rows(dl_files, but(dl_files, "id", "table_id"), [])),
+            "status": rows(dl_mirror_status, ["version", "artifact", "state", "attempts"], ["version"]),
         }
 
 
