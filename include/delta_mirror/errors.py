@@ -18,6 +18,7 @@ MirrorError                      (base; carries ``error_class``, ``table``, ``ve
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import TypedDict, Unpack
 
@@ -137,12 +138,20 @@ class CommitTooLargeError(InvalidActionError):
     """The commit exceeds ``DELTA_MIRROR_MAX_COMMIT_ACTIONS`` or ``DELTA_MIRROR_MAX_COMMIT_BYTES``."""
 
 
-def first_line(exc: BaseException, limit: int = 300) -> str:
-    """An error in one short line for a task log or a per-table result: a ``MirrorError``'s message,
-    else ``Type: text`` (a driver error may carry a long SQL statement on later lines)."""
-    text = exc.message if isinstance(exc, MirrorError) else f"{type(exc).__name__}: {exc}"
-    lines = text.strip().splitlines()
-    return (lines[0] if lines else type(exc).__name__)[:limit]
+_TRACE = re.compile(r"\n\s*(?:0: |at [\w$.<>]+\(|JVM stacktrace:)")  # a Rust backtrace, a JVM stack
+
+
+def first_line(exc: BaseException, limit: int = 300, *, joined: bool = False) -> str:
+    """An error in one short line for a task log, a per-table result or a validation report: a
+    ``MirrorError``'s message, else ``Type: text``. Its first line (a driver error may carry a long SQL
+    statement on later lines); ``joined`` (a Delta reader's error: deltalake, DuckDB, Spark): every
+    line before the Rust backtrace or JVM stack trace, whitespace collapsed, ``limit`` on the text."""
+    if not joined:
+        text = exc.message if isinstance(exc, MirrorError) else f"{type(exc).__name__}: {exc}"
+        lines = text.strip().splitlines()
+        return (lines[0] if lines else type(exc).__name__)[:limit]
+    body = " ".join(_TRACE.split(str(exc), maxsplit=1)[0].split())[:limit]
+    return f"{type(exc).__name__}: {body}"
 
 
 __all__ = [

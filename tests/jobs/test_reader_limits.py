@@ -29,6 +29,7 @@ from delta_mirror.delta.log_path import LOG_DIR, commit_name
 from delta_mirror.jobs.importer import import_table
 from delta_mirror.jobs.validate import validate_table
 from delta_mirror.jobs.validate.limits import dv_file_path, judge_dv_failure, unsupported_feature
+from delta_mirror.jobs.validate.readers import READERS
 from delta_mirror.jobs.validate.report import Limitation, Problem
 from delta_mirror.store.sql_store import SqlStore
 
@@ -234,7 +235,7 @@ def test_a_dv_file_moved_to_the_root_is_a_problem_not_a_limitation(prefixed: tup
     shutil.move(_dv_path(root), root / f"deletion_vector_{DV_UUID}.bin")
 
     verdict = judge_dv_failure(
-        "deltalake",
+        READERS["deltalake"],
         1,
         "File not found",
         [(DATA, _prefixed_dv_descriptor())],
@@ -252,9 +253,9 @@ def _prefixed_dv_descriptor() -> dict[str, Any]:
 def test_an_unsupported_feature_in_the_reader_error_is_a_limitation() -> None:
     """deltalake 1.6.6 on kernel-rs/type-widening and spark-shredded-variant-preview-delta."""
     error = "DeltaError: External error: Transaction failed: Unsupported table features required: [VariantShreddingPreview]"
-    limit = unsupported_feature("deltalake", 2, error)
+    limit = unsupported_feature(READERS["deltalake"], 2, error)
     assert isinstance(limit, Limitation) and limit.version == 2 and "VariantShreddingPreview" in limit.message
-    assert unsupported_feature("deltalake", 2, "Kernel error: File not found: x.json") is None
+    assert unsupported_feature(READERS["deltalake"], 2, "Kernel error: File not found: x.json") is None
 
 
 def test_duckdb_is_checked_against_the_store_too(prefixed: tuple[SqlStore, Path]) -> None:

@@ -26,24 +26,16 @@ the likely cause and what to do.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Mapping
-from typing import Any
-from urllib.parse import urlparse
+from typing import TYPE_CHECKING, Any
 
 from delta_mirror.errors import PermanentError
-from delta_mirror.jobs.validate.listing import check_listing
-from delta_mirror.jobs.validate.reader_view import ReaderCheck
-from delta_mirror.jobs.validate.report import (
-    MAX_PROBLEMS_PER_KIND,
-    READERS,
-    Limitation,
-    Problem,
-    ValidationReport,
-    version_runs,
-)
-from delta_mirror.storage import ObjectStore, normalize_location, open_store
-from delta_mirror.store.sql_store import SqlStore, TableInfo
+from delta_mirror.jobs.validate.readers import READERS, ReadOptions, reader_for
+from delta_mirror.jobs.validate.report import MAX_PROBLEMS_PER_KIND, Limitation, Problem, ValidationReport
+
+if TYPE_CHECKING:  # the CLI reads READERS at start-up, before any store (and SQLAlchemy) loads
+    from delta_mirror.storage import ObjectStore
+    from delta_mirror.store.sql_store import SqlStore, TableInfo
 
 
 def validate_table(
@@ -60,50 +52,27 @@ def validate_table(
     """Validate the published versions ``from_version..to_version`` of table ``name``.
 
     The default range is the whole published history (from the base checkpoint of an imported
-    table that starts at one). Raises ``PermanentError`` for an unknown reader or a range outside
-    the published versions; everything found at the location is reported, not raised.
-    ``reader="spark"`` reads with Delta-Spark (``spark``: a session to use, else ``get_spark()``;
-    local and S3 tables); ``"duckdb"`` and ``"kernel-java"`` read local tables; ``"auto"`` is
-    deltalake, with Delta-Spark for the versions deltalake cannot read (when Spark is installed).
+    table that starts at one). Raises ``PermanentError`` for an unknown reader, a reader that cannot
+    read the table's location (``readers.READERS`` says which read what) or a range outside the
+    published versions; everything found at the location is reported, not raised.
+    ``reader="spark"`` reads with Delta-Spark (``spark``: a session to use, else ``get_spark()``);
+    ``"auto"`` is deltalake, with Delta-Spark for the versions deltalake cannot read (when Spark is
+    installed).
     """
-    if reader not in READERS:
-        raise PermanentError(
-            f"unknown reader '{reader}'", table=name, hint=f"use one of {', '.join(READERS)}"
-        )
+    from delta_mirror.jobs.validate.listing import check_listing
+    from delta_mirror.storage import open_store
+
     table = store.get_table(name)
-    if reader in ("spark", "duckdb", "kernel-java") and urlparse(
-        normalize_location(table.location)
-    ).scheme not in ("file", "s3", "s3a"):
-        raise PermanentError(
-            f"the {reader} reader reads local{' and S3' if reader == 'spark' else ''} tables, "
-            f"not {table.location}",
-            table=name,
-            hint="use --reader deltalake for this table",
-        )
+    chosen = reader_for(reader, table)
     start, last, lo, hi = _published_range(store, table, from_version, to_version)
     report = ValidationReport(name, table.location, lo, hi, hi - lo + 1)
     objects = (open_location or (lambda loc: open_store(loc, storage_options)))(table.location)
     complete = check_listing(store, table, objects, lo, hi, last, report.problems)
     reader_from = max(lo, start)  # before the base checkpoint the store keeps no file index
-    if reader_from > hi:
-        return report
-    if reader == "spark":
-        _spark_check(store, table, reader_from, hi, report, spark, storage_options)
-    elif reader == "duckdb":
-        from delta_mirror.jobs.validate.duckdb_reader import duckdb_check  # duckdb is optional
-
-        duckdb_check(store, table, reader_from, hi, report.problems, report.limitations)
-    elif reader == "kernel-java":
-        from delta_mirror.jobs.validate.kernel_java_check import kernel_java_check
-
-        kernel_java_check(store, table, reader_from, hi, report.problems, report.limitations)
-    else:
-        check = ReaderCheck(
-            store, table, reader_from, hi, complete, report.problems, storage_options, report.limitations
+    if reader_from <= hi:
+        chosen.check(
+            store, table, reader_from, hi, report, ReadOptions(storage_options, spark, frozenset(complete))
         )
-        check.run()
-        if reader == "auto" and check.unreadable:
-            _spark_fallback(store, table, sorted(check.unreadable), report, spark, storage_options)
     return report
 
 
@@ -149,63 +118,6 @@ def _published_range(
             hint="validate only published versions; run `delta-mirror mirror` first to publish the rest",
         )
     return start, last, lo, hi
-
-
-def _spark_check(
-    store: SqlStore,
-    table: TableInfo,
-    lo: int,
-    hi: int,
-    report: ValidationReport,
-    spark: Any,
-    storage_options: Mapping[str, str] | None,
-) -> None:
-    from delta_mirror.jobs.validate.spark_reader import spark_check  # pyspark is optional (the spark extra)
-
-    counts: dict[str, int] = {}
-
-    def report_spark(kind: str, version: int | None, message: str, hint: str) -> None:
-        n = counts[kind] = counts.get(kind, 0) + 1
-        if n <= MAX_PROBLEMS_PER_KIND:
-            report.problems.append(Problem(kind, version, message, hint))
-
-    spark_check(store, table, lo, hi, report_spark, spark=spark, storage_options=storage_options)
-
-
-def _spark_fallback(
-    store: SqlStore,
-    table: TableInfo,
-    versions: list[int],
-    report: ValidationReport,
-    spark: Any,
-    storage_options: Mapping[str, str] | None,
-) -> None:
-    """``--reader auto``: Delta-Spark reads the versions deltalake could not; their limitations go."""
-    if urlparse(normalize_location(table.location)).scheme not in ("file", "s3", "s3a"):
-        return
-    if spark is None:
-        if importlib.util.find_spec("pyspark") is None:
-            return  # Spark is not installed: the limitations stay, naming it
-        try:
-            from delta_mirror.spark_session import get_spark
-
-            spark = get_spark()
-        except Exception:
-            return
-    for first, last in version_runs(versions):
-        _spark_check(store, table, first, last, report, spark, storage_options)
-    covered = set(versions)
-    report.limitations[:] = [
-        lim
-        for lim in report.limitations
-        if not (lim.reader == "deltalake" and (lim.version is None or lim.version in covered))
-    ]
-    what = f"version {versions[0]}" if len(versions) == 1 else f"versions {_span(versions)}"
-    report.fallbacks.append(f"{what} read with spark (deltalake cannot read it)")
-
-
-def _span(versions: list[int]) -> str:
-    return ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in version_runs(versions))
 
 
 __all__ = ["MAX_PROBLEMS_PER_KIND", "READERS", "Limitation", "Problem", "ValidationReport", "validate_table"]

@@ -20,15 +20,15 @@ Local tables only (reading S3 needs DuckDB's httpfs extension and a secret).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from delta_mirror.errors import PermanentError
+from delta_mirror.errors import PermanentError, first_line
 from delta_mirror.jobs.validate.limits import judge_dv_failure, unsupported_feature
-from delta_mirror.jobs.validate.report import MAX_PROBLEMS_PER_KIND, Limitation, Problem
+from delta_mirror.jobs.validate.report import Limitation, Problem, ReaderReport
 from delta_mirror.jobs.validate.rows import expected_rows
 from delta_mirror.storage import local_path, normalize_location
 from delta_mirror.store.sql_store import SqlStore, TableInfo
@@ -177,22 +177,16 @@ class DuckDBCheck:
         self,
         store: SqlStore,
         table: TableInfo,
-        problems: list[Problem],
-        limitations: list[Limitation],
+        report: ReaderReport,
         *,
         con: Any = None,
     ) -> None:
         folder = local_path(normalize_location(table.location))
-        if folder is None:
-            raise PermanentError(
-                f"the duckdb reader reads local tables, not {table.location}",
-                table=table.name,
-                hint="use --reader deltalake or --reader spark for this table",
-            )
+        if folder is None:  # readers.reader_for refuses such a table before
+            raise ValueError(f"DuckDBCheck reads local tables only, not {table.location}")
         self.store, self.table, self.folder = store, table, str(folder)
-        self.problems, self.limitations = problems, limitations
+        self.out = report
         self.con = con
-        self.counts: dict[str, int] = {}
 
     def run(self, lo: int, hi: int) -> None:
         if self.con is None:
@@ -213,7 +207,7 @@ class DuckDBCheck:
         try:
             view = read_with_duckdb(self.con, self.folder, version, count=expected is not None)
         except Exception as exc:
-            self._failed(version, _text(exc), state, exists)
+            self._failed(version, first_line(exc, 500, joined=True), state, exists)
             return
         store_files = {unquote(path) for path, _ in state.files}
         store_dv = {unquote(path) for path, dv in state.files if dv}
@@ -247,45 +241,19 @@ class DuckDBCheck:
             )
 
     def _failed(self, version: int, error: str, state: Any, exists: Callable[[str], bool]) -> None:
-        limit = unsupported_feature("duckdb", version, error)
-        if limit is None and "deletion" in error.lower() and state.dvs:
+        verdict: Problem | Limitation | None = unsupported_feature(self.out.reader, version, error)
+        if verdict is None and "deletion" in error.lower() and state.dvs:
             verdict = judge_dv_failure(
-                "duckdb", version, error, [(k[0], d) for k, d in state.dvs.items()], exists
+                self.out.reader, version, error, [(k[0], d) for k, d in state.dvs.items()], exists
             )
-            if isinstance(verdict, Problem):
-                self._report(verdict.kind, version, verdict.message, verdict.hint)
-                return
-            limit = verdict
-        if limit is not None:
-            n = self.counts["limitation"] = self.counts.get("limitation", 0) + 1
-            if n <= MAX_PROBLEMS_PER_KIND:
-                self.limitations.append(limit)
-            return
-        self._report("reader_error", version, f"DuckDB cannot load version {version}: {error}", _ERROR_HINT)
+        if verdict is None:
+            verdict = Problem(
+                "reader_error", version, f"DuckDB cannot load version {version}: {error}", _ERROR_HINT
+            )
+        self.out.add(verdict)
 
     def _report(self, kind: str, version: int | None, message: str, hint: str) -> None:
-        n = self.counts[kind] = self.counts.get(kind, 0) + 1
-        if n <= MAX_PROBLEMS_PER_KIND:
-            self.problems.append(Problem(kind, version, message, hint))
-
-
-def _text(exc: BaseException) -> str:
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {' '.join(lines[:1])[:500]}"
-
-
-def duckdb_check(
-    store: SqlStore,
-    table: TableInfo,
-    lo: int,
-    hi: int,
-    problems: list[Problem],
-    limitations: list[Limitation],
-    con: Any = None,
-    _options: Mapping[str, str] | None = None,
-) -> None:
-    """Compare DuckDB's view of versions ``lo..hi`` with the store (problems and limitations appended)."""
-    DuckDBCheck(store, table, problems, limitations, con=con).run(lo, hi)
+        self.out.problem(kind, version, message, hint)
 
 
 __all__ = [
@@ -293,7 +261,6 @@ __all__ = [
     "DuckDBUnavailable",
     "DuckDBView",
     "connect",
-    "duckdb_check",
     "duckdb_type",
     "read_with_duckdb",
 ]

@@ -14,8 +14,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from delta_mirror.errors import PermanentError
-from delta_mirror.jobs.validate.limits import USE_INSTEAD
-from delta_mirror.jobs.validate.report import MAX_PROBLEMS_PER_KIND, Limitation, Problem
+from delta_mirror.jobs.validate.report import ReaderReport
 from delta_mirror.jobs.validate.rows import expected_rows
 from delta_mirror.jobs.validate.schema_diff import schema_diffs
 from delta_mirror.storage import local_path, normalize_location
@@ -29,25 +28,18 @@ _HINT = (
 )
 
 
-class _KernelJavaCheck:
-    def __init__(
-        self, store: SqlStore, table: TableInfo, problems: list[Problem], limitations: list[Limitation]
-    ) -> None:
+class KernelJavaCheck:
+    """Walk ``lo..hi`` with delta-kernel-java and compare every version with the store."""
+
+    def __init__(self, store: SqlStore, table: TableInfo, report: ReaderReport) -> None:
         folder = local_path(normalize_location(table.location))
-        if folder is None:
-            raise PermanentError(
-                f"the kernel-java reader reads local tables, not {table.location}",
-                table=table.name,
-                hint="use --reader deltalake or --reader spark for this table",
-            )
+        if folder is None:  # readers.reader_for refuses such a table before
+            raise ValueError(f"KernelJavaCheck reads local tables only, not {table.location}")
         self.store, self.table, self.folder = store, table, folder
-        self.problems, self.limitations = problems, limitations
-        self.counts: dict[str, int] = {}
+        self.out = report
 
     def report(self, kind: str, version: int, message: str, hint: str = _HINT) -> None:
-        n = self.counts[kind] = self.counts.get(kind, 0) + 1
-        if n <= MAX_PROBLEMS_PER_KIND:
-            self.problems.append(Problem(kind, version, message, hint))
+        self.out.problem(kind, version, message, hint)
 
     def run(self, lo: int, hi: int) -> None:
         from delta_mirror.jobs.validate import kernel_java as kj
@@ -75,9 +67,7 @@ class _KernelJavaCheck:
         from delta_mirror.jobs.validate import kernel_java as kj
 
         if isinstance(view, kj.ReaderLimitation):
-            self.limitations.append(
-                Limitation("kernel-java", version, str(view.message), USE_INSTEAD["kernel-java"])
-            )
+            self.out.limitation(version, str(view.message))
             return
         if isinstance(view, kj.ReaderError):
             self.report("reader_error", version, str(view.message), "see the log problems reported with it")
@@ -149,16 +139,4 @@ class _KernelJavaCheck:
             )
 
 
-def kernel_java_check(
-    store: SqlStore,
-    table: TableInfo,
-    lo: int,
-    hi: int,
-    problems: list[Problem],
-    limitations: list[Limitation],
-) -> None:
-    """Compare delta-kernel-java's view of versions ``lo..hi`` with the store."""
-    _KernelJavaCheck(store, table, problems, limitations).run(lo, hi)
-
-
-__all__ = ["kernel_java_check"]
+__all__ = ["KernelJavaCheck"]

@@ -20,15 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote
 
-from delta_mirror.jobs.validate.report import Limitation, Problem
-
-# A reader that reads what another cannot (Delta-Spark is the reference implementation).
-USE_INSTEAD = {
-    "deltalake": "spark (or duckdb / kernel-java)",
-    "duckdb": "spark (or kernel-java)",
-    "kernel-java": "spark",
-    "spark": "deltalake or duckdb",
-}
+from delta_mirror.jobs.validate.report import Limitation, Problem, ReaderFacts
 
 _UNSUPPORTED = re.compile(
     r"unsupported (table )?feature|not (yet )?supported|unsupported reader feature|"
@@ -74,20 +66,23 @@ def dv_file_path(dv: Mapping[str, Any]) -> str | None:
     return f"{prefix}/{name}" if prefix else name
 
 
-def unsupported_feature(reader: str, version: int | None, error: str) -> Limitation | None:
-    """A limitation when the reader's own error says it does not implement something."""
+def unsupported_feature(reader: ReaderFacts, version: int | None, error: str) -> Limitation | None:
+    """A limitation when the reader's own error says it does not implement something.
+
+    ``reader``: one of ``readers.READERS`` (its name and the reader to use instead).
+    """
     if not _UNSUPPORTED.search(error):
         return None
     return Limitation(
-        reader,
+        reader.name,
         version,
-        f"{reader} does not implement a feature this table uses: {error}",
-        USE_INSTEAD.get(reader, "spark"),
+        f"{reader.name} does not implement a feature this table uses: {error}",
+        reader.use_instead,
     )
 
 
 def judge_dv_failure(
-    reader: str,
+    reader: ReaderFacts,
     version: int,
     error: str,
     dvs: Iterable[tuple[str, Mapping[str, Any]]],
@@ -98,6 +93,7 @@ def judge_dv_failure(
     ``dvs``: (data file path, descriptor) of the version's active files with a DV, from the store.
     ``exists``: whether a path (relative to the table root, or absolute) is in storage.
     """
+    name = reader.name
     missing: list[tuple[str, str]] = []
     prefixed = checked = 0
     for data_path, dv in dvs:
@@ -117,7 +113,7 @@ def judge_dv_failure(
         return Problem(
             "reader_error",
             version,
-            f"at version {version}: {reader} cannot read the deletion vectors (the version has no "
+            f"at version {version}: {name} cannot read the deletion vectors (the version has no "
             f"deletion vector file): {error}",
             "an inline deletion vector or the protocol's deletionVectors feature confuses the reader; "
             "check the deletionVector fields of the version's adds, and compare with --reader spark",
@@ -128,23 +124,23 @@ def judge_dv_failure(
             "missing_deletion_vector",
             version,
             f"at version {version}: {len(missing)} deletion vector file(s) named by the log are not in "
-            f"storage (e.g. {path}, the deletion vector of {data_path}); {reader}: {error}",
+            f"storage (e.g. {path}, the deletion vector of {data_path}); {name}: {error}",
             "a deletion vector file is data written by the table's writer (the mirror never writes it); "
             "restore it from a backup, or check the deletionVector of that add",
         )
     why = (
-        f"{prefixed} of them stored with a random path prefix (storage type 'u'), which {reader} "
+        f"{prefixed} of them stored with a random path prefix (storage type 'u'), which {name} "
         "does not resolve"
         if prefixed
-        else f"{reader} fails on them"
+        else f"{name} fails on them"
     )
     return Limitation(
-        reader,
+        name,
         version,
-        f"at version {version}: {reader} cannot read the deletion vectors although every deletion "
+        f"at version {version}: {name} cannot read the deletion vectors although every deletion "
         f"vector file the log names is in storage ({why}): {error}",
-        USE_INSTEAD.get(reader, "spark"),
+        reader.use_instead,
     )
 
 
-__all__ = ["USE_INSTEAD", "dv_file_path", "judge_dv_failure", "unsupported_feature", "z85_decode"]
+__all__ = ["dv_file_path", "judge_dv_failure", "unsupported_feature", "z85_decode"]

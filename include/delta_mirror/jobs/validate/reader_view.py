@@ -7,7 +7,6 @@ then each commit's actions applied in order (one commit costs O(its actions), no
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -22,8 +21,9 @@ from deltalake import DeltaTable
 from delta_mirror.delta.actions import line_action
 from delta_mirror.delta.protocol import now_ms, parse_interval_ms
 from delta_mirror.delta.replay import FileKey, LogReplay, file_key
+from delta_mirror.errors import first_line
 from delta_mirror.jobs.validate.limits import judge_dv_failure, unsupported_feature
-from delta_mirror.jobs.validate.report import MAX_PROBLEMS_PER_KIND, Limitation, Problem
+from delta_mirror.jobs.validate.report import Limitation, ReaderReport
 from delta_mirror.jobs.validate.rows import num_records
 from delta_mirror.jobs.validate.schema_diff import schema_diffs, type_text
 from delta_mirror.storage import ObjectStore, local_path, normalize_location, open_store, storage_options_for
@@ -31,7 +31,6 @@ from delta_mirror.store.source_import import checkpoint_state_versions
 from delta_mirror.store.sql_store import FileEntry, SqlStore, TableInfo
 
 _BATCH = 200  # versions per store query while walking a range
-_BACKTRACE = re.compile(r"\n\s*0: ")
 
 
 _READER_HINT = (
@@ -152,16 +151,14 @@ class ReaderCheck:
         lo: int,
         hi: int,
         checkpoints: set[int],
-        problems: list[Problem],
+        report: ReaderReport,
         storage_options: Mapping[str, str] | None = None,
-        limitations: list[Limitation] | None = None,
     ) -> None:
         self.store, self.table, self.lo, self.hi = store, table, lo, hi
-        self.limitations = [] if limitations is None else limitations
+        self.out = report
         self.unreadable: set[int] = set()  # versions deltalake cannot read (limitations)
         self._objects: ObjectStore | None = None
         self.checkpoints = {v for v in checkpoints if lo < v <= hi}
-        self.problems = problems
         self.uri = normalize_location(table.location)
         self.options = storage_options_for(self.uri, storage_options)
         folder = local_path(self.uri)
@@ -169,7 +166,6 @@ class ReaderCheck:
         if folder is not None:
             roots.add(str(folder) + "/")
         self.roots = sorted(roots, key=len, reverse=True)
-        self.counts: dict[str, int] = {}
         self._rel_cache: dict[str, str] = {}
         self._schema_key: str | None = None
         self._schema: _Schema | None = None
@@ -187,7 +183,7 @@ class ReaderCheck:
         failures: list[tuple[int, str]] = []
         if error is not None:
             if self._open(self.hi)[1] is not None:
-                limit = unsupported_feature("deltalake", None, error)
+                limit = unsupported_feature(self.out.reader, None, error)
                 if limit is not None:
                     self._limit(limit)
                     self.unreadable.update(range(self.lo, self.hi + 1))
@@ -215,7 +211,7 @@ class ReaderCheck:
                         dt.load_as_version(version)
                     except BaseException as exc:
                         _reraise_interrupts(exc)
-                        dt, error = None, _text(exc)
+                        dt, error = None, first_line(exc, 500, joined=True)
                 if dt is None:
                     failures.append((version, error or "unknown error"))
                     continue
@@ -228,7 +224,7 @@ class ReaderCheck:
             return DeltaTable(self.uri, version=version, storage_options=self.options), None
         except BaseException as exc:
             _reraise_interrupts(exc)
-            return None, _text(exc)
+            return None, first_line(exc, 500, joined=True)
 
     def _report_failures(self, failures: list[tuple[int, str]]) -> None:
         """Consecutive versions failing with the same error are one problem."""
@@ -243,7 +239,7 @@ class ReaderCheck:
                 j += 1
             first, last, text = failures[i][0], failures[j][0], failures[i][1]
             span = f"version {first}" if first == last else f"versions {first}..{last}"
-            limit = unsupported_feature("deltalake", first, f"{span}: {text}")
+            limit = unsupported_feature(self.out.reader, first, f"{span}: {text}")
             if limit is not None:
                 self._limit(limit)
                 self.unreadable.update(range(first, last + 1))
@@ -252,23 +248,10 @@ class ReaderCheck:
             i = j + 1
 
     def _limit(self, limitation: Limitation) -> None:
-        n = self.counts["limitation"] = self.counts.get("limitation", 0) + 1
-        if n <= MAX_PROBLEMS_PER_KIND:
-            self.limitations.append(limitation)
+        self.out.add(limitation)
 
     def _report(self, kind: str, version: int | None, message: str, hint: str) -> None:
-        n = self.counts[kind] = self.counts.get(kind, 0) + 1
-        if n <= MAX_PROBLEMS_PER_KIND:
-            self.problems.append(Problem(kind, version, message, hint))
-        elif n == MAX_PROBLEMS_PER_KIND + 1:
-            self.problems.append(
-                Problem(
-                    kind,
-                    version,
-                    f"more versions have {kind} problems (not listed)",
-                    "fix the problems above and validate again",
-                )
-            )
+        self.out.problem(kind, version, message, hint)
 
     def _exists(self, path: str) -> bool:
         """Whether a file the log names (relative to the table root, or absolute) is in storage."""
@@ -477,13 +460,15 @@ class ReaderCheck:
         except BaseException as exc:
             _reraise_interrupts(exc)
             verdict = judge_dv_failure(
-                "deltalake", version, _text(exc), [(k[0], dv) for k, dv in state.dvs.items()], self._exists
+                self.out.reader,
+                version,
+                first_line(exc, 500, joined=True),
+                [(k[0], dv) for k, dv in state.dvs.items()],
+                self._exists,
             )
+            self.out.add(verdict)
             if isinstance(verdict, Limitation):
-                self._limit(verdict)
                 self.unreadable.add(version)
-            else:
-                self._report(verdict.kind, version, verdict.message, verdict.hint)
             return
         vectors = dvs.column("selection_vector").combine_chunks()
         deleted = (
@@ -573,12 +558,6 @@ def _utc_naive(value: datetime) -> datetime:
 
 def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _text(exc: BaseException) -> str:
-    """The error on one line, without the Rust backtrace deltalake appends."""
-    text = " ".join(_BACKTRACE.split(str(exc), maxsplit=1)[0].split())
-    return f"{type(exc).__name__}: {text[:500]}"
 
 
 def _reraise_interrupts(exc: BaseException) -> None:

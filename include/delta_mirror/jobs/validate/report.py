@@ -9,11 +9,12 @@ Limitations do not fail validation unless it is strict; each names a reader to u
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-READERS = ("deltalake", "spark", "duckdb", "kernel-java", "auto")
 MAX_PROBLEMS_PER_KIND = 20  # a systematic fault shows on every version; the first few say it all
+NOT_LISTED = "... and {n} more {what} not listed"
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,51 @@ class ValidationReport:
     problems: list[Problem] = field(default_factory=list)
     limitations: list[Limitation] = field(default_factory=list)
     fallbacks: list[str] = field(default_factory=list)  # versions another reader read (--reader auto)
+    # per kind (problems) or reader (limitations): how many were found, and the entry saying how
+    # many are not listed (kept up to date in place)
+    _found: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    _notes: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def add_problem(self, problem: Problem) -> None:
+        """List the first ``MAX_PROBLEMS_PER_KIND`` of a kind; then one entry counts the rest."""
+        kind = problem.kind
+
+        def note(n: int, version: int | None) -> Problem:
+            what = f"{kind} problem{'s' if n > 1 else ''}"
+            return Problem(
+                kind, version, NOT_LISTED.format(n=n, what=what), "fix the problems above and validate again"
+            )
+
+        self._add(self.problems, f"problem:{kind}", problem, note)
+
+    def add_limitation(self, limitation: Limitation) -> None:
+        """As :meth:`add_problem`, per reader."""
+        reader, use = limitation.reader, limitation.use_instead
+
+        def note(n: int, version: int | None) -> Limitation:
+            what = f"limitation{'s' if n > 1 else ''} of {reader}"
+            return Limitation(reader, version, NOT_LISTED.format(n=n, what=what), use)
+
+        self._add(self.limitations, f"limitation:{reader}", limitation, note)
+
+    def _add(
+        self, entries: list[Any], key: str, entry: Any, note_of: Callable[[int, int | None], Any]
+    ) -> None:
+        """Append ``entry`` while under the cap; past it, put the note counting the rest in place of
+        the previous note (``note_of(how many not listed, the first of them)``)."""
+        n = self._found[key] = self._found.get(key, 0) + 1
+        if n <= MAX_PROBLEMS_PER_KIND:
+            entries.append(entry)
+            return
+        old = self._notes.get(key)
+        note = self._notes[key] = note_of(
+            n - MAX_PROBLEMS_PER_KIND, entry.version if old is None else old.version
+        )
+        for i in range(len(entries) - 1, -1, -1):
+            if entries[i] is old:
+                entries[i] = note
+                return
+        entries.append(note)
 
     @property
     def ok(self) -> bool:
@@ -70,6 +116,37 @@ class ValidationReport:
         }
 
 
+class ReaderFacts(Protocol):
+    """What a report needs of a reader: its name, and the reader to use when it cannot read."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def use_instead(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class ReaderReport:
+    """One reader's way into the report: its problems and limitations, capped by the report."""
+
+    reader: ReaderFacts
+    report: ValidationReport
+
+    def problem(self, kind: str, version: int | None, message: str, hint: str) -> None:
+        self.report.add_problem(Problem(kind, version, message, hint))
+
+    def limitation(self, version: int | None, message: str) -> None:
+        """This reader cannot read ``version`` although the table is right."""
+        self.add(Limitation(self.reader.name, version, message, self.reader.use_instead))
+
+    def add(self, found: Problem | Limitation) -> None:
+        if isinstance(found, Problem):
+            self.report.add_problem(found)
+        else:
+            self.report.add_limitation(found)
+
+
 def version_runs(versions: list[int]) -> list[tuple[int, int]]:
     """Ascending versions as (first, last) runs of consecutive numbers (for messages like 3..7)."""
     out: list[tuple[int, int]] = []
@@ -81,4 +158,12 @@ def version_runs(versions: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-__all__ = ["MAX_PROBLEMS_PER_KIND", "READERS", "Limitation", "Problem", "ValidationReport", "version_runs"]
+__all__ = [
+    "MAX_PROBLEMS_PER_KIND",
+    "Limitation",
+    "Problem",
+    "ReaderFacts",
+    "ReaderReport",
+    "ValidationReport",
+    "version_runs",
+]

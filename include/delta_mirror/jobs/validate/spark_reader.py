@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from delta_mirror.errors import PermanentError
+from delta_mirror.errors import first_line
+from delta_mirror.jobs.validate.report import ReaderReport
 from delta_mirror.jobs.validate.rows import dv_cardinality, expected_rows, num_records
 from delta_mirror.jobs.validate.schema_diff import schema_diffs  # the same comparison as for deltalake
-from delta_mirror.storage import local_path, normalize_location, open_store, storage_options_for
+from delta_mirror.storage import S3_SCHEMES, local_path, normalize_location, open_store, storage_options_for
 from delta_mirror.store.sql_store import SqlStore, TableInfo
 
 _HINT = (
@@ -66,15 +67,12 @@ def _plain_schema(schema: Any) -> Any:
     return schema
 
 
-Report = Callable[[str, int | None, str, str], None]
-
-
 def spark_check(
     store: SqlStore,
     table: TableInfo,
     lo: int,
     hi: int,
-    report: Report,
+    report: ReaderReport,
     spark: Any = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> None:
@@ -105,23 +103,19 @@ class _SparkView:
         if folder is not None:
             self.path = str(folder)
             self.root = self.path.rstrip("/") + "/"
-        elif urlparse(uri).scheme in ("s3", "s3a"):
+        elif urlparse(uri).scheme in S3_SCHEMES:
             from delta_mirror.s3a import configure_s3a
 
             self.path = configure_s3a(spark, uri, self.options)
             self.root = self.path + "/"
-        else:
-            raise PermanentError(
-                f"the spark reader reads local and S3 tables, not {uri}",
-                table=table.name,
-                hint="use --reader deltalake for this table",
-            )
+        else:  # readers.reader_for refuses such a table before
+            raise ValueError(f"the spark reader reads local and S3 tables only, not {uri}")
         self.exists = _exists_check(uri, self.options) if folder is None else _local_exists(folder)
 
     def text_of(self, exc: BaseException) -> str:
         from delta_mirror.s3a import redact
 
-        return redact(_text(exc), self.options)
+        return redact(first_line(exc, 500, joined=True), self.options)
 
     def rel(self, path: str, *, decode: bool = True) -> str:
         """Relative to the table root and decoded: log paths are URI-encoded, Hadoop paths are not."""
@@ -136,7 +130,7 @@ class _SparkView:
 
 
 def _check_history(
-    view: _SparkView, store: SqlStore, table: TableInfo, lo: int, hi: int, report: Report
+    view: _SparkView, store: SqlStore, table: TableInfo, lo: int, hi: int, report: ReaderReport
 ) -> bool:
     """``DESCRIBE HISTORY`` lists every published version with its operation; False: cannot open."""
     lines_by_version = store.commit_lines(table.id, lo, hi)
@@ -147,7 +141,7 @@ def _check_history(
         )
         history = {int(r["version"]): r["operation"] for r in rows}
     except Exception as exc:
-        report(
+        report.problem(
             "reader_error",
             None,
             f"Delta-Spark cannot open the table at {view.uri}: {view.text_of(exc)}",
@@ -156,7 +150,7 @@ def _check_history(
         return False
     missing = sorted(v for v in with_json if v not in history)
     if missing:
-        report(
+        report.problem(
             "reader_version",
             missing[0],
             f"DESCRIBE HISTORY lacks {len(missing)} published versions (e.g. {missing[0]}); it lists "
@@ -169,7 +163,7 @@ def _check_history(
             if line.startswith('{"commitInfo"'):
                 expected_op = json.loads(line)["commitInfo"].get("operation")
         if expected_op is not None and history[version] != expected_op:
-            report(
+            report.problem(
                 "reader_version",
                 version,
                 f"at version {version}: DESCRIBE HISTORY shows operation {history[version]!r}, the store "
@@ -196,7 +190,9 @@ def input_files(df: Any) -> list[str]:
     return paths if joined and len(paths) == count else list(df.inputFiles())
 
 
-def _check_version(view: _SparkView, store: SqlStore, table: TableInfo, version: int, report: Report) -> None:
+def _check_version(
+    view: _SparkView, store: SqlStore, table: TableInfo, version: int, report: ReaderReport
+) -> None:
     """One version: schema, active files, then (when countable) the row count."""
     at = f"at version {version}"
     metadata = json.loads(store.snapshot(table.id, version).metadata)["metaData"]
@@ -208,7 +204,7 @@ def _check_version(view: _SparkView, store: SqlStore, table: TableInfo, version:
         found_files = {view.rel(p, decode=False) for p in input_files(df)}
         schema = json.loads(df.schema.json())
     except Exception as exc:
-        report(
+        report.problem(
             "reader_error",
             version,
             f"Delta-Spark cannot load version {version}: {view.text_of(exc)}",
@@ -219,7 +215,7 @@ def _check_version(view: _SparkView, store: SqlStore, table: TableInfo, version:
         _plain_schema(json.loads(metadata.get("schemaString") or "{}")), _plain_schema(schema), ""
     )
     if diffs:
-        report(
+        report.problem(
             "reader_schema", version, f"{at}: schema differs (store vs spark): " + "; ".join(diffs[:5]), _HINT
         )
     expected_files = {view.rel(a["path"]) for a in adds}
@@ -231,12 +227,14 @@ def _check_version(view: _SparkView, store: SqlStore, table: TableInfo, version:
             parts.append(f"{len(lost)} missing from Spark (e.g. {lost[0]})")
         if extra:
             parts.append(f"{len(extra)} not in the store (e.g. {extra[0]})")
-        report("reader_files", version, "; ".join(parts), _HINT)
+        report.problem("reader_files", version, "; ".join(parts), _HINT)
         return
     _check_rows(view, df, adds, version, report)
 
 
-def _check_rows(view: _SparkView, df: Any, adds: list[dict[str, Any]], version: int, report: Report) -> None:
+def _check_rows(
+    view: _SparkView, df: Any, adds: list[dict[str, Any]], version: int, report: ReaderReport
+) -> None:
     expected = expected_rows(
         ((a["path"], num_records(a), dv_cardinality(a)) for a in adds), lambda p: view.exists(view.rel(p))
     )
@@ -245,7 +243,7 @@ def _check_rows(view: _SparkView, df: Any, adds: list[dict[str, Any]], version: 
     try:
         rows = df.count()
     except Exception as exc:
-        report(
+        report.problem(
             "reader_error",
             version,
             f"Delta-Spark cannot read the data of version {version}: {view.text_of(exc)}",
@@ -253,7 +251,7 @@ def _check_rows(view: _SparkView, df: Any, adds: list[dict[str, Any]], version: 
         )
         return
     if rows != expected:
-        report(
+        report.problem(
             "reader_rows",
             version,
             f"at version {version}: Delta-Spark counts {rows} rows, the store's stats say {expected}",
@@ -277,11 +275,6 @@ def _exists_check(uri: str, options: Mapping[str, str]) -> Callable[[str], bool]
         return known[name]
 
     return exists
-
-
-def _text(exc: BaseException) -> str:
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {' '.join(lines[:2])[:500]}"
 
 
 __all__ = ["spark_check"]
