@@ -109,7 +109,9 @@ class FabAirflow:
             commands.append(
                 [
                     *("users", "create", "--username", user, "--role", role),
-                    *("--password", self.passwords[user], "--email", f"{user}@example.com"),
+                    # one argument: a password may start with "-", which argparse reads as an option
+                    f"--password={self.passwords[user]}",
+                    *("--email", f"{user}@example.com"),
                     *("--firstname", user, "--lastname", "test"),
                 ]
             )
