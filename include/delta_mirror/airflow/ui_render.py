@@ -62,6 +62,7 @@ def _env() -> Environment:
     env = Environment(
         loader=PackageLoader("delta_mirror.airflow", "ui_templates"),
         autoescape=True,  # every template, .svg included
+        auto_reload=False,  # package data: no stat of every template at every render
         undefined=StrictUndefined,
         extensions=[_JoinLines],
     )
@@ -166,6 +167,19 @@ def _behind_steps(behind: list[list[int]], x: Any, yb: Any, right: float) -> lis
     return steps
 
 
+def _dot(px: float, py: float, val: float, v: dict[str, Any], slo_seconds: float) -> tuple[Any, ...]:
+    """One version's circle, its numbers formatted here (up to ~800 a chart: the template only
+    prints them): version, seconds, cx, cy, fill, stroke, its tooltip."""
+    color = "#e12d39" if val > slo_seconds else "#2f6fde"
+    fill, what = (
+        (color, f"readable after {val:.1f} s")
+        if v["published"]
+        else ("#fff", f"not published yet, {val:.1f} s so far")
+    )
+    tip = f"version {v['version']} committed {_utc(v['committed_at'])}: {what}"
+    return v["version"], f"{val:g}", f"{px:.1f}", f"{py:.1f}", fill, color, tip
+
+
 def lag_chart_svg(
     latency: dict[str, Any],
     slo_seconds: float,
@@ -220,19 +234,7 @@ def lag_chart_svg(
         slo_y=y(slo_seconds) if slo_seconds <= top_value else None,
         steps=_behind_steps(behind, x, yb, left + w),
         line=[(px, y(val)) for px, val, _ in pts],
-        dots=[
-            {
-                "version": v["version"],
-                "seconds": val,
-                "x": px,
-                "y": y(val),
-                "color": (color := "#e12d39" if val > slo_seconds else "#2f6fde"),
-                "fill": color if v["published"] else "#fff",
-                "published": v["published"],
-                "committed_at": v["committed_at"],
-            }
-            for px, val, v in pts
-        ],
+        dots=[_dot(px, y(val), val, v, slo_seconds) for px, val, v in pts],
         x0_label=f"{datetime.fromtimestamp(x0 / 1000, UTC):{fmt}}",
         t1_label=f"{datetime.fromtimestamp(t1 / 1000, UTC):{fmt}}",
         mid=f"{top + h / 2:.0f}",
