@@ -11,6 +11,7 @@ import click
 
 from delta_mirror.cli.common import Ctx, emit, errors, progress, store_option
 from delta_mirror.errors import DataError
+from delta_mirror.jobs.validate.readers import reader_names
 from delta_mirror.store.states import TableState
 from delta_mirror.table_config import CheckpointEngine
 
@@ -165,7 +166,7 @@ def checkpoint(ctx: Ctx, name: str, version: int | None, engine: str | None, con
 @click.option("--to-version", type=click.IntRange(min=0), default=None)
 @click.option(
     "--reader",
-    type=click.Choice(["deltalake", "spark", "duckdb", "kernel-java", "auto"]),
+    type=click.Choice(reader_names()),
     default="deltalake",
     show_default=True,
     help="auto: deltalake, and Delta-Spark for the versions deltalake cannot read (when installed).",
