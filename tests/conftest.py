@@ -11,6 +11,7 @@ Services start lazily, the first time a test requests them, and stop at the end 
 - ``s3_env`` (function): sets the ``AWS_*`` variables for the test and yields a fresh bucket name.
 - ``store_url`` (function, parametrized sqlite/postgres): a fresh store URL.
 - ``store`` (function): an initialised ``SqlStore`` on ``store_url``, closed after the test.
+- ``module_store_url`` (module, parametrized sqlite/postgres): a fresh store URL for one module.
 - ``table_location`` (function, parametrized local/s3): a fresh table root URI.
 - ``corpus_dir`` (session): the shared Delta corpus (``DELTA_MIRROR_CORPUS``), skipped when absent.
 """
@@ -128,6 +129,21 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'store.db'}"
     return str(request.getfixturevalue("pg_store_url"))
+
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def module_store_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A fresh store URL one module's tests share (a module fixture builds one world for many
+    refusal cases): a SQLite file, or a PostgreSQL database dropped after the module."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('module-store') / 'store.db'}"
+        return
+    pg = request.getfixturevalue("pg_server")
+    url = pg.create_database()
+    yield url
+    pg.drop_database(url)
 
 
 @pytest.fixture

@@ -59,18 +59,9 @@ def files(root: Path) -> dict[str, str]:
     }
 
 
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def world(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp(f"bad-input-{request.param}")
-    pg = None
-    if request.param == "sqlite":
-        (tmp / "db").mkdir()
-        url = f"sqlite:///{tmp / 'db' / 'store.db'}"
-    else:
-        pg = request.getfixturevalue("pg_server")
-        url = pg.create_database()
+@pytest.fixture(scope="module")
+def world(module_store_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp, url = tmp_path_factory.mktemp("bad-input"), module_store_url
     roots = tmp / "tables"
     store = SqlStore(url)
     store.init()
@@ -85,8 +76,6 @@ def world(
         Publisher(store).publish(name)
     yield {"url": url, "store": store, "roots": roots, "tmp": tmp}
     store.close()
-    if pg is not None:
-        pg.drop_database(url)
 
 
 def _cases() -> list[Case]:
@@ -307,10 +296,8 @@ RAW_BAD = {
 
 @pytest.mark.parametrize("case", sorted(RAW_BAD))
 def test_an_invalid_commit_found_in_the_store_halts_the_table_at_that_version(
-    store_url: str, tmp_path: Path, case: str
+    store: SqlStore, store_url: str, tmp_path: Path, case: str
 ) -> None:
-    store = SqlStore(store_url)
-    store.init()
     root = tmp_path / "t"
     store.commit(
         "t",
@@ -344,9 +331,7 @@ def test_an_invalid_commit_found_in_the_store_halts_the_table_at_that_version(
     store.close()
 
 
-def test_a_protocol_goes_down_only_through_drop_feature(store_url: str, tmp_path: Path) -> None:
-    store = SqlStore(store_url)
-    store.init()
+def test_a_protocol_goes_down_only_through_drop_feature(store: SqlStore, tmp_path: Path) -> None:
     dv = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"],
           "writerFeatures": ["deletionVectors"]}  # fmt: skip
     store.commit("t", [("protocol", dv), ("metaData", METADATA)], location=(tmp_path / "t").as_uri())
@@ -385,10 +370,8 @@ def _big_commit(path: Path, n: int) -> None:
 
 
 def test_a_commit_over_the_configured_limits_is_refused_and_changes_nothing(
-    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: SqlStore, store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = SqlStore(store_url)
-    store.init()
     big = tmp_path / "big.jsonl"
     _big_commit(big, 100_000)
     before = dump(store)

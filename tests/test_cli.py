@@ -11,20 +11,20 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import func, select
+from sqlalchemy import select
+from store.store_kit import state as store_state
 from support.builders import METADATA, PROTOCOL, add, lines, remove
 from support.cli import assert_one_error_line, clean_env, executable
 
 from delta_mirror.cli import cli
 from delta_mirror.errors import PermanentError
 from delta_mirror.store import SqlStore
-from delta_mirror.store.schema import dl_actions, dl_commits, dl_files, dl_mirror_status, dl_tables
+from delta_mirror.store.schema import dl_tables
 
 CREATE = lines(PROTOCOL, METADATA, add("a.parquet"))
 
@@ -53,21 +53,10 @@ def state(url: str) -> dict[str, Any]:
     store = SqlStore(url)
     try:
         with store.engine.connect() as conn:
-            counts = {
-                t.name: conn.execute(select(func.count()).select_from(t)).scalar()
-                for t in (dl_tables, dl_commits, dl_actions, dl_files, dl_mirror_status)
-            }
-            latest = dict(
-                conn.execute(
-                    select(dl_commits.c.table_id, func.max(dl_commits.c.version)).group_by(
-                        dl_commits.c.table_id
-                    )
-                ).all()
-            )
             names = conn.execute(select(dl_tables.c.name).order_by(dl_tables.c.name)).scalars().all()
+        return {**store_state(store), "tables": names}
     finally:
         store.close()
-    return {"counts": counts, "latest": latest, "tables": names}
 
 
 def init_store(url: str) -> None:
@@ -315,21 +304,10 @@ def test_racing_cli_processes_get_exactly_one_winner_per_version(store_url: str,
 # -- bad input: one line, non-zero, the store unchanged (CliRunner, both backends) ----------------------
 
 
-@pytest.fixture(
-    scope="module",
-    params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
-)
-def populated(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Any]]:
+@pytest.fixture(scope="module")
+def populated(module_store_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A store holding table 't' at versions 0..1 (a.parquet, b.parquet), shared by the refusal cases."""
-    tmp = tmp_path_factory.mktemp(f"populated-{request.param}")
-    pg = None
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp / 'store.db'}"
-    else:
-        pg = request.getfixturevalue("pg_server")
-        url = pg.create_database()
+    tmp, url = tmp_path_factory.mktemp("populated"), module_store_url
     store = SqlStore(url)
     store.init()
     store.create_table("t", (tmp / "t").as_uri())
@@ -340,9 +318,7 @@ def populated(
     (tmp / "delta-table" / "_delta_log" / "00000000000000000000.json").write_bytes(CREATE)
     (tmp / "not-delta").mkdir()
     (tmp / "not-delta" / "data.parquet").write_bytes(b"PAR1")
-    yield {"url": url, "tmp": tmp}
-    if pg is not None:
-        pg.drop_database(url)
+    return {"url": url, "tmp": tmp}
 
 
 def invoke(args: list[str], stdin: bytes | None = None) -> Any:
@@ -488,46 +464,47 @@ def test_resume_says_whether_the_table_was_halted(populated: dict[str, Any]) -> 
     assert state(url)["tables"] == ["t"]
 
 
-def test_a_commit_to_an_unknown_table_without_a_location_is_refused(populated: dict[str, Any]) -> None:
-    before = state(populated["url"])
-    result = invoke(["--store", populated["url"], "commit", "nope", "--actions", "-"], CREATE)
-    assert result.exit_code == 1
-    assert_one_error_line(result.stderr, "table 'nope'", "no table named 'nope'")
-    assert state(populated["url"]) == before
-
-
-def test_a_refused_first_commit_does_not_leave_an_empty_table_behind(populated: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("args", "stdin", "exit_code", "needles"),
+    [
+        pytest.param(
+            ["commit", "nope", "--actions", "-"],
+            CREATE,
+            1,
+            ("table 'nope'", "no table named 'nope'"),
+            id="an-unknown-table-without-a-location",
+        ),
+        pytest.param(
+            ["commit", "fresh", "--actions", "-", "--location", "{tmp}/fresh"],
+            lines(PROTOCOL, METADATA, add("../escape.parquet")),
+            4,
+            ("table 'fresh'", "version 0", "escapes the table root"),
+            id="a-refused-first-commit-leaves-no-empty-table-behind",
+        ),
+        pytest.param(
+            ["commit", "fresh", "--actions", "-", "--location", "{tmp}/delta-table"],
+            CREATE,
+            1,
+            ("table 'fresh'", "already holds a Delta log", "delta-mirror import"),
+            id="a-new-table-over-an-existing-delta-log",
+        ),
+        pytest.param(
+            ["commit", "t", "--actions", "-", "--location", "{tmp}/elsewhere"],
+            lines(add("n.parquet")),
+            1,
+            ("table 't'", "not"),
+            id="a-location-other-than-the-tables",
+        ),
+    ],
+)
+def test_a_refused_commit_says_why_in_one_line_and_changes_nothing(
+    populated: dict[str, Any], args: list[str], stdin: bytes, exit_code: int, needles: tuple[str, ...]
+) -> None:
     url, tmp = populated["url"], populated["tmp"]
     before = state(url)
-    bad = lines(PROTOCOL, METADATA, add("../escape.parquet"))
-    result = invoke(
-        ["--store", url, "commit", "fresh", "--actions", "-", "--location", str(tmp / "fresh")], bad
-    )
-    assert result.exit_code == 4
-    assert_one_error_line(result.stderr, "table 'fresh'", "version 0", "escapes the table root")
-    assert state(url) == before
-
-
-def test_commit_refuses_to_create_a_table_over_an_existing_delta_log(populated: dict[str, Any]) -> None:
-    url, tmp = populated["url"], populated["tmp"]
-    before = state(url)
-    result = invoke(
-        ["--store", url, "commit", "fresh", "--actions", "-", "--location", str(tmp / "delta-table")], CREATE
-    )
-    assert result.exit_code == 1
-    assert_one_error_line(result.stderr, "table 'fresh'", "already holds a Delta log", "delta-mirror import")
-    assert state(url) == before
-
-
-def test_commit_refuses_a_location_other_than_the_tables(populated: dict[str, Any]) -> None:
-    url, tmp = populated["url"], populated["tmp"]
-    before = state(url)
-    result = invoke(
-        ["--store", url, "commit", "t", "--actions", "-", "--location", str(tmp / "elsewhere")],
-        lines(add("n.parquet")),
-    )
-    assert result.exit_code == 1
-    assert_one_error_line(result.stderr, "table 't'", "not")
+    result = invoke(["--store", url, *(a.format(tmp=tmp) for a in args)], stdin)
+    assert result.exit_code == exit_code, (result.stderr, result.exception)
+    assert_one_error_line(result.stderr, *needles)
     assert state(url) == before
 
 

@@ -124,10 +124,8 @@ def append_rows(spark: Any, location: Path, ids: range, files: int = 1) -> None:
 
 
 def test_spark_operations_are_commits_of_the_store_published_byte_for_byte(
-    spark: Any, store_url: str, tmp_path: Path
+    spark: Any, store: SqlStore, store_url: str, tmp_path: Path
 ) -> None:
-    store = SqlStore(store_url)
-    store.init()
     root = tmp_path / "lake"
     location = root / "events"
     with commit_service(store_url, [root.as_uri()]) as svc, governed(spark, svc, spark_root(root)):
