@@ -26,6 +26,7 @@ from support.mailserver import MailBox as MailBox
 from support.mailserver import SmtpServer as SmtpServer
 from support.mailserver import body_text as body_text
 from support.services import free_port as free_port
+from support.waiting import load_scaled
 
 from delta_mirror.delta.actions import Action
 from delta_mirror.dev.datafiles import delta_schema_string, write_data_file
@@ -201,7 +202,8 @@ def run_dag(dag_id: str, conf: dict[str, Any] | None = None) -> DagRunResult:
 def airflow_cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 180
 ) -> subprocess.CompletedProcess[str]:
-    """Run the venv's ``airflow`` command in this session's AIRFLOW_HOME (set by conftest)."""
+    """Run the venv's ``airflow`` command in this session's AIRFLOW_HOME (set by conftest);
+    ``timeout`` is for an idle machine and grows with the load (a DAG test parses every DAG)."""
     bin_dir = Path(sys.executable).parent
     full_env = {**os.environ, **(env or {})}
     full_env["PATH"] = f"{bin_dir}{os.pathsep}{full_env.get('PATH', '')}"
@@ -210,7 +212,7 @@ def airflow_cli(
         env=full_env,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=load_scaled(timeout),
         check=False,
     )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -59,6 +60,16 @@ def statsd_env(listener: UdpListener) -> dict[str, str]:
     }
 
 
+def dags_test_with_statsd(dag_id: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """``airflow dags test DAG_ID`` with StatsD pointed at a listener: the run and every datagram."""
+    listener = UdpListener()
+    try:
+        proc = airflow_cli("dags", "test", dag_id, env=statsd_env(listener))
+    finally:
+        listener.stop()
+    return proc, listener.lines
+
+
 def stat_values(lines: list[str], name: str, kind: str = "g") -> dict[str, float]:
     """{table: value} for ``<prefix>.delta_mirror.<name>.<table>:<value>|<kind>`` datagrams (g, ms, c)."""
     out = {}
@@ -85,36 +96,27 @@ def test_the_monitor_dag_sends_lag_gauges_to_statsd(
     store.record_table_failure(store.get_table("behind").id, "PERMANENT", "cannot open storage")
     dm_config({"behind": {}, "current": {}})
     time.sleep(1.0)
-    listener = UdpListener()
-    try:
-        proc = airflow_cli(
-            "dags",
-            "test",
-            "delta_mirror_monitor",
-            env=statsd_env(listener),
-        )
-    finally:
-        listener.stop()
+    proc, lines = dags_test_with_statsd("delta_mirror_monitor")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "new_state=success" in proc.stdout + proc.stderr
 
-    lag = stat_values(listener.lines, "lag_seconds")
-    behind = stat_values(listener.lines, "versions_behind")
-    assert set(lag) == {"behind", "current"}, [x for x in listener.lines if "delta_mirror" in x]
+    lag = stat_values(lines, "lag_seconds")
+    behind = stat_values(lines, "versions_behind")
+    assert set(lag) == {"behind", "current"}, [x for x in lines if "delta_mirror" in x]
     assert lag["behind"] >= 1.0 and lag["current"] < lag["behind"]
     assert behind == {"behind": 3.0, "current": 1.0}
-    assert stat_values(listener.lines, "halted") == {"behind": 0.0, "current": 0.0}
-    assert stat_values(listener.lines, "failed_versions") == {"behind": 0.0, "current": 0.0}
+    assert stat_values(lines, "halted") == {"behind": 0.0, "current": 0.0}
+    assert stat_values(lines, "failed_versions") == {"behind": 0.0, "current": 0.0}
     # a failed publish attempt is a table failure at once (issue 28)
-    assert stat_values(listener.lines, "failing") == {"behind": 1.0, "current": 0.0}
-    assert stat_values(listener.lines, "publish_failed_attempts") == {"behind": 1.0, "current": 0.0}
+    assert stat_values(lines, "failing") == {"behind": 1.0, "current": 0.0}
+    assert stat_values(lines, "publish_failed_attempts") == {"behind": 1.0, "current": 0.0}
     # per-version latency from the store: "current" has 3 published versions, "behind" none
     for q in ("p50", "p95", "p99"):
         for window in ("1h", "24h", "7d"):
-            got = stat_values(listener.lines, rf"version_latency_{q}_seconds\.{window}")
+            got = stat_values(lines, rf"version_latency_{q}_seconds\.{window}")
             assert set(got) == {"current"} and 0 <= got["current"] < 60, (q, window, got)
     # plain StatsD has no tags: the tagged form arrives under the bare name as well
-    assert any(re.fullmatch(r"airflow\.delta_mirror\.lag_seconds:[\d.]+\|g", x) for x in listener.lines)
+    assert any(re.fullmatch(r"airflow\.delta_mirror\.lag_seconds:[\d.]+\|g", x) for x in lines)
     # ... and each measurement is kept as lag history (dl_lag_samples) for the UI and `health`.
     for name, versions in (("behind", 3), ("current", 1)):
         samples = store.lag_samples(store.get_table(name).id)
@@ -133,39 +135,19 @@ def test_a_table_dag_sends_step_durations_and_failures_by_error_class(
     (tmp_path / "sales" / "_delta_log").mkdir(exist_ok=True)
     (tmp_path / "sales" / "_delta_log" / "00000000000000000002.json").write_bytes(b'{"commitInfo":{}}\n')
     dm_config({"sales": {"retries": 0, "deadline": None}})
-    listener = UdpListener()
-    try:
-        airflow_cli(
-            "dags",
-            "test",
-            "delta_mirror__sales",
-            env=statsd_env(listener),
-        )
-    finally:
-        listener.stop()
-    assert "airflow.delta_mirror.failures.sales.CONFLICT:1|c" in listener.lines, [
-        x for x in listener.lines if "delta_mirror" in x
+    _, lines = dags_test_with_statsd("delta_mirror__sales")
+    assert "airflow.delta_mirror.failures.sales.CONFLICT:1|c" in lines, [
+        x for x in lines if "delta_mirror" in x
     ]
     # the published part (versions 0 and 1) ran before the conflict: a successful rerun times it
     (tmp_path / "sales" / "_delta_log" / "00000000000000000002.json").unlink()
     store.resume_table(store.get_table("sales").id)
     for row in store.status_rows(store.get_table("sales").id, states=("CONFLICT",)):
         store.mark_failed(store.get_table("sales").id, row.version, row.artifact, "PENDING", "", "")
-    listener = UdpListener()
-    try:
-        proc = airflow_cli(
-            "dags",
-            "test",
-            "delta_mirror__sales",
-            env=statsd_env(listener),
-        )
-    finally:
-        listener.stop()
+    proc, lines = dags_test_with_statsd("delta_mirror__sales")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for step in ("publish", "checkpoint", "validate"):
-        assert "sales" in stat_values(listener.lines, f"{step}_seconds", "ms"), (step, listener.lines)
+        assert "sales" in stat_values(lines, f"{step}_seconds", "ms"), (step, lines)
     # one timing per version this run published (version 2): commit to readable, from the store
-    latencies = [
-        x for x in listener.lines if x.startswith("airflow.delta_mirror.version_latency_seconds.sales:")
-    ]
+    latencies = [x for x in lines if x.startswith("airflow.delta_mirror.version_latency_seconds.sales:")]
     assert len(latencies) == 1, latencies
