@@ -238,6 +238,8 @@ async def _measure(
         elapsed = t1 - t0
         # commits to random tables at `rate`; latency = commit returned → the trigger's event
         writer = SqlStore(url)
+        # the CPU of this process while commits arrive: the watchers' fan-out (and the writer's calls)
+        commit_cpu0 = time.process_time()
         sent: dict[tuple[str, int], float] = {}
         rng = random.Random(15)
         for _ in range(commits):
@@ -251,6 +253,7 @@ async def _measure(
         while not all(k in arrived for k in sent) and loop.time() < deadline:
             await asyncio.sleep(0.05)
         writer.close()
+        commit_cpu = time.process_time() - commit_cpu0
         latencies = sorted(arrived[k] - t for k, t in sent.items() if k in arrived)
     finally:
         for task in tasks:
@@ -284,6 +287,7 @@ async def _measure(
             "max": round(latencies[-1], 3) if latencies else None,
         },
         "latency_mean_s": round(statistics.fmean(latencies), 3) if latencies else None,
+        "cpu_s_per_commit": round(commit_cpu / max(1, len(sent)), 4),
     }
 
 

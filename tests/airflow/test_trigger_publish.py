@@ -36,19 +36,9 @@ def drive(body: Callable[[list[dict[str, Any]]], Awaitable[None]], **kwargs: Any
     events: list[dict[str, Any]] = []
     trig = StoreCommitTrigger(table="t1", poll_interval=0.1, publish=True, **kwargs)
 
-    async def collect(triggerer: Triggerer) -> None:
-        async for payload in triggerer.events(trig):
-            events.append(payload)
-
     async def main() -> None:
-        triggerer = Triggerer()  # as the triggerer runs it: Airflow's shared stream
-        task = asyncio.create_task(collect(triggerer))
-        try:
+        async with Triggerer().collecting([trig], events):  # as the triggerer runs it: a shared stream
             await asyncio.wait_for(body(events), 20)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            await triggerer.stop()
 
     asyncio.run(main())
     return events

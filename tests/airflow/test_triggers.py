@@ -149,14 +149,8 @@ def test_a_trigger_busy_longer_than_its_queue_of_reports_keeps_its_stream(
     monkeypatch.setattr(StoreCommitTrigger, "_publish_pending", slow_publish)
 
     async def main() -> None:
-        triggerer = Triggerer(max_subscriber_queue=1)
-
-        async def watch(name: str) -> None:
-            async for payload in triggerer.events(StoreCommitTrigger(name, poll_interval=0.05, publish=True)):
-                events.append(payload)
-
-        tasks = [asyncio.create_task(watch("t1")), asyncio.create_task(watch("t2"))]
-        try:
+        triggers = [StoreCommitTrigger(name, poll_interval=0.05, publish=True) for name in ("t1", "t2")]
+        async with Triggerer(max_subscriber_queue=1).collecting(triggers, events) as tasks:
             await asyncio.wait_for(busy.wait(), 10)
             for n in range(5):
                 await asyncio.to_thread(store.commit, "t2", [("txn", {"appId": "loader", "version": n})])
@@ -168,11 +162,6 @@ def test_a_trigger_busy_longer_than_its_queue_of_reports_keeps_its_stream(
                 assert loop.time() < deadline, events
                 assert not any(t.done() for t in tasks), [t.exception() for t in tasks if t.done()]
                 await asyncio.sleep(0.05)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await triggerer.stop()
 
     asyncio.run(main())
 
@@ -243,15 +232,9 @@ def test_50_triggers_share_one_stream_a_commit_fires_only_its_table_and_a_store_
             name, [("protocol", protocol_body()), ("metaData", metadata_body()), ("add", add_body("a"))]
         )
     monkeypatch.setenv("DELTA_MIRROR_STORE", pg_store_url)
-    events: list[dict[str, object]] = []
-    triggerer: Triggerer
-
-    async def watch(name: str) -> None:
-        # no coalescing here: no DAG run publishes what the triggers fire for
-        async for payload in triggerer.events(
-            StoreCommitTrigger(table=name, poll_interval=0.2, coalesce_seconds=0)
-        ):
-            events.append(payload)
+    events: list[dict[str, Any]] = []
+    # no coalescing here: no DAG run publishes what the triggers fire for
+    triggers = [StoreCommitTrigger(table=name, poll_interval=0.2, coalesce_seconds=0) for name in names]
 
     async def settle(count: int, quiet: float = 1.0) -> None:
         loop = asyncio.get_running_loop()
@@ -263,10 +246,7 @@ def test_50_triggers_share_one_stream_a_commit_fires_only_its_table_and_a_store_
         assert len(events) == count, events[count:]
 
     async def main() -> None:
-        nonlocal triggerer
-        triggerer = Triggerer()
-        tasks = [asyncio.create_task(watch(name)) for name in names]
-        try:
+        async with Triggerer().collecting(triggers, events):
             await settle(50)
             assert sorted(str(e["table"]) for e in events) == names
             assert all(e["from_version"] == 0 and e["to_version"] == 0 for e in events)
@@ -288,23 +268,14 @@ def test_50_triggers_share_one_stream_a_commit_fires_only_its_table_and_a_store_
             await settle(52, quiet=2.0)
             assert events[51] == {"table": "t011", "from_version": 1, "to_version": 1}
             assert pg_backends(pg_store_url) <= 5
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await triggerer.stop()
 
     asyncio.run(main())
 
 
-def collect(trig: StoreCommitTrigger, events: list[dict[str, object]]) -> Coroutine[Any, Any, None]:
+def collect(trig: StoreCommitTrigger, events: list[dict[str, Any]]) -> Coroutine[Any, Any, None]:
     async def run() -> None:
-        triggerer = Triggerer()
-        try:
-            async for payload in triggerer.events(trig):
-                events.append(payload)
-        finally:
-            await triggerer.stop()
+        async with Triggerer().collecting([trig], events) as tasks:
+            await asyncio.gather(*tasks)
 
     return run()
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, QueuePool, event, text
 from store_kit import add, new_table
+from support.waiting import load_scaled
 
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.store import SqlStore, db
@@ -136,12 +137,14 @@ class Reports:
             self._queue.put_nowait(report)
 
     async def next(self, timeout: float = 10.0) -> VersionsReport:
-        return await asyncio.wait_for(self._queue.get(), timeout)
+        """The next report, within ``timeout`` seconds stretched by the machine's load."""
+        return await asyncio.wait_for(self._queue.get(), load_scaled(timeout))
 
     async def until(self, check: Callable[[VersionsReport], bool], timeout: float = 20.0) -> VersionsReport:
-        deadline = asyncio.get_running_loop().time() + timeout
+        deadline = asyncio.get_running_loop().time() + load_scaled(timeout)
         while True:
-            report = await self.next(max(0.1, deadline - asyncio.get_running_loop().time()))
+            left = max(0.1, deadline - asyncio.get_running_loop().time())
+            report = await asyncio.wait_for(self._queue.get(), left)
             if check(report):
                 return report
 
@@ -217,7 +220,7 @@ def test_notify_wakes_the_watcher_long_before_its_poll_interval(pg_store_url: st
             started = loop.time()
             await asyncio.to_thread(store.commit, "t001", [add("b.parquet")])
             report = await reports.until(lambda r: r.of("t001").latest == 1, timeout=5.0)
-            assert loop.time() - started < 5.0  # the interval is 60 s: only the NOTIFY woke it
+            assert loop.time() - started < load_scaled(5.0)  # at most 30 s < the 60 s interval: NOTIFY
             assert latest(report, names) == [0, 1, 0]
             assert watcher.notifications >= 1
 

@@ -10,8 +10,10 @@ path a deployed trigger takes.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from typing import Any
 
 
@@ -21,10 +23,11 @@ class Triggerer:
     def __init__(self, max_subscriber_queue: int | None = None) -> None:
         """``max_subscriber_queue``: ``[triggerer] shared_stream_subscriber_queue_size`` (Airflow's
         default, 1,024, when None)."""
-        from airflow.triggers.shared_stream import SharedStreamManager
+        from airflow.triggers.shared_stream import DEFAULT_SUBSCRIBER_QUEUE_MAX, SharedStreamManager
 
-        queue = {} if max_subscriber_queue is None else {"max_subscriber_queue": max_subscriber_queue}
-        self.manager = SharedStreamManager(**queue)
+        self.manager = SharedStreamManager(
+            max_subscriber_queue=max_subscriber_queue or DEFAULT_SUBSCRIBER_QUEUE_MAX
+        )
         self._ids = itertools.count(1)
 
     async def events(self, trigger: Any) -> AsyncGenerator[dict[str, Any], None]:
@@ -38,6 +41,26 @@ class Triggerer:
                 yield dict(event.payload)
         finally:
             await self.manager.unsubscribe(trigger_id, key)
+
+    @contextlib.asynccontextmanager
+    async def collecting(
+        self, triggers: Iterable[Any], events: list[dict[str, Any]]
+    ) -> AsyncIterator[list[asyncio.Task[None]]]:
+        """Run ``triggers`` for the block (their payloads appended to ``events``, their tasks
+        yielded); then cancel them and stop every stream."""
+
+        async def collect(trigger: Any) -> None:
+            async for payload in self.events(trigger):
+                events.append(payload)
+
+        tasks = [asyncio.create_task(collect(trigger)) for trigger in triggers]
+        try:
+            yield tasks
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.stop()
 
     async def stop(self) -> None:
         await self.manager.stop_all()
