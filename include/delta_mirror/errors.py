@@ -59,6 +59,10 @@ class MirrorError(Exception):
         self.hint = hint
         super().__init__(self.message)
 
+    def __str__(self) -> str:
+        # the message from the fields as they are now: a caller may refine what/hint after raise
+        return self.message
+
     @property
     def message(self) -> str:
         where = []

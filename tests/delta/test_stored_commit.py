@@ -89,6 +89,7 @@ def test_a_stored_line_readers_would_choke_on_halts_publishing_naming_the_line(
             check_stored_commit(lines, table="t", version=3, location=ROOT, native=native)
         hint = f" — {HINT}" if lines else ""  # every refusal of a line says what to do
         assert refused.value.message == f"table 't', version 3: {refusal}{hint}", native
+        assert str(refused.value) == refused.value.message  # what a log line or CLI prints
 
 
 def test_the_line_named_is_the_first_bad_one_among_good_ones() -> None:
