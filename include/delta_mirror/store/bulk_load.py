@@ -1,4 +1,4 @@
-"""An import's rows written in bulk: the same rows ``Commits.import_version`` writes one version at
+"""An import's rows written in bulk: the same rows ``Commits._import_version`` writes one version at
 a time, in a few statements (PostgreSQL ``COPY``, SQLite ``executemany``).
 
 An imported table is new, so its whole file index is a function of the imported log alone: it is
@@ -212,7 +212,7 @@ class BulkImport:
         lines_sent: int = 0,
         rendered: tuple[str, int] | None = None,
     ) -> None:
-        """One version's rows, as ``Commits.import_version`` writes them. ``published`` is the
+        """One version's rows, as ``Commits._import_version`` writes them. ``published`` is the
         (sha256, size) of a commit file already at the location (in-place import);
         ``lines_sent``: its first lines already went to ``lines`` (a large commit, while parsed);
         ``rendered``: the (sha256, size) of ``render_commit(lines)``, when already taken."""
