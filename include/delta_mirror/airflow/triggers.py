@@ -300,7 +300,10 @@ class _Latest:
     The stream is read in a task of its own, so the triggerer's queue for this trigger is always
     drained: a trigger that publishes (or waits for a publish slot) would otherwise let it fill,
     and a full queue fails the trigger (``_fail_overflowed_subscriber`` in Airflow's
-    ``shared_stream.py``); only the newest versions matter anyway."""
+    ``shared_stream.py``); only the newest versions matter anyway.
+
+    :param table: the trigger's table, looked up in each report.
+    """
 
     def __init__(self, table: str) -> None:
         self.table = table
@@ -347,6 +350,10 @@ class _Watermark:
     Both modes share the rules: versions up to the watermark are handled (fired for, or published
     by the trigger itself); while a run this trigger started has not published what it fired for,
     newer versions wait (at most ``coalesce_seconds``) and then go as one batch.
+
+    :param watermark: the last version already handled (None: the table's last published version
+        in the first report).
+    :param coalesce_seconds: how long newer versions wait for the run this trigger started.
     """
 
     def __init__(self, watermark: int | None, coalesce_seconds: float) -> None:
