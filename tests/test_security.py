@@ -246,6 +246,7 @@ def test_sql_text_is_built_from_runtime_values_only_in_these_reviewed_places() -
         ("db.py", "migrate"),  # a module constant (the advisory lock key)
         ("reads.py", "_file_payload_query"),  # 'add' / 'remove' and constant SQL fragments
         ("mirror_status.py", "_mark_succeeded_pg"),  # placeholder names (:v0, :s0...), values bound
+        ("mirror_status.py", "_mark_commits_succeeded"),  # _SUCCESS_SET with two column names, values bound
         ("reads.py", "_copy_blocks"),  # COPY cannot bind: integer parameters only, checked
         # the import's bulk load: table and column names from the module's constants, values bound
         # (executemany) or sent as COPY data, never in the statement
