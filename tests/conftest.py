@@ -120,6 +120,29 @@ def s3_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
+# MySQL / MariaDB
+
+
+@pytest.fixture(scope="session")
+def mariadb_server() -> Iterator[object]:
+    """The throwaway MariaDB server (``support.mariadb``), or ``DELTA_MIRROR_TEST_MYSQL``'s."""
+    from support.mariadb import MariaDbServer
+
+    yield from session_service(MariaDbServer.from_env_or_start, MariaDbServer.stop_and_remove)
+
+
+@pytest.fixture
+def mysql_store_url(mariadb_server: object) -> Iterator[str]:
+    """A fresh empty MariaDB database for one test (``dm_<random>``), dropped afterwards."""
+    from support.mariadb import MariaDbServer
+
+    assert isinstance(mariadb_server, MariaDbServer)
+    url = mariadb_server.create_database()
+    yield url
+    mariadb_server.drop_database(url)
+
+
+# --------------------------------------------------------------------------------------------------
 # parametrized store and table location
 
 
