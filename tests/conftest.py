@@ -9,9 +9,13 @@ Services start lazily, the first time a test requests them, and stop at the end 
 - ``pg_store_url`` (function): a fresh, empty database per test, dropped afterwards.
 - ``s3`` (session): the ``S3Server`` (``endpoint``, keys, ``region``, ``make_bucket()``, ``env()``).
 - ``s3_env`` (function): sets the ``AWS_*`` variables for the test and yields a fresh bucket name.
-- ``store_url`` (function, parametrized sqlite/postgres): a fresh store URL.
+- ``store_url`` (function, parametrized sqlite/postgres/mysql/duckdb): a fresh store URL.
 - ``store`` (function): an initialised ``SqlStore`` on ``store_url``, closed after the test.
-- ``module_store_url`` (module, parametrized sqlite/postgres): a fresh store URL for one module.
+- ``module_store_url`` (module, parametrized like ``store_url``): a fresh store URL for one module.
+
+The ``mysql`` and ``duckdb`` params run only where the store is what is tested (``tests/store/``,
+and tests marked ``all_backends``); elsewhere they are deselected, so a suite where the store is
+incidental (bad CLI input, the UI, Airflow) stays on SQLite and PostgreSQL (``_runs_on_every_backend``).
 - ``table_location`` (function, parametrized local/s3): a fresh table root URI.
 - ``corpus_dir`` (session): the shared Delta corpus (``DELTA_MIRROR_CORPUS``), skipped when absent.
 """
@@ -44,20 +48,52 @@ _SERVICE_MARKERS = {
     "pg_server": "postgres",
     "pg_restart": "postgres",
     "pg_store_url": "postgres",
+    "mariadb_server": "mysql",
+    "mysql_store_url": "mysql",
     "s3": "s3",
     "s3_env": "s3",
     "corpus_dir": "corpus",
 }
 
+#: The backends that run only in the suites about the store (the rest stay on sqlite/postgres).
+_STORE_ONLY_BACKENDS = {"mysql", "duckdb"}
+#: Test folders (relative to tests/) whose every store test runs on every backend.
+_EVERY_BACKEND_DIRS = ("store",)
+
+
+def _runs_on_every_backend(item: pytest.Item) -> bool:
+    """Whether a test parametrized with a MySQL or DuckDB store keeps that param: it is under
+    ``_EVERY_BACKEND_DIRS`` or carries the ``all_backends`` marker (module, class or function)."""
+    if item.get_closest_marker("all_backends") is not None:
+        return True
+    rel = Path(str(item.path)).resolve().relative_to(Path(__file__).resolve().parent)
+    return bool(rel.parts) and rel.parts[0] in _EVERY_BACKEND_DIRS
+
+
+def _backend_of(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None
+    for name in ("store_url", "module_store_url"):
+        if name in callspec.params:
+            return str(callspec.params[name])
+    return None
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    dropped = [i for i in items if _backend_of(i) in _STORE_ONLY_BACKENDS and not _runs_on_every_backend(i)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        kept = set(map(id, items)) - set(map(id, dropped))
+        items[:] = [i for i in items if id(i) in kept]
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         marks = {m for f, m in _SERVICE_MARKERS.items() if f in names}
         callspec = getattr(item, "callspec", None)
         if callspec is not None:
-            if callspec.params.get("store_url") == "postgres":
-                marks.add("postgres")
+            backend = _backend_of(item)
+            if backend in {"postgres", "mysql", "duckdb"}:
+                marks.add(backend)
             if callspec.params.get("table_location") == "s3":
                 marks.add("s3")
         for m in sorted(marks):
@@ -146,32 +182,48 @@ def mysql_store_url(mariadb_server: object) -> Iterator[str]:
 # parametrized store and table location
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+BACKENDS = [
+    "sqlite",
+    pytest.param("postgres", marks=pytest.mark.postgres),
+    pytest.param("mysql", marks=pytest.mark.mysql),
+    pytest.param("duckdb", marks=pytest.mark.duckdb),
+]
+#: The fixture giving a fresh database per test on a server backend.
+_SERVER_STORE_URL = {"postgres": "pg_store_url", "mysql": "mysql_store_url"}
+#: The session fixture of a server backend (``create_database()`` / ``drop_database(url)``).
+_SERVER = {"postgres": "pg_server", "mysql": "mariadb_server"}
+
+
+@pytest.fixture(params=BACKENDS)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh SQL store URL: ``sqlite:///<tmp>/store.db`` or a fresh PostgreSQL database."""
+    """A fresh SQL store URL: ``sqlite:///<tmp>/store.db``, ``duckdb:///<tmp>/store.duckdb``, or a
+    fresh PostgreSQL or MySQL/MariaDB database."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'store.db'}"
-    return str(request.getfixturevalue("pg_store_url"))
+    if request.param == "duckdb":
+        return f"duckdb:///{tmp_path / 'store.duckdb'}"
+    return str(request.getfixturevalue(_SERVER_STORE_URL[request.param]))
 
 
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(scope="module", params=BACKENDS)
 def module_store_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """A fresh store URL one module's tests share (a module fixture builds one world for many
-    refusal cases): a SQLite file, or a PostgreSQL database dropped after the module."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path_factory.mktemp('module-store') / 'store.db'}"
+    refusal cases): a SQLite or DuckDB file, or a server database dropped after the module."""
+    if request.param in ("sqlite", "duckdb"):
+        suffix = "db" if request.param == "sqlite" else "duckdb"
+        yield f"{request.param}:///{tmp_path_factory.mktemp('module-store') / f'store.{suffix}'}"
         return
-    pg = request.getfixturevalue("pg_server")
-    url = pg.create_database()
+    server = request.getfixturevalue(_SERVER[request.param])
+    url = server.create_database()
     yield url
-    pg.drop_database(url)
+    server.drop_database(url)
 
 
 @pytest.fixture
 def store(store_url: str) -> Iterator[SqlStore]:
-    """An initialised ``SqlStore`` on ``store_url`` (so on SQLite and on PostgreSQL), closed after."""
+    """An initialised ``SqlStore`` on ``store_url`` (so on every backend it is parametrized with), closed after."""
     s = SqlStore(store_url)
     s.init()
     yield s
