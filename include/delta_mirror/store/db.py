@@ -74,6 +74,10 @@ def make_engine(url: str) -> Engine:
             dbapi_conn.isolation_level = None
 
         return engine
+    if parsed.get_backend_name() == "duckdb":
+        from delta_mirror.store.duckdb_store import make_duckdb_engine
+
+        return make_duckdb_engine(parsed, READ_ONLY)
     if parsed.get_backend_name() == "postgresql":
         try:
             return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
@@ -171,6 +175,8 @@ def classify_db_error(exc: SQLAlchemyError, url: str, action: str) -> MirrorErro
                 f"database does not exist: {where}", hint="create it, then run `delta-mirror init`"
             )
         return PermanentError(f"database error while {action} ({where}, SQLSTATE {state}): {str(orig)[:200]}")
+    if type(orig).__module__.startswith(("duckdb", "_duckdb")):
+        return _classify_duckdb_error(exc, url, action)
     code = getattr(orig, "sqlite_errorname", "")
     if code in ("SQLITE_BUSY", "SQLITE_LOCKED") or (
         isinstance(exc, OperationalError) and "locked" in str(exc)
@@ -190,7 +196,27 @@ def classify_db_error(exc: SQLAlchemyError, url: str, action: str) -> MirrorErro
     return PermanentError(f"database error while {action} ({where}): {str(exc)[:300]}")
 
 
-def is_unique_violation(exc: IntegrityError) -> bool:
+def _classify_duckdb_error(exc: SQLAlchemyError, url: str, action: str) -> MirrorError:
+    """DuckDB's errors by exception class (it has no SQLSTATE)."""
+    from delta_mirror.store import duckdb_store
+
+    where = redact_url(url)
+    kind = duckdb_store.classify(exc)
+    if kind == "locked":
+        return duckdb_store.lock_error(exc, str(make_url(url).database))
+    if kind == "missing":
+        return PermanentError(f"the store at {where} is not initialised", hint="run `delta-mirror init`")
+    if kind == "conflict":
+        return TransientError(f"DuckDB write conflict while {action} ({where})", hint="retried automatically")
+    return PermanentError(f"database error while {action} ({where}): {str(getattr(exc, 'orig', exc))[:300]}")
+
+
+def is_unique_violation(exc: SQLAlchemyError) -> bool:
+    """A duplicate primary or unique key (the store's commit race is decided by one)."""
+    if type(getattr(exc, "orig", None)).__module__.startswith(("duckdb", "_duckdb")):
+        from delta_mirror.store import duckdb_store
+
+        return duckdb_store.classify(exc) == "unique"
     state = sqlstate(exc)
     if state:
         return state == "23505"

@@ -45,6 +45,11 @@ _PG_COMMIT_LINES = (
     "SELECT version, string_agg(payload, E'\\n' ORDER BY seq) FROM dl_actions "
     "WHERE table_id = %s AND part = %s AND version BETWEEN %s AND %s GROUP BY version"
 )
+# DuckDB: the same per-version join as PostgreSQL's (chr(10): DuckDB has no E'' strings).
+_DUCKDB_COMMIT_LINES = (
+    "SELECT version, string_agg(payload, chr(10) ORDER BY seq) FROM dl_actions "
+    "WHERE table_id = ? AND part = ? AND version BETWEEN ? AND ? GROUP BY version"
+)
 _version, _payload = itemgetter(0), itemgetter(1)  # of a (version, payload) row
 _SQLITE_COMMIT_LINES = (
     "SELECT version, payload FROM dl_actions WHERE table_id = ? AND part = ? "
@@ -252,6 +257,12 @@ class Reads(StoreBase):
                 rows = conn.exec_driver_sql(
                     _PG_COMMIT_LINES, (table_id, PART_COMMIT, from_version, to_version)
                 )
+                return {int(v): str(joined).split("\n") for v, joined in rows}
+        if self.engine.dialect.name == "duckdb":
+            with db.translated(self.url, "reading actions"), self.reader.connect() as conn:
+                rows = conn.exec_driver_sql(
+                    _DUCKDB_COMMIT_LINES, (table_id, PART_COMMIT, from_version, to_version)
+                ).all()
                 return {int(v): str(joined).split("\n") for v, joined in rows}
         # SQLite: the rows straight from the driver cursor (SQLAlchemy's row objects cost about
         # 40 µs a version here, a third of what publishing one version costs on this thread),

@@ -17,10 +17,24 @@ def _big_id() -> sa.types.TypeEngine[int]:
     return sa.BigInteger().with_variant(sa.Integer, "sqlite")
 
 
+def _id(table: str, type_: sa.types.TypeEngine[int]) -> sa.Column[int]:
+    """The id column: SERIAL / AUTOINCREMENT, or on DuckDB (which has neither) a sequence's nextval."""
+    if op.get_bind().dialect.name == "duckdb":
+        op.execute(f"CREATE SEQUENCE IF NOT EXISTS {table}_id_seq")
+        return sa.Column(
+            "id",
+            type_,
+            primary_key=True,
+            autoincrement=False,
+            server_default=sa.text(f"nextval('{table}_id_seq')"),
+        )
+    return sa.Column("id", type_, primary_key=True, autoincrement=True)
+
+
 def upgrade() -> None:
     op.create_table(
         "dl_tables",
-        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        _id("dl_tables", sa.Integer()),
         sa.Column("name", sa.String(255), nullable=False),
         sa.Column("location", sa.Text, nullable=False),
         sa.Column("table_uuid", sa.String(36), nullable=False),
@@ -63,7 +77,7 @@ def upgrade() -> None:
     op.create_index("ix_dl_actions_type", "dl_actions", ["table_id", "action_type", "version"])
     op.create_table(
         "dl_files",
-        sa.Column("id", _big_id(), primary_key=True, autoincrement=True),
+        _id("dl_files", _big_id()),
         sa.Column("table_id", sa.Integer, nullable=False),
         sa.Column("path", sa.Text, nullable=False),
         sa.Column("dv_id", sa.Text, nullable=False, server_default=""),

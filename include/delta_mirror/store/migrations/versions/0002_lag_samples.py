@@ -13,12 +13,25 @@ revision = "0002"
 down_revision = "0001"
 
 
+def _id() -> sa.Column[int]:
+    """The id column: BIGSERIAL / AUTOINCREMENT, or on DuckDB (which has neither) a sequence's nextval."""
+    id_type = sa.BigInteger().with_variant(sa.Integer, "sqlite")
+    if op.get_bind().dialect.name == "duckdb":
+        op.execute("CREATE SEQUENCE IF NOT EXISTS dl_lag_samples_id_seq")
+        return sa.Column(
+            "id",
+            id_type,
+            primary_key=True,
+            autoincrement=False,
+            server_default=sa.text("nextval('dl_lag_samples_id_seq')"),
+        )
+    return sa.Column("id", id_type, primary_key=True, autoincrement=True)
+
+
 def upgrade() -> None:
     op.create_table(
         "dl_lag_samples",
-        sa.Column(
-            "id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True
-        ),
+        _id(),
         sa.Column("table_id", sa.Integer, nullable=False),
         sa.Column("sampled_at", sa.BigInteger, nullable=False),
         sa.Column("lag_seconds", sa.Float, nullable=False),
