@@ -130,8 +130,10 @@ cluster-down:
 cluster-status:
 	$(PY) -m delta_mirror.dev.cluster status
 
+# Every figure; `make bench BENCH=commit_service` runs only the named ones (comma-separated,
+# benchmarks/run.py's FIGURES) and updates just those in bench-results/latest.json.
 bench: venv
-	PYTHONPATH=$(CURDIR)/tests $(PY) benchmarks/run.py
+	PYTHONPATH=$(CURDIR)/tests $(PY) benchmarks/run.py $(if $(BENCH),--only $(BENCH))
 
 # Fault injection at scale (S3 proxy faults, SIGKILLs, PostgreSQL restarts, races, external writers,
 # read-only / full targets); one JSON object, also in bench-results/chaos.json. Needs root for tmpfs.

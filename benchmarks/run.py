@@ -36,9 +36,13 @@ Figures:
    (``--skip-1m`` or ``DELTA_MIRROR_BENCH_SKIP_1M=1`` stops at 300k), process-tree peak RSS (JVM
    included), and the file count where Spark overtakes the local engine.
 
-5. ``commit_service`` (``benchmarks/commit_service.py``): a real ``delta-mirror serve`` under 8
-   concurrent HTTP clients committing 1-add commits to 16 tables, on PostgreSQL and SQLite:
-   commits/s and p50/p99 latency (targets on PostgreSQL: >= 300 commits/s, p99 <= 100 ms).
+5. ``commit_service`` (``benchmarks/commit_service.py``, issue 31): real ``delta-mirror serve``
+   processes (1 and 2 workers) under 8 / 16 / 32 keep-alive clients (client processes) on 64
+   tables, appends and MERGE-like commits (a remove + an add), on its own fsync-on PostgreSQL and
+   on SQLite: commits/s, p50/p99, CPU per commit of the service, database and clients, statements
+   per commit, machine load; medians of fixed windows; every version read back and compared.
+   ``DELTA_MIRROR_BENCH_CS_{WINDOW,REPEATS,SQLITE_REPEATS,BASE}`` set it (defaults: 6 s windows,
+   5 repeats on PostgreSQL, 3 on SQLite, about 13 minutes; ``--quick``: about 1.5 minutes).
 6. ``import_log`` (``benchmarks/import_log.py``, run as a child script): ``import_table`` against
    deltalake opening the same log (the 300k-file table and a 5,000-commit history, SQLite and
    PostgreSQL); its JSON is kept whole under ``import_log``.
