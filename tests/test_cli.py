@@ -78,6 +78,7 @@ def committed_versions(url: str, name: str) -> list[int]:
 # -- the contract, on the real executable ------------------------------------------------------------
 
 
+@pytest.mark.all_backends
 def test_init_is_idempotent_and_says_where_the_store_is(store_url: str) -> None:
     for _ in range(2):
         result = run("--store", store_url, "init")
@@ -87,6 +88,7 @@ def test_init_is_idempotent_and_says_where_the_store_is(store_url: str) -> None:
     assert state(store_url)["counts"]["dl_tables"] == 0
 
 
+@pytest.mark.all_backends(but="duckdb")  # DuckDB: test_concurrent_init_on_one_duckdb_file_...
 def test_concurrent_init_processes_all_succeed(store_url: str) -> None:
     procs = [
         subprocess.Popen(
@@ -101,6 +103,33 @@ def test_concurrent_init_processes_all_succeed(store_url: str) -> None:
         _out, err = p.communicate(timeout=60)
         assert p.returncode == 0, err.decode()
     assert state(store_url)["counts"]["dl_tables"] == 0
+
+
+@pytest.mark.duckdb
+def test_concurrent_init_on_one_duckdb_file_succeeds_or_says_in_one_line_that_it_is_in_use(
+    tmp_path: Path,
+) -> None:
+    """A DuckDB file takes one read-write process at a time: an ``init`` that finds it held by
+    another fails with one line naming the reason, never a lock error's traceback, and the store
+    ends initialised."""
+    url = f"duckdb:///{tmp_path / 'store.duckdb'}"
+    procs = [
+        subprocess.Popen(
+            [*executable(), "--store", url, "init"],
+            env=clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(3)
+    ]
+    codes = []
+    for p in procs:
+        _out, err = p.communicate(timeout=60)
+        codes.append(p.returncode)
+        if p.returncode != 0:
+            assert_one_error_line(err.decode(), "DuckDB", "another process")
+    assert 0 in codes, codes
+    assert state(url)["counts"]["dl_tables"] == 0
 
 
 def test_commit_creates_the_table_and_prints_each_new_version(store_url: str, tmp_path: Path) -> None:
@@ -255,6 +284,7 @@ def test_an_unsupported_store_url_is_refused_in_one_line(url: str, needle: str) 
     assert_one_error_line(result.stderr, needle)
 
 
+@pytest.mark.all_backends(but="duckdb")  # several processes on one store
 def test_racing_cli_processes_get_exactly_one_winner_per_version(store_url: str, tmp_path: Path) -> None:
     init_store(store_url)
     created = invoke(
