@@ -78,6 +78,10 @@ def make_engine(url: str) -> Engine:
         from delta_mirror.store.duckdb_store import make_duckdb_engine
 
         return make_duckdb_engine(parsed, READ_ONLY)
+    if parsed.get_backend_name() == "mysql":
+        from delta_mirror.store.mysql_store import make_mysql_engine
+
+        return make_mysql_engine(parsed, url)
     if parsed.get_backend_name() == "postgresql":
         try:
             return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
@@ -154,6 +158,10 @@ def sqlstate(exc: BaseException) -> str | None:
 
 def classify_db_error(exc: SQLAlchemyError, url: str, action: str) -> MirrorError:
     """Database errors by SQLSTATE (never by message text), SQLite by its error codes."""
+    from delta_mirror.store import mysql_store
+
+    if mysql_store.is_mysql_error(exc):  # MySQL/MariaDB: by error number
+        return mysql_store.classify_error(exc, url, action)
     state = sqlstate(exc)
     where = redact_url(url)
     orig = getattr(exc, "orig", None)
@@ -217,6 +225,10 @@ def is_unique_violation(exc: SQLAlchemyError) -> bool:
         from delta_mirror.store import duckdb_store
 
         return duckdb_store.classify(exc) == "unique"
+    from delta_mirror.store import mysql_store
+
+    if mysql_store.is_mysql_error(exc):
+        return mysql_store.is_unique_violation(exc)
     state = sqlstate(exc)
     if state:
         return state == "23505"
@@ -245,8 +257,27 @@ def migrate(engine: Engine, revision: str = "head") -> None:
             # Concurrent `init`s queue here; the later ones then find the schema at head.
             # (SQLite needs nothing: every transaction starts with BEGIN IMMEDIATE.)
             conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_MIGRATE_LOCK_KEY})")
+        if conn.dialect.name == "mysql":  # the same queue; MySQL's DDL commits at once, the lock stays
+            _mysql_migrate(cfg, conn, revision)
+            return
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
+
+
+def _mysql_migrate(cfg: Any, conn: Connection, revision: str) -> None:
+    """Alembic under a session-level ``GET_LOCK`` (released on every way out)."""
+    from alembic import command
+
+    from delta_mirror.store.mysql_store import migrate_lock_name
+
+    name = migrate_lock_name(conn)
+    if conn.exec_driver_sql("SELECT GET_LOCK(%s, 600)", (name,)).scalar() != 1:
+        raise TransientError("another delta-mirror init holds the store's migration lock", hint="retry")
+    try:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+    finally:
+        conn.exec_driver_sql("SELECT RELEASE_LOCK(%s)", (name,))
 
 
 def is_initialised(engine: Engine) -> bool:

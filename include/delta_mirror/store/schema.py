@@ -23,6 +23,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
+from sqlalchemy.dialects import mysql
 
 metadata = MetaData()
 
@@ -78,7 +79,7 @@ dl_actions = Table(
     Column("part", SmallInteger, primary_key=True, autoincrement=False),
     Column("seq", Integer, primary_key=True, autoincrement=False),
     Column("action_type", String(32), nullable=False),
-    Column("payload", Text, nullable=False),
+    Column("payload", Text().with_variant(mysql.LONGTEXT(), "mysql"), nullable=False),
 )
 # The action types the store reads by type (a snapshot's protocol, metaData, txn, domainMetadata):
 # ix_dl_actions_type holds only their rows (migration 0005), not the adds and removes that are
@@ -115,7 +116,13 @@ dl_files = Table(
     Column("deletion_timestamp", BigInteger),
 )
 Index("ix_dl_files_active", dl_files.c.table_id, dl_files.c.remove_version)
-Index("ix_dl_files_key", dl_files.c.table_id, dl_files.c.path, dl_files.c.dv_id)
+Index(
+    "ix_dl_files_key",
+    dl_files.c.table_id,
+    dl_files.c.path,
+    dl_files.c.dv_id,
+    mysql_length={"path": 512, "dv_id": 128},  # MySQL indexes TEXT by a prefix
+)
 
 dl_mirror_status = Table(
     "dl_mirror_status",
@@ -144,7 +151,7 @@ dl_lag_samples = Table(
     Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
     Column("table_id", Integer, nullable=False),
     Column("sampled_at", BigInteger, nullable=False),
-    Column("lag_seconds", Float, nullable=False),
+    Column("lag_seconds", Float().with_variant(mysql.DOUBLE(), "mysql"), nullable=False),
     Column("versions_behind", BigInteger, nullable=False),
 )
 Index("ix_dl_lag_samples_table_time", dl_lag_samples.c.table_id, dl_lag_samples.c.sampled_at)

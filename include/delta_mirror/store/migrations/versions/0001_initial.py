@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import mysql
+
+from delta_mirror.store import mysql_store
 
 revision = "0001"
 down_revision = None
@@ -47,11 +50,14 @@ def upgrade() -> None:
         sa.Column("checkpoint_part_size", sa.BigInteger),
         sa.Column("checkpoint_interval", sa.Integer),
         sa.Column("checkpoint_max_bytes", sa.BigInteger),
-        sa.Column("settings", sa.Text, nullable=False, server_default="{}"),
+        sa.Column(
+            "settings", sa.Text, nullable=False, server_default=mysql_store.text_default(op.get_bind(), "{}")
+        ),
         sa.Column("created_at", sa.BigInteger, nullable=False),
         sa.Column("lease_owner", sa.String(255)),
         sa.Column("lease_expires_at", sa.BigInteger),
         sa.UniqueConstraint("name", name="uq_dl_tables_name"),
+        **mysql_store.table_options(op.get_bind()),
     )
     op.create_table(
         "dl_commits",
@@ -64,6 +70,7 @@ def upgrade() -> None:
         sa.Column("sha256", sa.String(64), nullable=False),
         sa.Column("has_json", sa.Boolean, nullable=False, server_default=sa.true()),
         sa.Column("source", sa.String(16), nullable=False, server_default="native"),
+        **mysql_store.table_options(op.get_bind()),
     )
     op.create_table(
         "dl_actions",
@@ -72,7 +79,9 @@ def upgrade() -> None:
         sa.Column("part", sa.SmallInteger, primary_key=True, autoincrement=False),
         sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
         sa.Column("action_type", sa.String(32), nullable=False),
-        sa.Column("payload", sa.Text, nullable=False),
+        # MySQL TEXT holds 64 KiB: a wide table's metaData line is longer.
+        sa.Column("payload", sa.Text().with_variant(mysql.LONGTEXT(), "mysql"), nullable=False),
+        **mysql_store.table_options(op.get_bind()),
     )
     op.create_index("ix_dl_actions_type", "dl_actions", ["table_id", "action_type", "version"])
     op.create_table(
@@ -80,7 +89,9 @@ def upgrade() -> None:
         _id("dl_files", _big_id()),
         sa.Column("table_id", sa.Integer, nullable=False),
         sa.Column("path", sa.Text, nullable=False),
-        sa.Column("dv_id", sa.Text, nullable=False, server_default=""),
+        sa.Column(
+            "dv_id", sa.Text, nullable=False, server_default=mysql_store.text_default(op.get_bind(), "")
+        ),
         sa.Column("add_version", sa.BigInteger),
         sa.Column("add_part", sa.SmallInteger),
         sa.Column("add_seq", sa.Integer),
@@ -90,9 +101,13 @@ def upgrade() -> None:
         sa.Column("size", sa.BigInteger),
         sa.Column("partition_values", sa.Text),
         sa.Column("deletion_timestamp", sa.BigInteger),
+        **mysql_store.table_options(op.get_bind()),
     )
     op.create_index("ix_dl_files_active", "dl_files", ["table_id", "remove_version"])
-    op.create_index("ix_dl_files_key", "dl_files", ["table_id", "path", "dv_id"])
+    # MySQL indexes a TEXT column by a prefix: equal prefixes are told apart by the rows themselves.
+    op.create_index(
+        "ix_dl_files_key", "dl_files", ["table_id", "path", "dv_id"], mysql_length={"path": 512, "dv_id": 128}
+    )
     op.create_table(
         "dl_mirror_status",
         sa.Column("table_id", sa.Integer, primary_key=True),
@@ -109,6 +124,7 @@ def upgrade() -> None:
         sa.Column("finished_at", sa.BigInteger),
         sa.Column("lease_owner", sa.String(255)),
         sa.Column("lease_expires_at", sa.BigInteger),
+        **mysql_store.table_options(op.get_bind()),
     )
     op.create_index("ix_dl_mirror_status_state", "dl_mirror_status", ["state", "table_id"])
 

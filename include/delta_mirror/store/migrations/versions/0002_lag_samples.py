@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import mysql
+
+from delta_mirror.store import mysql_store
 
 revision = "0002"
 down_revision = "0001"
@@ -34,8 +37,11 @@ def upgrade() -> None:
         _id(),
         sa.Column("table_id", sa.Integer, nullable=False),
         sa.Column("sampled_at", sa.BigInteger, nullable=False),
-        sa.Column("lag_seconds", sa.Float, nullable=False),
+        sa.Column(
+            "lag_seconds", sa.Float().with_variant(mysql.DOUBLE(), "mysql"), nullable=False
+        ),  # not single
         sa.Column("versions_behind", sa.BigInteger, nullable=False),
+        **mysql_store.table_options(op.get_bind()),
     )
     op.create_index("ix_dl_lag_samples_table_time", "dl_lag_samples", ["table_id", "sampled_at"])
 
