@@ -38,9 +38,19 @@ def test_init_is_idempotent_and_creates_the_schema(store: SqlStore, location: st
 
 
 def test_action_payloads_are_text_that_keeps_key_order_not_jsonb(store: SqlStore, location: str) -> None:
-    columns = {c["name"]: c["type"] for c in inspect(store.engine).get_columns("dl_actions")}
-    # MySQL: LONGTEXT (its TEXT holds only 64 KiB)
-    assert type(columns["payload"]).__name__.upper() in ("TEXT", "LONGTEXT")
+    if store.engine.dialect.name == "duckdb":  # duckdb-engine cannot reflect columns; TEXT is VARCHAR
+        with store.engine.connect() as conn:
+            kind = conn.execute(
+                text(
+                    "SELECT data_type FROM information_schema.columns"
+                    " WHERE table_name = 'dl_actions' AND column_name = 'payload'"
+                )
+            ).scalar()
+        assert kind == "VARCHAR"
+    else:
+        columns = {c["name"]: c["type"] for c in inspect(store.engine).get_columns("dl_actions")}
+        # MySQL: LONGTEXT (its TEXT holds only 64 KiB)
+        assert type(columns["payload"]).__name__.upper() in ("TEXT", "LONGTEXT")
     table_id = new_table(
         store, location, "t", ("txn", {"version": 3, "appId": "zz", "zUnknown": {"b": 1, "a": 2}})
     )
@@ -97,6 +107,8 @@ def test_reads_by_action_type_walk_a_partial_index_that_holds_no_file_actions(
     """``ix_dl_actions_type`` indexes only protocol, metaData, txn and domainMetadata rows (the adds
     and removes that are almost every row cost no index entry), and the newest protocol / metaData
     is still read through it on both backends, not by scanning the table's actions."""
+    if store.engine.dialect.name == "duckdb":
+        pytest.skip("DuckDB has no partial indexes: it reads by type by scanning the table's actions")
     table_id = new_table(store, location, "t", add("b.parquet"))
     with store.engine.connect() as conn:
         if store.engine.dialect.name == "sqlite":

@@ -92,7 +92,10 @@ def test_commits_to_a_known_root_write_the_same_rows_as_the_transaction_path(
             assert other.commit_verbatim(fresh, version, data, create_name="fresh").version == version
         finally:
             other.close()
-    assert fast == [1, 2, 3, 4, 5, 6, 7, 8, 11]  # not version 0 (creates), 9 (a remove), 10 (a protocol)
+    if store.engine.dialect.name == "duckdb":
+        assert fast == []  # DuckDB: every commit takes the transaction path
+    else:
+        assert fast == [1, 2, 3, 4, 5, 6, 7, 8, 11]  # not version 0 (creates), 9 (a remove), 10 (a protocol)
     a, b = store.table_at(known), store.table_at(fresh)
     assert store_rows(store, a.id) == store_rows(store, b.id)
     assert {f.path for f in store.active_files(a.id, 11)} == {
