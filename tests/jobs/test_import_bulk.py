@@ -286,6 +286,7 @@ def _fresh(url_factory: Any) -> SqlStore:
 @pytest.mark.parametrize("batch", [bulk_load.ACTION_BATCH, 3], ids=["one-batch", "batches-of-3"])
 @pytest.mark.parametrize("in_place", [False, True], ids=["copy", "in-place"])
 @pytest.mark.parametrize("variant", ["full", "from-checkpoint", "without-json"])
+@pytest.mark.all_backends(but="mysql")  # MySQL: its reference store is a server database (H1)
 def test_bulk_import_stores_the_same_rows(
     tmp_path: Path,
     store_url: str,
@@ -306,11 +307,12 @@ def test_bulk_import_stores_the_same_rows(
         monkeypatch.setattr(commit_lines, "LINES_CHUNK", 2)
         monkeypatch.setattr(parse_process, "CHILD_MIN_BYTES", 0)
     source = _sources(tmp_path)[variant]
-    second = SqlStore(
-        f"sqlite:///{tmp_path}/reference.db"
-        if store_url.startswith("sqlite")
-        else request.getfixturevalue("pg_server").create_database("dm_ref_")
-    )
+    if store_url.startswith("sqlite"):
+        second = SqlStore(f"sqlite:///{tmp_path}/reference.db")
+    elif store_url.startswith("duckdb"):
+        second = SqlStore(f"duckdb:///{tmp_path}/reference.duckdb")
+    else:
+        second = SqlStore(request.getfixturevalue("pg_server").create_database("dm_ref_"))
     second.init()
     first = SqlStore(store_url)
     first.init()
@@ -347,6 +349,7 @@ def test_file_index_counts_a_remove_that_closes_two_rows_as_two() -> None:
     ],
     ids=["add-size-true-streamed", "add-size-true-read-first", "remove-timestamp-false"],
 )
+@pytest.mark.all_backends
 def test_a_boolean_where_an_integer_belongs_is_refused_with_one_clear_message(
     tmp_path: Path, store_url: str, action: dict[str, Any], field: str, with_checkpoint: bool
 ) -> None:

@@ -99,7 +99,7 @@ def _count_updated_rows(engine: Engine) -> None:
     and returns the count as a one-row result instead (the store's leases and claims read it)."""
     base: Any = engine.dialect.execution_ctx_cls
 
-    class _Context(base):  # type: ignore[misc, valid-type]
+    class _Context(base):  # type: ignore[misc]
         def post_exec(self) -> None:
             super().post_exec()
             if (self.isupdate or self.isdelete) and not self.compiled.effective_returning:

@@ -34,7 +34,12 @@ class Importing:
     def __init__(self, conn: Connection, table: TableInfo) -> None:
         self._conn = conn
         self.table = table
-        bulk = BulkImport(conn, table.id)
+        if conn.dialect.name == "duckdb":  # Arrow tables in, not COPY or executemany
+            from delta_mirror.store.duckdb_bulk import DuckDBBulkImport
+
+            bulk: BulkImport = DuckDBBulkImport(conn, table.id)
+        else:
+            bulk = BulkImport(conn, table.id)
         self._bulk = bulk
         self.put = bulk.version
         self.lines = bulk.lines
