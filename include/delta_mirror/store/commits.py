@@ -10,22 +10,36 @@ Invariants kept here:
 
 The Delta rules a commit obeys are ``delta/commit_rules.py``; :func:`check_commit_rules`
 reads from the store what they need and applies them, for this path and the verbatim one alike.
+
+On PostgreSQL a commit to a table this store committed to before takes one statement
+(``_commit_fast``, ``store/pg_commit.py``): what the rules and the first ``commitInfo`` read from
+the store is remembered per table as of its latest version, and the statement claims only while
+that is still the latest version; anything else takes the transaction path.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, Engine, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from delta_mirror.delta import commit_rules
 from delta_mirror.delta.actions import Action, canonical_line, render_commit
 from delta_mirror.delta.protocol import now_ms
-from delta_mirror.errors import CommitConflictError, DataError, PermanentError, TableNotFoundError
-from delta_mirror.store import db
+from delta_mirror.errors import (
+    CommitConflictError,
+    DataError,
+    MirrorError,
+    PermanentError,
+    TableNotFoundError,
+    TransientError,
+)
+from delta_mirror.store import db, pg_commit
 from delta_mirror.store.base import version_taken
 from delta_mirror.store.log_rows import (
     active_keys,
@@ -37,7 +51,7 @@ from delta_mirror.store.log_rows import (
 )
 from delta_mirror.store.reads import latest_action, latest_version_in
 from delta_mirror.store.schema import PART_COMMIT, dl_commits
-from delta_mirror.store.states import CommitSource
+from delta_mirror.store.states import CommitSource, TableState
 from delta_mirror.store.tables import TableInfo, Tables, check_table_name, get_table, refuse_if_halted
 
 # Without an expected version a writer that loses a race retries on the next version this often.
@@ -56,15 +70,7 @@ def check_commit_rules(
         if not commit_rules.drops_a_feature(actions):
             line = latest_action(conn, table.id, "protocol", version - 1)
             previous = None if line is None else json.loads(line)["protocol"]
-    commit_rules.check_actions(
-        actions,
-        table=table.name,
-        version=version,
-        location=table.location,
-        first_version=table.first_version,
-        first_commit=version == table.first_version and table.base_checkpoint_version is None,
-        previous_protocol=previous,
-    )
+    check_rules_as_known(table, version, actions, previous)
     removes = commit_rules.removed_files(actions)
     if removes:
         assert conn is not None
@@ -72,8 +78,57 @@ def check_commit_rules(
         commit_rules.check_removes(removes, active, table=table.name, version=version)
 
 
+def check_rules_as_known(
+    table: TableInfo, version: int, actions: Sequence[Action], previous_protocol: Mapping[str, Any] | None
+) -> None:
+    """Every rule but the active-file one, with the protocol in force given (read from the store by
+    :func:`check_commit_rules`; remembered by the one-statement paths, whose statement verifies it)."""
+    commit_rules.check_actions(
+        actions,
+        table=table.name,
+        version=version,
+        location=table.location,
+        first_version=table.first_version,
+        first_commit=version == table.first_version and table.base_checkpoint_version is None,
+        previous_protocol=previous_protocol,
+    )
+
+
+@dataclass(frozen=True)
+class KnownTable:
+    """What a native commit reads from the store, as of the table's version ``latest``: it holds
+    while ``latest`` is the latest version (versions are never rewritten), which the one-statement
+    commit verifies. ``ict``: the greatest in-commit timestamp so far; ``ict_known`` False when this
+    store never read it (a commit that needs it takes the transaction path)."""
+
+    table: TableInfo
+    latest: int | None
+    metadata: Mapping[str, Any]
+    ict: int | None
+    ict_known: bool
+
+    def after(self, version: int, metadata: Mapping[str, Any], ict: Any) -> KnownTable:
+        """The same facts once ``version`` (with this metaData and in-commit timestamp) is committed."""
+        if ict is None:
+            return KnownTable(self.table, version, metadata, self.ict, self.ict_known)
+        if type(ict) is not int:
+            return KnownTable(self.table, version, metadata, None, False)
+        return KnownTable(self.table, version, metadata, max(ict, self.ict or ict), self.ict_known)
+
+
+# Tables remembered by ``SqlStore.commit`` (forgotten all at once past this many).
+_KNOWN_TABLES = 4096
+
+
 class Commits(Tables):
     """Native commits and imported versions."""
+
+    # Set by ``SqlStore.__init__``: per table name what its commits read from the store (a hint the
+    # one-statement commit verifies), per table id the protocol last seen in force, and the
+    # autocommit engine the one statement runs on.
+    _native_tables: dict[str, KnownTable]
+    _protocols: dict[int, pg_commit.Protocol]
+    _autocommit: Engine
 
     def commit(
         self,
@@ -91,17 +146,164 @@ class Commits(Tables):
         Without ``expected_version`` a writer that loses a race re-validates its actions and takes
         the next free version (SQLite queues writers, PostgreSQL lets them race: both behave alike).
         ``location`` creates the table there when it does not exist, in the same transaction.
+
+        On PostgreSQL a commit to a table this store committed to before is one statement
+        (``_commit_fast``); the rest, or what that statement finds changed, takes one transaction. A
+        commit whose pooled connection turns out dead before anything could be committed is tried
+        once more on a fresh one.
         """
         check_table_name(name)
         check_commit_size(name, expected_version, len(actions), 0)
         attempts = 1 if expected_version is not None else _NEXT_VERSION_ATTEMPTS
         for attempt in range(1, attempts + 1):
             try:
-                return self._commit_once(name, actions, expected_version, operation, location)
+                if self.engine.dialect.name == "postgresql":
+                    done = self._commit_fast(name, actions, expected_version, operation, location)
+                    if done is not None:
+                        return done
+                return self._commit_in_transaction(name, actions, expected_version, operation, location)
             except CommitConflictError:
+                self._native_tables.pop(name, None)
                 if attempt >= attempts:
                     raise
         raise AssertionError("unreachable")
+
+    def _commit_in_transaction(
+        self,
+        name: str,
+        actions: Sequence[Action],
+        expected_version: int | None,
+        operation: str | None,
+        location: str | None,
+    ) -> int:
+        """``_commit_once``, tried once more when the connection was found dead inside the
+        transaction (before its COMMIT: nothing of it can have been committed)."""
+        reached_commit: list[bool] = []
+        try:
+            return self._commit_once(name, actions, expected_version, operation, location, reached_commit)
+        except TransientError as exc:
+            if reached_commit or not pg_commit.dead_connection(exc):
+                raise
+        return self._commit_once(name, actions, expected_version, operation, location, [])
+
+    def _commit_fast(
+        self,
+        name: str,
+        actions: Sequence[Action],
+        expected_version: int | None,
+        operation: str | None,
+        location: str | None,
+    ) -> int | None:
+        """The commit in one statement (``pg_commit.COMMIT``), from what this store remembers of
+        the table (``KnownTable``); the statement claims only while the table's latest version is
+        still the remembered one, so everything remembered still holds. None (nothing written):
+        take the transaction path, which decides any refusal in its usual order."""
+        known = self._native_tables.get(name)
+        if known is None or known.table.state == TableState.HALTED:
+            return None
+        table = known.table
+        if location is not None and location.rstrip("/") != table.location.rstrip("/"):
+            return None
+        version = table.first_version if known.latest is None else known.latest + 1
+        if expected_version is not None and expected_version != version:
+            return None
+        protocol_version, previous = None, None
+        if pg_commit.needs_previous_protocol(table, version, actions):
+            protocol = self._protocols.get(table.id)
+            if protocol is None:
+                return None
+            protocol_version, previous = protocol.version, protocol.body
+        ordered = commit_rules.in_spark_order(actions)
+        metadata = next((b for k, b in ordered if k == "metaData"), known.metadata)
+        if commit_rules.in_commit_timestamps_enabled(metadata) and not known.ict_known:
+            return None
+        ts = now_ms()
+        try:
+            check_rules_as_known(table, version, actions, previous)
+            ordered = commit_rules.with_commit_info(
+                ordered,
+                version=version,
+                first_version=table.first_version,
+                timestamp=ts,
+                operation=operation,
+                metadata=metadata,
+                previous_ict=known.ict,
+            )
+            lines = [canonical_line(k, b) for k, b in ordered]
+            data = render_commit(lines)
+            check_commit_size(name, version, len(ordered), len(data))
+        except MirrorError:
+            return None
+        ict = ordered[0][1].get("inCommitTimestamp") if ordered[0][0] == "commitInfo" else None
+        if ict is not None and type(ict) is not int:
+            return None
+        sha = hashlib.sha256(data).hexdigest()
+        params = pg_commit.params(
+            table,
+            version,
+            ordered,
+            lines,
+            ts=ts,
+            ict=ict,
+            size=len(data),
+            sha256=sha,
+            source=CommitSource.NATIVE,
+            protocol_version=protocol_version,
+        )
+        claimed = self._run_commit_statement(table, version, params)
+        if not claimed:
+            self._native_tables.pop(name, None)
+            if protocol_version is not None:
+                self._protocols.pop(table.id, None)
+            return None
+        self._remember(name, known.after(version, metadata, ict), pg_commit.protocol_of(ordered, version))
+        return version
+
+    def _run_commit_statement(self, table: TableInfo, version: int, params: dict[str, Any]) -> bool:
+        """Run ``pg_commit.COMMIT``; whether it claimed ``version``. A connection found dead may
+        have died before the statement or after it committed: the same statement is sent once more
+        on a fresh connection (a first one that landed, or still runs on a lost connection, makes it
+        claim nothing or lose on the primary key), then the version's row tells which."""
+        action = f"committing to table '{table.name}'"
+        for attempt in (1, 2):
+            try:
+                with db.translated(self.url, action):
+                    try:
+                        with self._autocommit.connect() as conn:
+                            claimed = bool(conn.exec_driver_sql(pg_commit.COMMIT, params).scalar())
+                    except IntegrityError as exc:  # here, not in ``translated``: a lost race
+                        if not db.is_unique_violation(exc):
+                            raise
+                        if attempt == 1:
+                            raise version_taken(table.name, version) from None
+                        claimed = False
+                return claimed or (attempt == 2 and self._landed(table, version, params))
+            except TransientError as exc:
+                if attempt == 2 or not pg_commit.dead_connection(exc):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _landed(self, table: TableInfo, version: int, params: dict[str, Any]) -> bool:
+        """Whether ``version`` holds the commit ``params`` describe (its hash and commit time);
+        False when it is not committed; another writer's version is a conflict."""
+        with db.translated(self.url, "reading a commit"), self.reader.connect() as conn:
+            row = conn.execute(
+                select(dl_commits.c.sha256, dl_commits.c.committed_at).where(
+                    dl_commits.c.table_id == table.id, dl_commits.c.version == version
+                )
+            ).first()
+        if row is None:
+            return False
+        if (row.sha256, row.committed_at) == (params["sha"], params["ts"]):
+            return True
+        raise version_taken(table.name, version)
+
+    def _remember(self, name: str, known: KnownTable, protocol: pg_commit.Protocol | None) -> None:
+        if len(self._native_tables) >= _KNOWN_TABLES:
+            self._native_tables.clear()
+        self._native_tables[name] = known
+        if protocol is not None:
+            self._protocols[known.table.id] = protocol
 
     def _commit_once(
         self,
@@ -110,7 +312,10 @@ class Commits(Tables):
         expected_version: int | None,
         operation: str | None,
         location: str | None,
+        reached_commit: list[bool],
     ) -> int:
+        """One transaction; ``reached_commit`` gets an item once its body is done (a dead connection
+        found from then on may have committed it)."""
         with db.translated(self.url, f"committing to table '{name}'"):
             try:
                 with self.engine.begin() as conn:
@@ -127,11 +332,14 @@ class Commits(Tables):
                                 table=name,
                                 hint="drop --location, or commit to a new table name",
                             )
-                    return self._commit(conn, table, actions, expected_version, operation)
+                    version, known, protocol = self._commit(conn, table, actions, expected_version, operation)
+                    reached_commit.append(True)
             except IntegrityError as exc:
                 if db.is_unique_violation(exc):
                     raise version_taken(name, expected_version) from None
                 raise
+        self._remember(name, known, protocol)
+        return version
 
     def _commit(
         self,
@@ -140,7 +348,8 @@ class Commits(Tables):
         actions: Sequence[Action],
         expected_version: int | None,
         operation: str | None,
-    ) -> int:
+    ) -> tuple[int, KnownTable, pg_commit.Protocol | None]:
+        """The commit in ``conn``'s transaction: its version, and what a next commit may remember."""
         latest = latest_version_in(conn, table.id)
         next_version = table.first_version if latest is None else latest + 1
         version = next_version if expected_version is None else expected_version
@@ -162,7 +371,7 @@ class Commits(Tables):
             )
         ts = claim_version(conn, table, version, CommitSource.NATIVE)
         check_commit_rules(conn, table, version, actions)
-        ordered = self._first_commit_info(
+        ordered, known = self._first_commit_info(
             conn, table, version, commit_rules.in_spark_order(actions), ts, operation
         )
         write_actions(conn, table.id, version, PART_COMMIT, ordered, strict=True)
@@ -180,7 +389,10 @@ class Commits(Tables):
             )
         )
         enqueue_json(conn, table.id, version, ts)
-        return version
+        old = self._native_tables.get(name)
+        if not known.ict_known and old is not None and old.table.id == table.id and old.latest == latest:
+            known = KnownTable(table, latest, known.metadata, old.ict, old.ict_known)
+        return version, known.after(version, known.metadata, ict), pg_commit.protocol_of(ordered, version)
 
     @staticmethod
     def _first_commit_info(
@@ -190,18 +402,20 @@ class Commits(Tables):
         actions: list[Action],
         ts: int,
         operation: str | None,
-    ) -> list[Action]:
+    ) -> tuple[list[Action], KnownTable]:
         """:func:`commit_rules.with_commit_info` with the table's metaData and last in-commit
-        timestamp read from the store."""
+        timestamp read from the store; and what was read, as of ``version - 1``."""
         metadata = next((b for k, b in actions if k == "metaData"), None)
         if metadata is None:
             prev = latest_action(conn, table.id, "metaData", version - 1)
             metadata = json.loads(prev)["metaData"] if prev else {}
         previous_ict = None
-        if commit_rules.in_commit_timestamps_enabled(metadata):
+        ict_known = commit_rules.in_commit_timestamps_enabled(metadata)
+        if ict_known:
             previous_ict = conn.execute(
                 select(func.max(dl_commits.c.in_commit_timestamp)).where(dl_commits.c.table_id == table.id)
             ).scalar()
+        known = KnownTable(table, None, metadata, previous_ict, ict_known)  # as of version - 1
         return commit_rules.with_commit_info(
             actions,
             version=version,
@@ -210,7 +424,7 @@ class Commits(Tables):
             operation=operation,
             metadata=metadata,
             previous_ict=previous_ict,
-        )
+        ), known
 
     # -- import ---------------------------------------------------------------------------------
     def _import_version(

@@ -149,6 +149,35 @@ def file_rows(
     return adds, removes
 
 
+def index_changes(
+    table_id: int, version: int, part: int, actions: Sequence[Action]
+) -> tuple[list[dict[str, Any]], list[tuple[str, str, int | None, int | None, int | None]]]:
+    """``write_actions``' file-index effect as rows, for a writer that cannot run its steps one by
+    one (one statement on PostgreSQL): the ``dl_files`` rows to insert, and the active entries the
+    version ends as (path, dv_id, remove_part, remove_seq, deletion_timestamp), each key once.
+
+    As ``write_actions`` does it: a re-add (version > 0) supersedes its entry with no remove
+    position (``_supersede``), a remove ends its entry with its own (``_remove``); a key both
+    re-added and removed ends as superseded (``_supersede`` runs first, ``_remove`` then finds no
+    active entry).
+    """
+    adds, removes = file_rows(table_id, version, part, actions)
+    ends: list[tuple[str, str, int | None, int | None, int | None]] = []
+    superseded: set[tuple[str, str]] = set()
+    if version > 0:
+        for a in adds:
+            if (a["path"], a["dv_id"]) not in superseded:
+                superseded.add((a["path"], a["dv_id"]))
+                ends.append((a["path"], a["dv_id"], None, None, None))
+    ended = set(superseded)
+    for seq, body in removes:
+        key = file_key(body)
+        if (key.path, key.dv_id) not in ended:
+            ended.add((key.path, key.dv_id))
+            ends.append((key.path, key.dv_id, part, seq, _whole(body, "deletionTimestamp")))
+    return adds, ends
+
+
 def insert_action_rows(
     conn: Connection, table_id: int, version: int, part: int, actions: Sequence[Action], lines: Sequence[str]
 ) -> None:
@@ -300,6 +329,7 @@ __all__ = [
     "claim_version",
     "enqueue_json",
     "file_rows",
+    "index_changes",
     "insert_action_rows",
     "write_actions",
 ]

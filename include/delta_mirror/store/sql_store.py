@@ -48,6 +48,8 @@ class SqlStore(
         self.engine = db.shared_engine(self.url) if shared_engine else db.make_engine(self.url)
         self.reader = db.reader(self.engine)
         self._verbatim_tables = {}
+        self._native_tables = {}
+        self._protocols = {}
         self._sqlite_writes = threading.Lock() if self.engine.dialect.name == "sqlite" else None
         self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
 

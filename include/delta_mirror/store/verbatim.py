@@ -2,9 +2,10 @@
 
 The bytes are kept as they are: the published ``<version>.json`` is the writer's file byte for
 byte. The same rules as a native commit apply (``commits.check_commit_rules``, the size limits),
-and the same rows are written (``log_rows``). The common commit takes one statement on
-PostgreSQL (``_commit_verbatim_fast``); anything else takes one transaction that decides every
-refusal in its usual order.
+and the same rows are written (``log_rows``). A commit to a root seen before takes one statement
+on PostgreSQL (``_commit_verbatim_fast``, ``store/pg_commit.py``: appends, removes, deletion
+vector updates, metadata and protocol changes); anything else takes one transaction that decides
+every refusal in its usual order.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ from delta_mirror.errors import (
     MirrorError,
     PermanentError,
     TableNotFoundError,
+    TransientError,
 )
-from delta_mirror.store import db
+from delta_mirror.store import db, pg_commit
 from delta_mirror.store.base import version_taken
-from delta_mirror.store.commits import check_commit_rules
+from delta_mirror.store.commits import check_commit_rules, check_rules_as_known
 from delta_mirror.store.log_rows import (
     check_commit_size,
     claim_version,
@@ -81,47 +83,7 @@ class _Verbatim:
 # Roots remembered by ``SqlStore.commit_verbatim`` (forgotten all at once past this many).
 _KNOWN_ROOTS = 4096
 
-# ``SqlStore._commit_verbatim_fast`` on PostgreSQL: every row of a verbatim commit in one statement
-# (one round trip, its own transaction). ``t`` yields the table only while it is as the caller last
-# saw it and ``v`` is its next version; each write hangs off the claimed ``dl_commits`` row ``c``.
-# The sub-statements share one snapshot: the UPDATE of superseded entries never sees the new rows.
-_PG_VERBATIM_COMMIT = """
-WITH t AS (
-    SELECT id FROM dl_tables
-    WHERE id = %(tid)s AND location = %(loc)s AND name = %(name)s AND first_version = %(fv)s
-      AND base_checkpoint_version IS NOT DISTINCT FROM %(bcv)s::bigint AND state <> 'HALTED'
-      AND COALESCE((SELECT max(version) + 1 FROM dl_commits WHERE table_id = %(tid)s), first_version)
-          = %(v)s::bigint
-), c AS (
-    INSERT INTO dl_commits
-        (table_id, version, committed_at, in_commit_timestamp, action_count, size_bytes, sha256, has_json,
-         source)
-    SELECT id, %(v)s::bigint, %(ts)s::bigint, %(ict)s::bigint, %(n)s::int, %(size)s::bigint, %(sha)s::text,
-        true, 'spark'
-    FROM t
-    RETURNING table_id
-), a AS (
-    INSERT INTO dl_actions (table_id, version, part, seq, action_type, payload)
-    SELECT c.table_id, %(v)s::bigint, %(part)s::smallint, x.seq, x.kind, x.payload
-    FROM c, unnest(%(a_seq)s::int[], %(a_kind)s::text[], %(a_payload)s::text[]) AS x(seq, kind, payload)
-), s AS (
-    UPDATE dl_files f SET remove_version = %(v)s::bigint
-    FROM c, unnest(%(f_path)s::text[], %(f_dv)s::text[]) AS x(path, dv_id)
-    WHERE %(v)s::bigint > 0 AND f.table_id = c.table_id AND f.path = x.path AND f.dv_id = x.dv_id
-      AND f.remove_version IS NULL
-), f AS (
-    INSERT INTO dl_files (table_id, path, dv_id, add_version, add_part, add_seq, size, partition_values)
-    SELECT c.table_id, x.path, x.dv_id, %(v)s::bigint, %(part)s::smallint, x.seq, x.size, x.pv
-    FROM c, unnest(%(f_path)s::text[], %(f_dv)s::text[], %(f_seq)s::int[], %(f_size)s::bigint[],
-                   %(f_pv)s::text[]) AS x(path, dv_id, seq, size, pv)
-), m AS (
-    INSERT INTO dl_mirror_status (table_id, version, artifact, state, attempts, enqueued_at)
-    SELECT table_id, %(v)s::bigint, 'json', 'PENDING', 0, %(ts)s::bigint FROM c
-)
-SELECT count(*) FROM c
-"""
-
-# The same claim on SQLite (the other rows follow in the same transaction).
+# ``SqlStore._commit_verbatim_fast`` on SQLite: the claim (the other rows follow in the same transaction).
 _SQLITE_VERBATIM_CLAIM = """
 INSERT INTO dl_commits
     (table_id, version, committed_at, in_commit_timestamp, action_count, size_bytes, sha256, has_json, source)
@@ -137,10 +99,12 @@ class VerbatimCommits(Tables):
 
     # Set by ``SqlStore.__init__``: the tables last seen at each root (a hint the commit statement
     # itself re-checks), on SQLite one writer at a time per process (queued on a lock here rather
-    # than polling SQLite's busy timeout), and an autocommit engine for the one-statement commit.
+    # than polling SQLite's busy timeout), an autocommit engine for the one-statement commit, and
+    # per table id the protocol last seen in force (the statement verifies no newer one exists).
     _verbatim_tables: dict[str, TableInfo]
     _sqlite_writes: threading.Lock | None
     _autocommit: Engine
+    _protocols: dict[int, pg_commit.Protocol]
 
     def commit_verbatim(
         self, location: str, version: int, data: bytes, *, create_name: str | None = None
@@ -156,10 +120,12 @@ class VerbatimCommits(Tables):
         creates the table in the same transaction, named ``create_name``, or ``create_name-<first 8
         hex digits of SHA-256(location)>`` when that name is taken.
 
-        The common commit (a table seen before at this root, the next version, no remove and no
-        protocol change) takes ``_commit_verbatim_fast``: one statement on PostgreSQL. Anything
-        else, or anything that statement finds changed, takes the transaction path below, which
-        decides every refusal in its usual order.
+        A commit to a table seen before at this root takes ``_commit_verbatim_fast``: one
+        statement on PostgreSQL (on SQLite: appends only, one short transaction). Anything else, or
+        anything that statement finds changed, takes the transaction path below, which decides
+        every refusal in its usual order. A commit whose pooled connection turns out dead is tried
+        once more on a fresh one (if the first try landed after all, the retry finds these very
+        bytes: ``existing``).
         """
         label = create_name or location
         lines, actions = split_commit(data, table=label, version=version)
@@ -174,19 +140,27 @@ class VerbatimCommits(Tables):
             next((body for kind, body in actions if kind == "commitInfo"), {}).get("inCommitTimestamp"),
         )
         try:
-            with self._sqlite_writes or contextlib.nullcontext():
-                known = self._verbatim_tables.get(location)
-                if known is not None and self._fast_path_applies(known, commit):
-                    done = self._commit_verbatim_fast(known, commit)
-                    if done is not None:
-                        return done
-                return self._commit_verbatim_in_transaction(commit, create_name)
+            try:
+                return self._commit_verbatim_once(commit, create_name)
+            except TransientError as exc:
+                if not pg_commit.dead_connection(exc):
+                    raise
+                return self._commit_verbatim_once(commit, create_name)
         except CommitConflictError:
             # A racing retry of the same bytes may have won: that is this commit, already done.
             existing = self._existing_commit(location, version)
             if existing is not None and existing.sha256 == commit.sha256 and existing.size == len(data):
                 return existing
             raise
+
+    def _commit_verbatim_once(self, commit: _Verbatim, create_name: str | None) -> CommitResult:
+        with self._sqlite_writes or contextlib.nullcontext():
+            known = self._verbatim_tables.get(commit.location)
+            if known is not None:
+                done = self._commit_verbatim_fast(known, commit)
+                if done is not None:
+                    return done
+            return self._commit_verbatim_in_transaction(commit, create_name)
 
     def _commit_verbatim_in_transaction(self, commit: _Verbatim, create_name: str | None) -> CommitResult:
         location, version, data, actions = commit.location, commit.version, commit.data, commit.actions
@@ -215,8 +189,17 @@ class VerbatimCommits(Tables):
             raise
         if len(self._verbatim_tables) >= _KNOWN_ROOTS:
             self._verbatim_tables.clear()
+            self._protocols.clear()
         self._verbatim_tables[location] = table
+        self._learn_protocol(table.id, pg_commit.protocol_of(actions, version))
         return CommitResult(table.name, version, commit.sha256, len(data))
+
+    def _learn_protocol(self, table_id: int, protocol: pg_commit.Protocol | None) -> None:
+        """Remember the protocol a commit wrote (a later protocol change checks against it)."""
+        if protocol is not None:
+            known = self._protocols.get(table_id)
+            if known is None or known.version < protocol.version:
+                self._protocols[table_id] = protocol
 
     def _fast_path_applies(self, table: TableInfo, commit: _Verbatim) -> bool:
         """No rule that reads the store (removes, a protocol after the first version), and every
@@ -244,6 +227,10 @@ class VerbatimCommits(Tables):
         race: ``CommitConflictError``), the actions, the file index (a re-added (path, deletion
         vector) supersedes the active entry), the ``PENDING`` status row.
         """
+        if self.engine.dialect.name == "postgresql":
+            return self._commit_verbatim_pg(table, commit)
+        if self.engine.dialect.name != "sqlite" or not self._fast_path_applies(table, commit):
+            return None  # the other backends: the transaction path
         version = commit.version
         adds, _ = file_rows(table.id, version, PART_COMMIT, commit.actions)
         params: dict[str, Any] = {
@@ -262,27 +249,57 @@ class VerbatimCommits(Tables):
         }
         with db.translated(self.url, f"committing to the table at {table.location}"):
             try:
-                if self._sqlite_writes is None:
-                    params.update(
-                        a_seq=list(range(len(commit.actions))),
-                        a_kind=[k for k, _ in commit.actions],
-                        a_payload=list(commit.lines),
-                        f_path=[a["path"] for a in adds],
-                        f_dv=[a["dv_id"] for a in adds],
-                        f_seq=[a["add_seq"] for a in adds],
-                        f_size=[a["size"] for a in adds],
-                        f_pv=[a["partition_values"] for a in adds],
-                    )
-                    with self._autocommit.connect() as conn:
-                        claimed = conn.exec_driver_sql(_PG_VERBATIM_COMMIT, params).scalar()
-                else:
-                    claimed = self._commit_verbatim_sqlite(params, commit, adds)
+                claimed = self._commit_verbatim_sqlite(params, commit, adds)
             except IntegrityError as exc:  # here, not in ``translated``: a lost race is no database error
                 if not db.is_unique_violation(exc):
                     raise
                 raise version_taken(table.name, version) from None
         if not claimed:
             return None
+        return CommitResult(table.name, version, commit.sha256, len(commit.data))
+
+    def _commit_verbatim_pg(self, table: TableInfo, commit: _Verbatim) -> CommitResult | None:
+        """``_commit_verbatim_fast`` on PostgreSQL: every commit kind in one statement
+        (``pg_commit.COMMIT``), which also checks what the rules read from the store (the removed
+        files are active; a protocol change: the protocol it was checked against is still the
+        newest). A commit that needs the protocol in force and finds none remembered, or that the
+        rules refuse, takes the transaction path (it decides the refusal in its usual order)."""
+        version, actions = commit.version, commit.actions
+        protocol_version, previous = None, None
+        if pg_commit.needs_previous_protocol(table, version, actions):
+            known = self._protocols.get(table.id)
+            if known is None:
+                return None
+            protocol_version, previous = known.version, known.body
+        try:
+            check_rules_as_known(table, version, actions, previous)
+        except MirrorError:
+            return None
+        params = pg_commit.params(
+            table,
+            version,
+            actions,
+            commit.lines,
+            ts=now_ms(),
+            ict=commit.ict,
+            size=len(commit.data),
+            sha256=commit.sha256,
+            source=CommitSource.SPARK,
+            protocol_version=protocol_version,
+        )
+        with db.translated(self.url, f"committing to the table at {table.location}"):
+            try:
+                with self._autocommit.connect() as conn:
+                    claimed = conn.exec_driver_sql(pg_commit.COMMIT, params).scalar()
+            except IntegrityError as exc:  # here, not in ``translated``: a lost race is no database error
+                if not db.is_unique_violation(exc):
+                    raise
+                raise version_taken(table.name, version) from None
+        if not claimed:
+            if protocol_version is not None:
+                self._protocols.pop(table.id, None)  # perhaps a newer one: the transaction path reads it
+            return None
+        self._learn_protocol(table.id, pg_commit.protocol_of(actions, version))
         return CommitResult(table.name, version, commit.sha256, len(commit.data))
 
     def _commit_verbatim_sqlite(
