@@ -70,6 +70,13 @@ def serve(
         r.strip() for r in os.environ.get(ALLOW_ROOTS_ENV, "").split(",") if r.strip()
     ]
     with errors(ctx):
+        if workers > 1:  # DuckDB: one read-write process per file
+            from delta_mirror.config import store_url
+            from delta_mirror.store.duckdb_store import refuse_several_processes
+
+            refuse_several_processes(
+                store_url(ctx.store_url), f"`serve --workers {workers}` would open it from {workers} processes"
+            )
         import uvicorn
 
         from delta_mirror.commit_service import SERVE_SETTINGS_ENV, create_app

@@ -146,16 +146,16 @@ def lock_error(exc: BaseException, path: str) -> PermanentError:
 
 
 def refuse_several_processes(url: str, what: str) -> None:
-    """Raise the one-line refusal when ``url`` is a DuckDB store and ``what`` (a deployment of several
-    processes) would open it from more than one process."""
+    """Refuse in one line when ``url`` is a DuckDB store and ``what`` (a deployment of several
+    processes, e.g. "`serve --workers 3` would open it from 3 processes") would open it."""
     from sqlalchemy.engine import make_url
 
     try:
-        backend = make_url(url).get_backend_name()
+        parsed = make_url(url)
     except Exception:
         return  # a bad URL gets its own clear error where it is opened
-    if backend == NAME:
-        raise PermanentError(f"{what} cannot use a DuckDB store", hint=ONE_PROCESS_HINT)
+    if parsed.get_backend_name() == NAME:
+        raise PermanentError(f"the DuckDB store {parsed.database}: {what}", hint=ONE_PROCESS_HINT)
 
 
 __all__ = [
