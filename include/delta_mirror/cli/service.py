@@ -75,7 +75,8 @@ def serve(
             from delta_mirror.store.duckdb_store import refuse_several_processes
 
             refuse_several_processes(
-                store_url(ctx.store_url), f"`serve --workers {workers}` would open it from {workers} processes"
+                store_url(ctx.store_url),
+                f"`serve --workers {workers}` would open it from {workers} processes",
             )
         import uvicorn
 
