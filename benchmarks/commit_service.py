@@ -675,6 +675,7 @@ class Settings:
     kinds: tuple[str, ...] = KINDS
     stores: tuple[str, ...] = ("postgres", "sqlite")
     base: Path | None = None
+    new: Path = REPO
     client_procs: int = CLIENT_PROCS
 
 
@@ -704,7 +705,7 @@ def _summary(windows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _services(settings: Settings, store: str, tmp: Path, new_db: Callable[[], str] | None) -> list[_Service]:
-    trees = [("new", REPO)] + ([("base", settings.base)] if settings.base is not None else [])
+    trees = [("new", settings.new)] + ([("base", settings.base)] if settings.base is not None else [])
     out = []
     for code, tree in trees:
         for workers in settings.workers:
@@ -877,6 +878,7 @@ def settings_from(quick: bool, opts: argparse.Namespace | None = None) -> Settin
         return tuple(int(x) for x in raw.split(","))
 
     base = pick("base", None, str)
+    new = pick("new", None, str)
     return Settings(
         window=pick("window", WINDOW_S[q], float),
         repeats=pick("repeats", REPEATS[q], int),
@@ -886,6 +888,7 @@ def settings_from(quick: bool, opts: argparse.Namespace | None = None) -> Settin
         kinds=pick("kinds", KINDS, lambda r: tuple(r.split(","))),
         stores=pick("stores", ("postgres", "sqlite"), lambda r: tuple(r.split(","))),
         base=Path(base).resolve() if base else None,
+        new=Path(new).resolve() if new else REPO,
     )
 
 
@@ -908,6 +911,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--kinds", type=lambda r: tuple(r.split(",")), help="append,remove")
     p.add_argument("--stores", type=lambda r: tuple(r.split(",")), help="postgres,sqlite")
     p.add_argument("--base", help="another checkout to run beside this one (git worktree)")
+    p.add_argument("--new", help="run the 'new' services from this checkout instead of this one")
     return p.parse_args(argv)
 
 

@@ -2,21 +2,30 @@
 
 The wire contract (routes, status codes, what the Delta-Spark LogStore does with each) is
 ``docs/commit-service.md``. The service is stateless: the ``dl_commits`` primary key decides
-racing writers, so any number of processes may serve one store. Blocking store calls run in
-worker threads; every error is one line of JSON whose status follows the error's type.
+racing writers, so any number of processes may serve one store. Blocking store calls run on a
+fixed set of store threads; every error is one line of JSON whose status follows the error's type.
+
+``POST /v1/commits/<version>`` (the one route a fleet of writers keeps busy) is answered by a thin
+ASGI handler in front of Starlette (``_CommitApp``): no middleware stack, request or response
+objects, one queue hop to a store thread and back. Where a commit's time goes is in
+``docs/commit-service.md`` ("Where the time goes").
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import hmac
+import json
 import logging
+import queue
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
+from urllib.parse import parse_qsl
 
-import anyio
-import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -46,6 +55,9 @@ MAX_VERSION = (1 << 63) - 1
 # (``_store_threads``), so no call waits for a connection and none opens and closes an overflow
 # connection per request; more requests queue here without holding a thread.
 STORE_THREADS = 12
+#: Seconds an idle keep-alive connection stays open (uvicorn's default is 5: a writer committing
+#: every few seconds would reconnect for nearly every commit).
+KEEP_ALIVE_SECONDS = 75
 # ``delta-mirror serve --workers N``: the settings each worker process builds its app from (JSON in
 # the workers' inherited environment, as private as the service's own; the token is not in it, the
 # workers read DELTA_MIRROR_COMMIT_TOKEN as the service does).
@@ -93,6 +105,76 @@ def error_response(exc: MirrorError) -> JSONResponse:
     return JSONResponse({"error": " ".join(exc.message.split()), "code": code}, status, headers=headers)
 
 
+def _json(body: dict[str, Any]) -> bytes:
+    """The bytes Starlette's ``JSONResponse`` renders for ``body``."""
+    return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+
+
+@functools.lru_cache(maxsize=4096)
+def _root_of_query(query: bytes) -> str | None:
+    """The ``root`` parameter of a raw query string (the last one, as Starlette's ``query_params``
+    reads it), remembered: writers send the same few query strings again and again."""
+    found = None
+    for key, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+        if key == "root":
+            found = value
+    return found
+
+
+class _StoreThreads:
+    """Blocking store calls on ``size`` long-lived threads fed by one queue; the result comes back to
+    the event loop with ``call_soon_threadsafe``. This is the whole hop: anyio's ``to_thread`` (a
+    capacity limiter, a cancel scope and run-variable lookups per call) cost the event loop more
+    than the store call itself on an append (docs/commit-service.md, "Where the time goes")."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        if len(self._threads) < self.size:
+            self._start()
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.put((fn, future))
+        return await future
+
+    def _start(self) -> None:
+        with self._lock:
+            while len(self._threads) < self.size:
+                t = threading.Thread(target=self._work, name="store-call", daemon=True)
+                t.start()
+                self._threads.append(t)
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            fn, future = item
+            try:
+                result, error = fn(), None
+            except BaseException as exc:  # handed to the awaiting request, raised there
+                result, error = None, exc
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for this answer
+                future.get_loop().call_soon_threadsafe(_settle, future, result, error)
+
+    def stop(self) -> None:
+        with self._lock:
+            for _ in self._threads:
+                self._queue.put(None)
+            self._threads.clear()
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # the request was cancelled meanwhile
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
 @functools.lru_cache(maxsize=4096)
 def _normalized_root(raw: str) -> str:
     """``normalize_commit_root``, remembered: resolving a local root stats every folder of its path,
@@ -115,17 +197,20 @@ class CommitService:
         self._token = token.encode("utf-8") if token else None
         self.allowed_roots = tuple(normalize_commit_root(r) for r in allowed_roots)
         self.max_body_bytes = max_body_bytes
-        self._limiter = anyio.CapacityLimiter(_store_threads(store))
+        self.threads = _StoreThreads(_store_threads(store))
 
     async def _run(self, fn: Callable[[], T]) -> T:
-        return await anyio.to_thread.run_sync(fn, limiter=self._limiter)
+        return await self.threads.run(fn)
 
     # -- request checks ---------------------------------------------------------------------------
     def authorize(self, request: Request) -> None:
         """``Authorization: Bearer <token>``, compared in constant time; never echoed."""
+        self.check_authorization(request.headers.get("authorization", ""))
+
+    def check_authorization(self, header: str) -> None:
         if self._token is None:
             return
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        scheme, _, given = header.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode("utf-8"), self._token):
             raise UnauthorizedError(
                 "missing or wrong token",
@@ -134,7 +219,10 @@ class CommitService:
 
     @staticmethod
     def root(request: Request) -> str:
-        raw = request.query_params.get("root")
+        return CommitService.root_of(_root_of_query(request.scope["query_string"]))
+
+    @staticmethod
+    def root_of(raw: str | None) -> str:
         if not raw:
             raise BadRequestError("the query parameter 'root' is missing", hint="pass ?root=<table root URI>")
         try:
@@ -175,8 +263,11 @@ class CommitService:
 
     @staticmethod
     def version(request: Request) -> int:
+        return CommitService.version_of(request.path_params["version"])
+
+    @staticmethod
+    def version_of(raw: str) -> int:
         """The path's version: a Delta version is a non-negative 64-bit integer (Spark's ``long``)."""
-        raw = request.path_params["version"]
         if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_VERSION:
             shown = raw if len(raw) <= 40 else raw[:40] + "..."
             raise BadRequestError(
@@ -233,10 +324,8 @@ class CommitService:
             data, media_type="application/octet-stream", headers={"X-Delta-Mirror-Sha256": sha256}
         )
 
-    async def post_commit(self, request: Request) -> Response:
-        self.authorize(request)
-        root, version = self.root(request), self.version(request)
-        data = await self.body(request, version)
+    async def post_commit(self, root: str, version: int, data: bytes) -> tuple[int, bytes]:
+        """Commit ``data`` as ``version`` of the table at ``root``: the status and the JSON body."""
         allowed = self.allowed(root)
 
         def commit() -> CommitResult:
@@ -262,7 +351,57 @@ class CommitService:
         }
         if result.existing:
             body["existing"] = True
-        return JSONResponse(body, 200 if result.existing else 201)
+        return (200 if result.existing else 201), _json(body)
+
+    async def handle_post(self, scope: dict[str, Any], receive: Any, send: Any, raw_version: str) -> None:
+        """``POST /v1/commits/<version>`` as a bare ASGI handler: the checks of every route (token,
+        root, version, body limit) in the same order, the same one-line JSON errors."""
+        try:
+            authorization = declared = ""
+            for name, value in scope["headers"]:
+                if name == b"authorization":
+                    authorization = value.decode("latin-1")
+                elif name == b"content-length":
+                    declared = value.decode("latin-1")
+            self.check_authorization(authorization)
+            root = self.root_of(_root_of_query(scope["query_string"]))
+            version = self.version_of(raw_version)
+            if declared.isdigit() and int(declared) > self.max_body_bytes:
+                raise self._too_large(version)
+            chunks: list[bytes] = []
+            size = 0
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return  # the writer is gone: nothing to answer, nothing committed
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.max_body_bytes:
+                    raise self._too_large(version)
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+            status, body = await self.post_commit(
+                root, version, chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            )
+        except MirrorError as exc:
+            await error_response(exc)(scope, receive, send)
+            return
+        except Exception:
+            log.exception("unexpected error in POST %s", scope.get("path"))
+            await _INTERNAL(scope, receive, send)
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-length", str(len(body)).encode()),
+                    (b"content-type", b"application/json"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
 
 
 def _store_threads(store: SqlStore) -> int:
@@ -284,6 +423,29 @@ def _handled(route: Callable[[Request], Awaitable[Response]]) -> Callable[[Reque
             )
 
     return endpoint
+
+
+_INTERNAL = JSONResponse(
+    {"error": "unexpected error in the commit service (see its log)", "code": "internal"}, 500
+)
+
+
+class _CommitApp(Starlette):
+    """Starlette, with ``POST /v1/commits/<version>`` answered before its middleware and router
+    (``CommitService.handle_post``); every other request, and the lifespan, go through Starlette."""
+
+    service: CommitService
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            path: str = scope["path"]
+            if path.startswith(_COMMITS) and len(path) > len(_COMMITS) and "/" not in path[len(_COMMITS) :]:
+                await self.service.handle_post(scope, receive, send, path[len(_COMMITS) :])
+                return
+        await super().__call__(scope, receive, send)
+
+
+_COMMITS = "/v1/commits/"
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -314,20 +476,20 @@ def create_app(
             "on" if token else "OFF",
         )
         yield
+        service.threads.stop()
         if owned:
             sql.close()
 
-    app = Starlette(
+    app = _CommitApp(
         routes=[
             Route("/health", _handled(service.health), methods=["GET"]),
             Route("/v1/latest", _handled(service.latest), methods=["GET"]),
             Route("/v1/commits/{version}", _handled(service.get_commit), methods=["GET"]),
-            Route("/v1/commits/{version}", _handled(service.post_commit), methods=["POST"]),
         ],
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
     )
-    app.state.service = service
+    app.state.service = app.service = service
     return app
 
 
@@ -353,6 +515,7 @@ def app_from_environment() -> Starlette:
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "ERROR_STATUS",
+    "KEEP_ALIVE_SECONDS",
     "BadRequestError",
     "CommitService",
     "NotCommittedError",

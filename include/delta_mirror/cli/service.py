@@ -80,7 +80,7 @@ def serve(
             )
         import uvicorn
 
-        from delta_mirror.commit_service import SERVE_SETTINGS_ENV, create_app
+        from delta_mirror.commit_service import KEEP_ALIVE_SECONDS, SERVE_SETTINGS_ENV, create_app
 
         store = ctx.store(initialised=False)
         try:
@@ -104,6 +104,7 @@ def serve(
             "log_level": "debug" if ctx.debug else "info",
             "access_log": access_log,
             "lifespan": "on",
+            "timeout_keep_alive": KEEP_ALIVE_SECONDS,
         }
         if workers == 1:
             uvicorn.run(app, **options)
