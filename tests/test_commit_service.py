@@ -1,9 +1,14 @@
 """Specification of the commit service (docs/commit-service.md) against a real ``delta-mirror serve``.
 
 Each test starts the service as a subprocess on 127.0.0.1 (a free port, readiness polled on
-``/health``) over a real SQLite or PostgreSQL store, and talks HTTP to it as the Delta-Spark
-LogStore does: the exact bytes of ``<v>.json`` in, a status code and one line of JSON out. After
-every refusal the store's rows and the table folder are unchanged.
+``/health``) over a real store, and talks HTTP to it as the Delta-Spark LogStore does: the exact
+bytes of ``<v>.json`` in, a status code and one line of JSON out. After every refusal the store's
+rows and the table folder are unchanged.
+
+Every test runs on SQLite, PostgreSQL and MySQL/MariaDB. On DuckDB (one read-write process per file)
+the service's one worker owns the file, so there run the tests that do not read the store while the
+service runs (``all_backends`` without ``but``): committing, retries, 409s, eight racing writers, a
+SIGKILL and restart; and ``--workers 3`` on a DuckDB store is refused in one line.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from urllib.parse import quote
 import pytest
 from sqlalchemy import func, make_url, select
 from support.builders import action, add_body, log_line, metadata_body, protocol_body, remove_body
+from support.cli import assert_one_error_line
 from support.commit_service import TOKEN_ENV, CommitService
 from support.commit_service import cli_path as cli
 from support.race import race
@@ -33,6 +39,7 @@ from delta_mirror.store import SqlStore
 from delta_mirror.store.schema import dl_actions, dl_commits, dl_files, dl_mirror_status, dl_tables
 
 Service = CommitService
+pytestmark = pytest.mark.all_backends(but="duckdb")  # the tests for DuckDB too say so themselves
 MAX_BODY = 64 * 1024
 
 
@@ -80,6 +87,8 @@ def lake(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def service(store: SqlStore, lake: Path, tmp_path: Path) -> Iterator[Service]:
+    if store.url.startswith("duckdb"):
+        store.close()  # the service's worker owns a DuckDB file: the test lets go of it first
     svc = Service(
         store.url,
         [f"file:{lake}/"],
@@ -138,6 +147,7 @@ def test_version_0_under_an_allowed_root_creates_the_table_and_later_versions_ap
     assert not (lake / "sales").exists(), "the service writes nothing at the location: the LogStore does"
 
 
+@pytest.mark.all_backends
 def test_a_retry_after_a_lost_response_is_200_existing(service: Service, lake: Path) -> None:
     root = hadoop_root(lake / "t")
     created(service, root)
@@ -164,6 +174,7 @@ def test_a_different_commit_of_a_taken_version_is_409_and_get_returns_the_winner
     assert rows_and_files(store, lake) == before
 
 
+@pytest.mark.all_backends
 def test_get_answers_404_for_a_version_not_committed(service: Service, lake: Path) -> None:
     root = hadoop_root(lake / "t")
     assert service.latest(root).json()["code"] == "unknown_table"
@@ -326,6 +337,7 @@ def test_a_version_outside_0_to_2_63_is_one_400_on_post_and_get(
     assert rows_and_files(store, lake) == before
 
 
+@pytest.mark.all_backends
 def test_the_largest_version_is_valid_on_get(service: Service, lake: Path) -> None:
     root = hadoop_root(lake / "t")
     created(service, root)
@@ -336,6 +348,7 @@ def test_the_largest_version_is_valid_on_get(service: Service, lake: Path) -> No
 # -- concurrency and restarts -----------------------------------------------------------------------
 
 
+@pytest.mark.all_backends
 def test_eight_writers_racing_on_one_version_get_one_201_and_seven_409(service: Service, lake: Path) -> None:
     root = hadoop_root(lake / "t")
     created(service, root)
@@ -354,6 +367,7 @@ def test_eight_writers_racing_on_one_version_get_one_201_and_seven_409(service: 
     assert service.latest(root).json()["version"] == 1
 
 
+@pytest.mark.all_backends
 def test_a_service_killed_with_sigkill_and_restarted_goes_on_committing(service: Service, lake: Path) -> None:
     root = hadoop_root(lake / "t")
     created(service, root)
@@ -446,6 +460,26 @@ def test_several_worker_processes_share_one_store_and_log_no_request_lines(
     log = svc.log()
     assert "3 worker processes" in log and svc.token not in log
     assert "POST /v1/commits" not in log
+
+
+@pytest.mark.duckdb
+def test_several_worker_processes_on_a_duckdb_store_are_refused_in_one_line(tmp_path: Path) -> None:
+    """A DuckDB file takes one read-write process: ``serve --workers 3`` would open it from three."""
+    url = f"duckdb:///{tmp_path / 'store.duckdb'}"
+    store = SqlStore(url)
+    store.init()
+    store.close()  # so the refusal is the rule's, not a lock held by this process
+    out = subprocess.run(
+        [cli(), "--store", url, "serve", "--port", str(free_port()), "--workers", "3"],
+        env={**os.environ, TOKEN_ENV: "tok-x"},
+        capture_output=True,
+        text=True,
+        timeout=load_scaled(30),  # refused before serving: a service that starts runs until then
+        check=False,
+    )
+    assert out.returncode != 0
+    line = assert_one_error_line(out.stderr, "DuckDB", "one process")
+    assert "in use by another process" not in line, line
 
 
 def test_roots_are_normalised_as_hadoop_and_s3_spell_them() -> None:
