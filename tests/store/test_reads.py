@@ -140,3 +140,25 @@ def test_a_long_read_does_not_block_writers(store: SqlStore, store_url: str, loc
     assert finished, "a commit waited for a reader to finish"
     assert done == [1]
     assert len(rest) == 5  # the reader kept its snapshot: version 0 has a.parquet + f0..f4
+
+
+def test_a_copy_read_that_fails_after_its_first_rows_raises(pg_store_url: str) -> None:
+    """``_copy_blocks`` takes the rows libpq holds straight from it, the end included: an error the
+    server sends after some rows is raised, not taken for the end of the rows."""
+    import psycopg
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(pg_store_url)
+    try:
+        query = text("SELECT (1 / (5000 - g))::text FROM generate_series(1, :n) g")
+        with engine.connect() as conn:
+            blocks = reads._copy_blocks(conn, query, {"n": 10_000}, 1 << 20)
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                list(blocks)
+            conn.connection.driver_connection.rollback()  # usable again (the COPY ran on the driver)
+            assert conn.exec_driver_sql("SELECT 1").scalar() == 1
+        with engine.connect() as conn:
+            whole = b"".join(reads._copy_blocks(conn, query, {"n": 4000}, 1000))
+            assert whole.decode().split("\n")[:-1] == [str(1 // (5000 - g)) for g in range(1, 4001)]
+    finally:
+        engine.dispose()

@@ -167,18 +167,45 @@ def _copy_blocks(conn: Connection, query: Any, params: dict[str, Any], block_byt
     sql = _with_integers(conn, query, params)
     raw = conn.connection.driver_connection
     assert raw is not None
+    pgconn = raw.pgconn
     pending = bytearray()
+    ended = False
     with (
         raw.cursor() as cur,
         cur.copy(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv, DELIMITER E'\\x02', QUOTE E'\\x01')") as copy,
     ):
-        for row in copy:  # one CopyData message per row, its line with its newline
+        # One CopyData message per row, its line with its newline. ``copy.read`` waits for the
+        # server with the GIL released; the rows libpq already holds are then taken straight from
+        # it (``get_copy_data`` without waiting): psycopg's per-row generator and wait loop cost
+        # two thirds of this thread's CPU (0.40 -> 0.13 s for 300,000 rows).
+        while not ended and (row := copy.read()):
             pending += row
-            if len(pending) >= block_bytes:
-                yield bytes(pending)
-                pending = bytearray()
+            while True:
+                if len(pending) >= block_bytes:
+                    yield bytes(pending)
+                    pending = bytearray()
+                nbytes, data = pgconn.get_copy_data(1)
+                if nbytes <= 0:
+                    break
+                pending += data
+            if nbytes < 0:  # the end (or an error) taken here: its result is read here too
+                ended = True
+                _end_copy_out(pgconn)
     if pending:
         yield bytes(pending)
+
+
+def _end_copy_out(pgconn: Any) -> None:
+    """The results after a COPY TO's last row, as psycopg reads them: all of them (the connection
+    is then idle, or failed, not busy), then the first error is raised."""
+    import psycopg
+
+    results: list[Any] = []
+    while (res := pgconn.get_result()) is not None:
+        results.append(res)
+    for res in results:
+        if res.status != psycopg.pq.ExecStatus.COMMAND_OK:
+            raise psycopg.errors.error_from_result(res, encoding="utf-8")
 
 
 def _copy_lines(conn: Connection, query: Any, params: dict[str, Any], batch: int) -> Iterator[list[str]]:
