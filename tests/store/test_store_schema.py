@@ -88,7 +88,7 @@ def test_an_uninitialised_store_says_run_init(store_url: str) -> None:
     s.close()
 
 
-@pytest.mark.parametrize("url", ["mysql://u@h/db", "oracle://x", "not a url", "mongodb://h/db"])
+@pytest.mark.parametrize("url", ["mssql://u@h/db", "oracle://x", "not a url", "mongodb://h/db"])
 def test_unsupported_store_urls_are_refused_clearly(url: str) -> None:
     with pytest.raises(PermanentError, match=r"unsupported store backend|not valid"):
         SqlStore(url)
@@ -109,6 +109,8 @@ def test_reads_by_action_type_walk_a_partial_index_that_holds_no_file_actions(
     is still read through it on both backends, not by scanning the table's actions."""
     if store.engine.dialect.name == "duckdb":
         pytest.skip("DuckDB has no partial indexes: it reads by type by scanning the table's actions")
+    if store.engine.dialect.name == "mysql":
+        pytest.skip("MySQL has no partial indexes: ix_dl_actions_type there holds every action")
     table_id = new_table(store, location, "t", add("b.parquet"))
     with store.engine.connect() as conn:
         if store.engine.dialect.name == "sqlite":

@@ -38,6 +38,10 @@ class Importing:
             from delta_mirror.store.duckdb_bulk import DuckDBBulkImport
 
             bulk: BulkImport = DuckDBBulkImport(conn, table.id)
+        elif conn.dialect.name == "mysql":  # large multi-row INSERTs (no COPY, no json_each)
+            from delta_mirror.store.mysql_bulk import MySqlBulkImport
+
+            bulk = MySqlBulkImport(conn, table.id)
         else:
             bulk = BulkImport(conn, table.id)
         self._bulk = bulk

@@ -96,8 +96,9 @@ class LagHistory(StoreBase):
             return {}
         bucket = max(1, (int(until) - int(since)) // max(1, points) + 1)
         where = "" if table_ids is None else "AND s.table_id IN :ids"
+        div = "DIV" if self.engine.dialect.name == "mysql" else "/"  # MySQL's / is a decimal division
         stmt = text(
-            "SELECT s.table_id, (s.sampled_at - :since) / :bucket AS b, max(s.sampled_at), max(s.lag_seconds)"
+            f"SELECT s.table_id, (s.sampled_at - :since) {div} :bucket AS b, max(s.sampled_at), max(s.lag_seconds)"
             f" FROM dl_lag_samples s WHERE s.sampled_at >= :since {where}"
             " GROUP BY s.table_id, b ORDER BY s.table_id, b"
         )

@@ -178,7 +178,10 @@ class VersionLatency(StoreBase):
         sparklines, a constant number of statements per 500 tables."""
         ids = sorted(set(table_ids))
         bucket = max(1, (int(until) - int(since)) // max(1, points) + 1)
-        stmt = text(_PEAKS_SQL).bindparams(bindparam("ids", expanding=True))
+        sql = _PEAKS_SQL
+        if self.engine.dialect.name == "mysql":  # MySQL's / is a decimal division: slices by DIV
+            sql = sql.replace(") / :bucket", ") DIV :bucket")
+        stmt = text(sql).bindparams(bindparam("ids", expanding=True))
         out: dict[int, list[list[float]]] = {}
         with db.translated(self.url, "reading version latency"), self.reader.connect() as conn:
             for i in range(0, len(ids), CHUNK):

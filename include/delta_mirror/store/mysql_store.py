@@ -94,6 +94,8 @@ def classify_error(exc: SQLAlchemyError, url: str, action: str) -> MirrorError:
 
 def make_mysql_engine(parsed: URL, url: str) -> Engine:
     """An engine at READ COMMITTED whose every new connection is checked (see the module doc)."""
+    if parsed.drivername == "mysql":  # SQLAlchemy's default would be mysqlclient: the store ships PyMySQL
+        parsed = parsed.set(drivername="mysql+pymysql")
     try:
         engine = create_engine(
             parsed,
@@ -105,6 +107,11 @@ def make_mysql_engine(parsed: URL, url: str) -> Engine:
     except (ArgumentError, ValueError) as exc:  # e.g. a non-numeric port
         raise PermanentError(
             f"store URL {redact_url(url)} is not valid: {exc}",
+            hint="use mysql+pymysql://user:password@host:port/db",
+        ) from None
+    except ImportError as exc:  # another driver named in the URL, not installed
+        raise PermanentError(
+            f"the driver of the store URL {redact_url(url)} is not installed ({exc.name})",
             hint="use mysql+pymysql://user:password@host:port/db",
         ) from None
 
