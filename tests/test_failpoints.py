@@ -1,4 +1,7 @@
-"""Crash points, and what the publisher does after a crash or a lost lease (found by ``tests/chaos``)."""
+"""Crash points, and what the publisher does after a crash or a lost lease (found by ``tests/chaos``).
+
+On every store backend: the crashing publisher is a process of its own, which a DuckDB file allows
+once the test's own store has let go of it (one read-write process at a time)."""
 
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ from delta_mirror.errors import LeaseHeldError
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.storage import open_store
 from delta_mirror.store import SqlStore
+
+pytestmark = pytest.mark.all_backends
 
 
 def _table(store_url: str, root: Path, versions: int, interval: int) -> SqlStore:
@@ -50,6 +55,7 @@ def test_a_checkpoint_interrupted_by_a_crash_is_finished_by_the_next_run(
     root = tmp_path / "t"
     store = _table(store_url, root, versions=3, interval=2)
     env = {**os.environ, "DELTA_MIRROR_FAILPOINTS": f"{point}:1", "DELTA_MIRROR_LEASE_TTL": "1"}
+    store.close()  # reopened on its next use, after the crashed process (one process for DuckDB)
     crashed = subprocess.run(
         [sys.executable, "-m", "delta_mirror.cli", "--store", store_url, "mirror", "t"],
         env=env,
