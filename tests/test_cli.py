@@ -269,7 +269,7 @@ def test_a_transient_database_error_does_not_claim_the_cli_retried() -> None:
 @pytest.mark.parametrize(
     ("url", "needle"),
     [
-        ("mysql://u@localhost/db", "unsupported store backend 'mysql'"),
+        ("mssql://u@localhost/db", "unsupported store backend 'mssql'"),
         ("redis://localhost", "unsupported store"),
         ("no-scheme-at-all", "store URL is not valid"),
     ],
