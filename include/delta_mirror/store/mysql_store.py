@@ -151,7 +151,7 @@ def migrate_lock_name(conn: Connection) -> str:
     return f"delta_mirror_migrate.{conn.engine.url.database or ''}"[:64]
 
 
-def table_options(bind: Connection) -> dict[str, str]:
+def table_options(bind: Connection) -> dict[str, Any]:
     """The ``mysql_*`` options of the store's ``CREATE TABLE``s (none on another database):
     InnoDB, utf8mb4, a binary no-pad collation (``utf8mb4_nopad_bin`` on MariaDB,
     ``utf8mb4_0900_bin`` on MySQL 8)."""

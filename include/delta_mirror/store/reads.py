@@ -55,6 +55,7 @@ _SQLITE_COMMIT_LINES = (
     "SELECT version, payload FROM dl_actions WHERE table_id = ? AND part = ? "
     "AND version BETWEEN ? AND ? ORDER BY version, seq"
 )
+_MYSQL_COMMIT_LINES = _SQLITE_COMMIT_LINES.replace("?", "%s")
 _BLOCK_BYTES = 16 << 20  # a bulk read's unit: big enough to parse in parallel, small enough to hold three
 _SIDE_RANGES = {
     side: "SELECT count(*), min(f.id), max(f.id) FROM dl_files f WHERE f.table_id = :table_id AND " + where
@@ -293,10 +294,10 @@ class Reads(StoreBase):
                 return {int(v): str(joined).split("\n") for v, joined in rows}
         if self.engine.dialect.name == "mysql":  # the lines in order, grouped here (no string_agg)
             with db.translated(self.url, "reading actions"), self.reader.connect() as conn:
-                rows = conn.exec_driver_sql(
-                    _SQLITE_COMMIT_LINES.replace("?", "%s"), (table_id, PART_COMMIT, from_version, to_version)
+                ordered = conn.exec_driver_sql(
+                    _MYSQL_COMMIT_LINES, (table_id, PART_COMMIT, from_version, to_version)
                 ).all()
-                return {int(v): list(map(_payload, group)) for v, group in groupby(rows, _version)}
+                return {int(v): list(map(_payload, group)) for v, group in groupby(ordered, _version)}
         # SQLite: the rows straight from the driver cursor (SQLAlchemy's row objects cost about
         # 40 µs a version here, a third of what publishing one version costs on this thread),
         # grouped by version in C (groupby, map) rather than a dict lookup per row.
