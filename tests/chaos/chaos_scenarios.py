@@ -143,13 +143,15 @@ def _merge(dicts: Any) -> dict[str, int]:
 # 2. publishers killed with SIGKILL
 
 
-def kills(svc: Services, scale: Scale) -> ScenarioResult:
-    """SIGKILL at the failpoints (after put / mid-checkpoint / around _last_checkpoint) and at random times."""
+def kills(svc: Services, scale: Scale, store_url: str | None = None) -> ScenarioResult:
+    """SIGKILL at the failpoints (after put / mid-checkpoint / around _last_checkpoint) and at random
+    times; on a SQLite file unless ``store_url`` names another (empty) store."""
     rng = random.Random(svc.seed + 2)
-    store_url = f"sqlite:///{svc.workdir / 'kills.db'}"
+    store_url = store_url or f"sqlite:///{svc.workdir / 'kills.db'}"
     store = new_store(store_url)
     names = [f"kill{i}" for i in range(max(2, scale.tables + 1))]
-    locations = {n: (svc.workdir / "kills" / n).as_uri() for n in names}
+    folder = svc.workdir / f"kills-{store.engine.dialect.name}"  # one per backend run in a workdir
+    locations = {n: (folder / n).as_uri() for n in names}
     for i, n in enumerate(names):
         create_table(store, n, locations[n], interval=3, part_size=2 if i % 2 else None)
     env = cli_env(store_url)
@@ -190,7 +192,7 @@ def kills(svc: Services, scale: Scale) -> ScenarioResult:
         s.join()
     writer.join()
     result = ScenarioResult("publisher_sigkill", sum(kinds.values()), dict(kinds))
-    result.notes = {"mirror_exits": _merge(s.exits for s in schedulers)}
+    result.notes = {"mirror_exits": _merge(s.exits for s in schedulers), "backend": store.engine.dialect.name}
     safe_now(result, store_url, locations, env, svc)
     store.close()
     return finish(result, store_url, locations, env, svc, watch)
@@ -244,14 +246,15 @@ def pg_restarts(svc: Services, scale: Scale) -> ScenarioResult:
 # 4. publishers racing on the same tables
 
 
-def race(svc: Services, scale: Scale, publishers: int) -> ScenarioResult:
+def race(svc: Services, scale: Scale, publishers: int, store_url: str | None = None) -> ScenarioResult:
     """N publisher loops + a reconcile loop on the same tables while a writer commits.
 
     With 4 publishers the store is PostgreSQL and the tables are on S3 behind the proxy with slow
-    answers and some faults, so runs outlive their lease and leases change hands mid-run.
+    answers and some faults, so runs outlive their lease and leases change hands mid-run. Otherwise
+    the tables are local folders and the store a SQLite file, or ``store_url`` (an empty store).
     """
     big = publishers >= 4 and svc.pg is not None
-    store_url = (
+    store_url = store_url or (
         svc.pg.create_database("chaos_") if big else f"sqlite:///{svc.workdir / f'race{publishers}.db'}"
     )
     store = new_store(store_url)
@@ -263,7 +266,8 @@ def race(svc: Services, scale: Scale, publishers: int) -> ScenarioResult:
         svc.proxy.reset()
         svc.proxy.configure(rate=0.15, kinds={"slow": 3, "500": 1, "503": 1, "reset": 1}, refuse_writes=None)
     else:
-        locations = {n: (svc.workdir / f"race{publishers}" / n).as_uri() for n in names}
+        folder = svc.workdir / f"race{publishers}-{store.engine.dialect.name}"  # one per backend run
+        locations = {n: (folder / n).as_uri() for n in names}
         env = cli_env(store_url)
     for i, n in enumerate(names):
         create_table(store, n, locations[n], interval=3, part_size=2 if i % 2 else None)
@@ -289,7 +293,7 @@ def race(svc: Services, scale: Scale, publishers: int) -> ScenarioResult:
     result = ScenarioResult(f"race_{publishers}_publishers", faults, stats["faults"] if stats else {})
     result.notes = {
         "publisher_exits": _merge(s.exits for s in loops[:-1]),
-        "backend": "postgresql + s3 (proxy)" if big else "sqlite + local",
+        "backend": "postgresql + s3 (proxy)" if big else f"{store.engine.dialect.name} + local",
         "left_for_recovery": tail,
     }
     safe_now(result, store_url, locations, env, svc)
