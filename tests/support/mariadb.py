@@ -65,6 +65,7 @@ class MariaDbServer:
     tmpdir: Path | None = None
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
+    options: tuple[str, ...] = ()  # mariadbd options beyond _SERVER_OPTIONS
 
     @classmethod
     def from_env_or_start(cls) -> MariaDbServer:
@@ -76,7 +77,8 @@ class MariaDbServer:
         return cls.start_new()
 
     @classmethod
-    def start_new(cls) -> MariaDbServer:
+    def start_new(cls, *options: str) -> MariaDbServer:
+        """A new server in a fresh data folder; ``options``: more ``mariadbd`` options."""
         install = _tool("mariadb-install-db", "mysql_install_db")
         daemon = _tool("mariadbd", "mysqld")
         if install is None or daemon is None:
@@ -85,7 +87,7 @@ class MariaDbServer:
                 f"install the 'mariadb-server' package or set {MYSQL_ENV}"
             )
         tmpdir = Path(tempfile.mkdtemp(prefix="dm-mariadb-"))
-        server = cls(url="", owned=True, tmpdir=tmpdir)
+        server = cls(url="", owned=True, tmpdir=tmpdir, options=tuple(options))
         try:
             proc = subprocess.run(
                 [
@@ -147,6 +149,7 @@ class MariaDbServer:
                 f"--pid-file={self.tmpdir / 'mariadb.pid'}",
                 f"--log-error={self.logfile}",
                 *_SERVER_OPTIONS,
+                *self.options,
             ],
             cwd=self.tmpdir,
             stdin=subprocess.DEVNULL,
