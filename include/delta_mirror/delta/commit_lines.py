@@ -11,6 +11,7 @@ words every refusal, so the fast path changes no outcome.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,7 @@ from delta_mirror.delta.line_facts import (
     LineFacts,
     facts_of_objects,
     file_action,
+    partition_values_text,
     refusal,
 )
 from delta_mirror.errors import DataError, InvalidActionError
@@ -46,6 +48,44 @@ _C_ENCODE: Callable[[Any, int], Any] | None = (
     if _MAKE_ENCODER is not None
     else None
 )
+
+
+# A canonical plain add line (Delta-Spark's key order, no whitespace), recognised without parsing
+# it: ``canonical_json`` of its object is the line itself and its facts are in the groups. Strings
+# hold only what the canonical encoder writes (no escape in the path and the partition values; in
+# the stats only the escapes it makes), integers as it writes them (no "-0", no leading zero);
+# nothing else, no other key. Any other line takes the full path, so the result is the same. A
+# partition-values object must also re-encode to itself (no repeated key): ``_plain_partitions``.
+_PLAIN = r'[^"\\\x00-\x1f]*'
+_CANONICAL_STR = r'"(?:[^"\\\x00-\x1f]|\\["\\bfnrt]|\\u00(?:0[0-7bef]|1[0-9a-f]))*"'
+_INT = r"(?:0|-?[1-9][0-9]*)"
+_PLAIN_ADD: Callable[[str], re.Match[str] | None] = re.compile(
+    r'\{"add":\{"path":"('
+    + _PLAIN
+    + r')","partitionValues":(\{(?:"'
+    + _PLAIN
+    + r'":(?:"'
+    + _PLAIN
+    + r'"|null)(?:,"'
+    + _PLAIN
+    + r'":(?:"'
+    + _PLAIN
+    + r'"|null))*)?\})'
+    r',"size":(' + _INT + r'),"modificationTime":' + _INT + r',"dataChange":(?:true|false)'
+    r'(?:,"stats":(?:' + _CANONICAL_STR + r"|null))?\}\}"
+).fullmatch
+_PARTITIONS: dict[str, str | None] = {}  # partition-values text -> itself when canonical, else None
+_PARTITIONS_MAX = 100_000
+
+
+def _plain_partitions(text: str) -> str | None:
+    """``text`` (one object per partition, shared by its files) when it is what
+    ``partition_values_text`` makes of its object, else None."""
+    if len(_PARTITIONS) >= _PARTITIONS_MAX:
+        _PARTITIONS.clear()
+    same = partition_values_text(json.loads(text)) == text
+    _PARTITIONS[text] = out = text if same else None
+    return out
 
 
 def _text(data: bytes, *, table: str, version: int) -> str:
@@ -97,44 +137,61 @@ def read_commit(
     if _C_ENCODE is None:
         objects = parse_commit_bytes(data, table=table, version=version)
         return [canonical_json(o) for o in objects], facts_of_objects(objects, table=table, version=version)
-    encode, join, scan = _C_ENCODE, "".join, _SCAN_ONCE
     lines: list[str] = []
     facts = LineFacts()
     kinds, files = facts.kinds, facts.files
     sent, cut = 0, min(FIRST_LINES_CHUNK, LINES_CHUNK) if on_lines is not None else -1
     files_sent, early_files = 0, on_lines is not None and adds_only(data)
+    plain_add = _PLAIN_ADD
     for lineno, line in enumerate(_text(data, table=table, version=version).split("\n"), start=1):
         if not line or line.isspace():
             continue
-        text = line.strip(_JSON_SPACE)
-        try:
-            obj, end = scan(text, 0)
-        except (StopIteration, ValueError):
-            obj, end = None, -1
-        if end == len(text) and type(obj) is dict and len(obj) == 1:
-            ((kind, body),) = obj.items()
-            if kind in OBJECT_ACTIONS and type(body) is not dict:
-                _parse_line(line, lineno, table=table, version=version)  # refuses it
+        if (m := plain_add(line)) is not None and (pv := _partitions(m[2])):
+            files.append((len(kinds), "add", m[1], "", int(m[3]), pv, None))
+            kinds.append("add")
+            lines.append(line)
         else:
-            obj = _fast_object(line) or _parse_line(line, lineno, table=table, version=version)
-            kind, body = line_action(obj)
-        seq = len(kinds)
-        kinds.append(kind)
-        if kind == "add" or kind == "remove":
-            try:
-                files.append(file_action(seq, kind, body))
-            except FileFieldError as exc:
-                raise refusal(exc, table=table, version=version, line=lineno) from None
-        elif seq == 0 and kind == "commitInfo":
-            facts.in_commit_timestamp = body.get("inCommitTimestamp")
-        try:
-            lines.append(join(encode(obj, 0)))
-        except (TypeError, ValueError):
-            lines.append(canonical_json(obj))
+            lines.append(_parsed_line(line, lineno, facts, table=table, version=version))
         if len(lines) == cut and on_lines is not None:
             on_lines(sent, kinds[sent:], lines[sent:], files[files_sent:] if early_files else [])
             sent, cut, files_sent = cut, cut + LINES_CHUNK, len(files)
     return lines, facts
+
+
+def _partitions(text: str) -> str | None:
+    """``_plain_partitions(text)``, remembered."""
+    pv = _PARTITIONS.get(text, "")
+    return _plain_partitions(text) if pv == "" else pv
+
+
+def _parsed_line(line: str, lineno: int, facts: LineFacts, *, table: str, version: int) -> str:
+    """Any line but a canonical plain add: parsed, its action recorded in ``facts``, its
+    canonical text returned (or the line refused)."""
+    text = line.strip(_JSON_SPACE)
+    try:
+        obj, end = _SCAN_ONCE(text, 0)
+    except (StopIteration, ValueError):
+        obj, end = None, -1
+    if end == len(text) and type(obj) is dict and len(obj) == 1:
+        ((kind, body),) = obj.items()
+        if kind in OBJECT_ACTIONS and type(body) is not dict:
+            _parse_line(line, lineno, table=table, version=version)  # refuses it
+    else:
+        obj = _fast_object(line) or _parse_line(line, lineno, table=table, version=version)
+        kind, body = line_action(obj)
+    seq = len(facts.kinds)
+    facts.kinds.append(kind)
+    if kind == "add" or kind == "remove":
+        try:
+            facts.files.append(file_action(seq, kind, body))
+        except FileFieldError as exc:
+            raise refusal(exc, table=table, version=version, line=lineno) from None
+    elif seq == 0 and kind == "commitInfo":
+        facts.in_commit_timestamp = body.get("inCommitTimestamp")
+    try:
+        return "".join(_C_ENCODE(obj, 0))  # type: ignore[misc]
+    except (TypeError, ValueError):
+        return canonical_json(obj)
 
 
 def _fast_object(line: str) -> dict[str, Any] | None:

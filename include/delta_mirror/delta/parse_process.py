@@ -151,7 +151,9 @@ class ParseProcess:
         ``on_lines`` called for each chunk as the child parses it. A refusal is raised by parsing
         here; so is every commit after the child is lost."""
         chunks: list[list[str]] = []
+        facts = LineFacts()
         handed = 0  # lines already given to on_lines
+        source = _SourceLines(data)
         while self.alive and self._out is not None:
             try:
                 kind, got, *rest = _recv(self._out)
@@ -163,13 +165,21 @@ class ParseProcess:
                 break
             if kind == "lines":
                 seq, kinds, lines, files = rest
+                if lines is None:  # canonical already: the source's own lines
+                    lines = source.lines(seq, len(kinds))
                 chunks.append(lines)
+                facts.kinds += kinds
+                facts.files += files
                 if on_lines is not None:
                     on_lines(seq, kinds, lines, files)
                 handed = seq + len(lines)
             elif kind == "commit":
-                tail, facts, file, rendered = rest
+                tail, kinds, files, facts.in_commit_timestamp, file, rendered = rest
+                if tail is None:
+                    tail = source.lines(handed, len(kinds))
                 chunks.append(tail)
+                facts.kinds += kinds
+                facts.files += files
                 return [line for chunk in chunks for line in chunk], facts, file, rendered
             else:  # "refused": parse here, to raise the error as this process words it
                 break
@@ -231,12 +241,18 @@ def serve() -> None:
 
 
 def _answer(out: IO[bytes], version: int, table: str, chunk: int, data: bytes) -> None:
-    sent = 0
+    """``read_commit``'s chunks and result, each sent as parsed. A run of lines that are canonical
+    already (the source's own text, as Delta writers write it) goes as None: the parent has the
+    same bytes and takes the lines from them (``_SourceLines``), so the lines, most of a commit's
+    bytes, are neither pickled here nor unpickled there. The facts go once, chunk by chunk."""
+    sent = files_sent = 0
+    source = _SourceLines(data)
 
     def on_lines(seq: int, kinds: list[str], lines: list[str], files: list[FileAction]) -> None:
-        nonlocal sent
-        _send(out, ("lines", version, seq, kinds, lines, files))
-        sent = seq + len(lines)
+        nonlocal sent, files_sent
+        same = source.lines(seq, len(lines)) == lines
+        _send(out, ("lines", version, seq, kinds, None if same else lines, files))
+        sent, files_sent = seq + len(lines), files_sent + len(files)
 
     commit_lines.LINES_CHUNK = chunk  # the parent's, so chunks fall where they would there
     try:
@@ -244,8 +260,37 @@ def _answer(out: IO[bytes], version: int, table: str, chunk: int, data: bytes) -
     except Exception:  # the parent parses it again and raises its own error
         _send(out, ("refused", version))
         return
+    tail = lines[sent:]
     # The store records the digest of the canonical rendering: taken here, off the import's path.
-    _send(out, ("commit", version, lines[sent:], facts, digest(data), digest(render_commit(lines))))
+    _send(
+        out,
+        (
+            "commit",
+            version,
+            None if source.lines(sent, len(tail)) == tail else tail,
+            facts.kinds[sent:],
+            facts.files[files_sent:],
+            facts.in_commit_timestamp,
+            digest(data),
+            digest(render_commit(lines)),
+        ),
+    )
+
+
+class _SourceLines:
+    """A commit's non-blank lines as its bytes hold them (split on ``\n`` only, as
+    ``read_commit`` splits), taken once when first asked for: the n-th is the text the n-th
+    canonical line came from, and equal to it when the writer wrote canonical JSON."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._lines: list[str] | None = None
+
+    def lines(self, seq: int, count: int) -> list[str]:
+        if self._lines is None:
+            text = self._data.decode("utf-8")
+            self._lines = [line for line in text.split("\n") if line and not line.isspace()]
+        return self._lines[seq : seq + count]
 
 
 __all__ = ["AHEAD", "CHILD_MIN_BYTES", "ParseProcess", "digest", "serve"]
