@@ -60,6 +60,10 @@ Figures:
    health, the lag step and the UI overview at 1,000 tables x 1,000,000 versions). ``--quick`` runs
    each one's quick mode.
 
+9. ``backends`` (``benchmarks/backends.py``, issue 30): publish, import and checkpoint on SQLite,
+   PostgreSQL, MySQL/MariaDB and DuckDB side by side, at one size for all four (2,000 versions x 10
+   adds; the 300k-file table cut to 100,000 adds; ``--quick``: 200 versions, 10,000 adds).
+
 The PostgreSQL server is the tests' throwaway server (``tests/support/services.py``: fsync off, so the
 numbers measure CPU and round trips, not a disk). The corpus is read in place and never written.
 """
@@ -83,6 +87,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import backends
 import commit_service
 import figures
 import pieces
@@ -100,6 +105,7 @@ FIGURES = (
     "commit_service",
     "spark_writers",
     "fleet",
+    "backends",
 )
 #: The figures whose ``targets`` make ``all_targets_met`` (keys of the output).
 TARGET_FIGURES = ("publish", "checkpoint_300k", "long_history", "commit_service", "spark_writers")
@@ -221,6 +227,7 @@ def _run_figures(bench: Bench, out: dict[str, Any], only: set[str]) -> dict[str,
         "commit_service": lambda: out.update(commit_service=commit_service.figure(bench, log)),
         "spark_writers": lambda: out.update(spark_writers=spark_writers.figure(bench, log)),
         "fleet": lambda: out.update(fleet=_fleet(bench)),
+        "backends": lambda: out.update(backends=backends.figure(bench)),
     }
     errors: dict[str, str] = {}
     for key in (k for k in FIGURES if k in only):
