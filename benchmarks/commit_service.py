@@ -17,13 +17,15 @@ median over ``--repeats`` windows. Per window: commits/s (201s completed in the 
 p50/p99 of the client-side latency, CPU per commit of the service's process tree, the database's
 (PostgreSQL's postmaster and its backends; SQLite runs inside the service) and the clients' (utime +
 stime from ``/proc/<pid>/stat`` of each tree, before/after), statements per commit (PostgreSQL:
-``pg_stat_statements`` calls in the service's database, BEGIN/COMMIT and the pool's pre-ping
-included: the round trips, except that an ``executemany`` pipelines its statements), the machine's
+``pg_stat_statements`` calls in the service's database, BEGIN/COMMIT included: the round trips,
+except that an ``executemany`` pipelines its statements and that the pool's pre-ping, an empty
+query, is not seen there: one more round trip per commit while it is on), the machine's
 busy cores and load. Every body is a pure function of (table, version, kind): at the end every
 version of every table is read back from the store and compared byte for byte.
 
 ``--base PATH`` runs the same services from another checkout (``git worktree add PATH <commit>``;
-its ``include/`` goes first on the service's ``PYTHONPATH``) beside this tree's, in the same rounds.
+its ``include/`` goes first on the service's ``PYTHONPATH``) beside this tree's, in the same rounds;
+``--base a=PATH1,b=PATH2`` runs several, labelled.
 
 Standalone: ``PYTHONPATH=tests .venv/bin/python benchmarks/commit_service.py [--quick] [--window S]
 [--repeats N] [--base PATH]`` (JSON on stdout, progress on stderr). In ``make bench`` the settings
@@ -674,7 +676,7 @@ class Settings:
     workers: tuple[int, ...] = WORKERS
     kinds: tuple[str, ...] = KINDS
     stores: tuple[str, ...] = ("postgres", "sqlite")
-    base: Path | None = None
+    base: tuple[tuple[str, Path], ...] = ()
     new: Path = REPO
     client_procs: int = CLIENT_PROCS
 
@@ -705,7 +707,7 @@ def _summary(windows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _services(settings: Settings, store: str, tmp: Path, new_db: Callable[[], str] | None) -> list[_Service]:
-    trees = [("new", settings.new)] + ([("base", settings.base)] if settings.base is not None else [])
+    trees = [("new", settings.new), *settings.base]
     out = []
     for code, tree in trees:
         for workers in settings.workers:
@@ -806,7 +808,7 @@ def run(settings: Settings, tmp: Path, log: Callable[[str], None]) -> dict[str, 
             "clients": list(settings.clients),
             "workers": list(settings.workers),
             "client_processes": settings.client_procs,
-            "base": str(settings.base) if settings.base else None,
+            "base": {label: str(path) for label, path in settings.base},
             "cpus": os.cpu_count(),
         },
         "payload_bytes": {
@@ -817,11 +819,11 @@ def run(settings: Settings, tmp: Path, log: Callable[[str], None]) -> dict[str, 
         "earlier": EARLIER,
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
     }
-    if settings.base is not None:
-        base_head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=settings.base, capture_output=True, text=True
+    for label, path in settings.base:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=path, capture_output=True, text=True
         )
-        out["settings"]["base_commit"] = base_head.stdout.strip()
+        out["settings"][f"{label}_commit"] = head.stdout.strip()
     server = _fsync_pg() if "postgres" in settings.stores else None
     try:
         for store in settings.stores:
@@ -887,9 +889,18 @@ def settings_from(quick: bool, opts: argparse.Namespace | None = None) -> Settin
         workers=pick("workers", WORKERS, ints),
         kinds=pick("kinds", KINDS, lambda r: tuple(r.split(","))),
         stores=pick("stores", ("postgres", "sqlite"), lambda r: tuple(r.split(","))),
-        base=Path(base).resolve() if base else None,
+        base=tuple(_labelled(base)) if base else (),
         new=Path(new).resolve() if new else REPO,
     )
+
+
+def _labelled(raw: str) -> list[tuple[str, Path]]:
+    """``PATH`` or ``label=PATH``, comma-separated; unlabelled ones are ``base``, ``base2``, ..."""
+    out = []
+    for n, item in enumerate(x for x in raw.split(",") if x):
+        label, _, path = item.rpartition("=")
+        out.append((label or ("base" if n == 0 else f"base{n + 1}"), Path(path).resolve()))
+    return out
 
 
 def figure(bench: Any, log: Callable[[str], None]) -> dict[str, Any]:

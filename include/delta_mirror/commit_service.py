@@ -105,11 +105,6 @@ def error_response(exc: MirrorError) -> JSONResponse:
     return JSONResponse({"error": " ".join(exc.message.split()), "code": code}, status, headers=headers)
 
 
-def _json(body: dict[str, Any]) -> bytes:
-    """The bytes Starlette's ``JSONResponse`` renders for ``body``."""
-    return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
-
-
 @functools.lru_cache(maxsize=4096)
 def _root_of_query(query: bytes) -> str | None:
     """The ``root`` parameter of a raw query string (the last one, as Starlette's ``query_params``
@@ -343,15 +338,14 @@ class CommitService:
                 raise
 
         result = await self._run(commit)
-        body: dict[str, Any] = {
-            "table": result.table,
-            "version": result.version,
-            "sha256": result.sha256,
-            "size": result.size,
-        }
-        if result.existing:
-            body["existing"] = True
-        return (200 if result.existing else 201), _json(body)
+        # The bytes Starlette's JSONResponse renders for these keys, formatted directly (json.dumps
+        # took a tenth of the event loop's time per append); only the table name needs escaping.
+        body = (
+            f'{{"table":{json.dumps(result.table, ensure_ascii=False)},"version":{result.version:d},'
+            f'"sha256":"{result.sha256}","size":{result.size:d}'
+            + (',"existing":true}' if result.existing else "}")
+        ).encode("utf-8")
+        return (200 if result.existing else 201), body
 
     async def handle_post(self, scope: dict[str, Any], receive: Any, send: Any, raw_version: str) -> None:
         """``POST /v1/commits/<version>`` as a bare ASGI handler: the checks of every route (token,
