@@ -1,13 +1,14 @@
 """The store on MySQL 8 / MariaDB 10.11 (``mysql+pymysql://user:pw@host:port/db``).
 
 Isolation level: READ COMMITTED, set on every connection and checked when it is made. The store's
-write paths are written for it (it is PostgreSQL's default too): a commit reads the newest version,
-then inserts the next one, and the ``dl_commits`` primary key decides a race (the loser's insert
-waits for the winner's row lock and then fails with a duplicate key: ``CommitConflictError``).
-InnoDB's default, REPEATABLE READ, would pin each transaction's reads to its first snapshot and
-take gap locks on the ranges it reads, so two committers of one table deadlock where they should
-queue. A server (or proxy) that leaves a session on another level, or a binary log in
-``STATEMENT`` format (which cannot log READ COMMITTED writes), is refused at connect with one line.
+write paths are written for it (it is PostgreSQL's default): every statement sees what others
+committed before it; a commit reads the newest version, then inserts the next one, and the
+``dl_commits`` primary key decides a race (the loser's insert waits for the winner's row lock, then
+fails with a duplicate key: ``CommitConflictError``). InnoDB's default, REPEATABLE READ, would give
+a transaction's plain reads its first snapshot and take gap locks on the ranges its UPDATEs scan.
+A server (or proxy) that leaves a session on another level, or a binary log in ``STATEMENT``
+format (which cannot log READ COMMITTED writes), is refused at connect with one line
+(docs/stores.md).
 
 Tables are ``utf8mb4`` with a binary, no-pad collation (file paths and table names compare byte by
 byte, as on PostgreSQL and SQLite; MySQL's default collations ignore case and trailing spaces).
