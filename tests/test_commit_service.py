@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -335,6 +336,51 @@ def test_a_version_outside_0_to_2_63_is_one_400_on_post_and_get(
         anonymous = service.request(method, f"/v1/commits/{raw}{query}", body, token=None)
         assert anonymous.status == 401  # the token is checked before anything else
     assert rows_and_files(store, lake) == before
+
+
+def test_posts_beside_the_commit_route_answer_404_or_405_in_one_json_line(
+    service: Service, lake: Path
+) -> None:
+    root = quote(hadoop_root(lake / "t"), safe="")
+    for path, status, code in (
+        ("/v1/commits/", 404, "not_found"),
+        (f"/v1/commits/1/extra?root={root}", 404, "not_found"),
+        ("/v1/nothing", 404, "not_found"),
+    ):
+        answer = service.request("POST", path, commit_file(add("a.parquet")))
+        assert (answer.status, answer.json()["code"]) == (status, code), (path, answer.body)
+        assert answer.body.count(b"\n") == 0
+    answer = service.request("PUT", f"/v1/commits/1?root={root}", commit_file(add("a.parquet")))
+    assert (answer.status, answer.json()["code"]) == (405, "method_not_allowed")
+
+
+def test_one_keep_alive_connection_carries_every_commit_of_a_writer(service: Service, lake: Path) -> None:
+    root = hadoop_root(lake / "t")
+    conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=load_scaled(30))
+    try:
+        answer = service.post(root, 0, V0, conn=conn)
+        assert answer.status == 201, answer.body
+        sock = conn.sock
+        for v in range(1, 21):
+            data = commit_file(add(f"part-{v}.parquet"))
+            answer = service.post(root, v, data, conn=conn)
+            assert answer.status == 201, answer.body
+            assert answer.json() == {
+                "table": "t",
+                "version": v,
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "size": len(data),
+            }
+            assert answer.headers["content-type"] == "application/json"
+        assert conn.sock is sock, "the service closed the keep-alive connection between commits"
+        # A writer committing every few seconds keeps its connection too (uvicorn's default closes
+        # a connection idle for 5 s; the service keeps it KEEP_ALIVE_SECONDS).
+        time.sleep(6)
+        answer = service.post(root, 21, commit_file(add("part-21.parquet")), conn=conn)
+        assert answer.status == 201, answer.body
+        assert conn.sock is sock, "the service closed the keep-alive connection after 6 idle seconds"
+    finally:
+        conn.close()
 
 
 @pytest.mark.all_backends
