@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Table, func, select
 from support.builders import add_body, metadata_body, protocol_body, remove_body
 
 from delta_mirror.store import SqlStore
@@ -90,3 +90,24 @@ def spark_file(*actions: Action, commit_info: dict[str, Any] | None = None) -> b
 
 def v0_file(**configuration: str) -> bytes:
     return spark_file(protocol(), metadata(**configuration), add("a.parquet"))
+
+
+def store_rows(store: SqlStore, table_id: int) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row a table's commits wrote, without ids and clock times: equal rows, equal commits."""
+
+    def rows(table: Table, columns: list[str], order: list[str]) -> list[tuple[Any, ...]]:
+        query = select(*(table.c[c] for c in columns)).where(table.c.table_id == table_id)
+        return [tuple(r) for r in conn.execute(query.order_by(*(table.c[c] for c in order)))]
+
+    def but(table: Table, *left_out: str) -> list[str]:
+        return [c.name for c in table.c if c.name not in left_out]
+
+    with store.engine.connect() as conn:
+        return {
+            "commits": rows(dl_commits, but(dl_commits, "table_id", "committed_at"), ["version"]),
+            "actions": rows(
+                dl_actions, ["version", "part", "seq", "action_type", "payload"], ["version", "part", "seq"]
+            ),
+            "files": sorted(rows(dl_files, but(dl_files, "id", "table_id"), [])),
+            "status": rows(dl_mirror_status, ["version", "artifact", "state", "attempts"], ["version"]),
+        }

@@ -9,34 +9,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Table, event, select, text
-from store.store_kit import Action, add, inline_dv, metadata, protocol, remove, spark_file, state, v0_file
+from sqlalchemy import event, text
+from store.store_kit import (
+    Action,
+    add,
+    inline_dv,
+    metadata,
+    protocol,
+    remove,
+    spark_file,
+    state,
+    store_rows,
+    v0_file,
+)
 from support.race import race, won_or_refused
 
 from delta_mirror.errors import CommitConflictError, DataError, InvalidActionError, TableHaltedError
 from delta_mirror.store import SqlStore
-from delta_mirror.store.schema import dl_actions, dl_commits, dl_files, dl_mirror_status
-
-
-def store_rows(store: SqlStore, table_id: int) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row a table's commits wrote, without ids and clock times: equal rows, equal commits."""
-
-    def rows(table: Table, columns: list[str], order: list[str]) -> list[tuple[Any, ...]]:
-        query = select(*(table.c[c] for c in columns)).where(table.c.table_id == table_id)
-        return [tuple(r) for r in conn.execute(query.order_by(*(table.c[c] for c in order)))]
-
-    def but(table: Table, *left_out: str) -> list[str]:
-        return [c.name for c in table.c if c.name not in left_out]
-
-    with store.engine.connect() as conn:
-        return {
-            "commits": rows(dl_commits, but(dl_commits, "table_id", "committed_at"), ["version"]),
-            "actions": rows(
-                dl_actions, ["version", "part", "seq", "action_type", "payload"], ["version", "part", "seq"]
-            ),
-            "files": sorted(rows(dl_files, but(dl_files, "id", "table_id"), [])),
-            "status": rows(dl_mirror_status, ["version", "artifact", "state", "attempts"], ["version"]),
-        }
+from delta_mirror.store.schema import dl_commits
 
 
 def raw_utf8_file(*actions: Action) -> bytes:
@@ -70,7 +60,9 @@ def known_root_history() -> list[bytes]:
         spark_file(remove("b.parquet", dv=inline_dv(2)), add("b.parquet", dv=inline_dv(3))),  # a DV update
         spark_file(remove("e.parquet"), add("e.parquet", size=9)),  # removed and re-added in one commit
         spark_file(remove("f.parquet"), remove("g.parquet"), remove("h.parquet"), add("opt.parquet")),
-        spark_file(protocol(minWriterVersion=4), metadata(**{"delta.logRetentionDuration": "interval 1 days"})),
+        spark_file(
+            protocol(minWriterVersion=4), metadata(**{"delta.logRetentionDuration": "interval 1 days"})
+        ),
         spark_file(add("i.parquet")),
     ]
 

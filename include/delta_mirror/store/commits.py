@@ -410,8 +410,9 @@ class Commits(Tables):
             prev = latest_action(conn, table.id, "metaData", version - 1)
             metadata = json.loads(prev)["metaData"] if prev else {}
         previous_ict = None
-        ict_known = commit_rules.in_commit_timestamps_enabled(metadata)
-        if ict_known:
+        ict_known = version == table.first_version  # no timestamp before the first commit
+        if commit_rules.in_commit_timestamps_enabled(metadata):
+            ict_known = True
             previous_ict = conn.execute(
                 select(func.max(dl_commits.c.in_commit_timestamp)).where(dl_commits.c.table_id == table.id)
             ).scalar()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,8 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    DisconnectionError,
+    OperationalError,
+    SQLAlchemyError,
+)
 
 from delta_mirror.config import redact_url
 from delta_mirror.errors import MirrorError, PermanentError, TransientError
@@ -83,17 +90,44 @@ def make_engine(url: str) -> Engine:
 
         return make_mysql_engine(parsed, url)
     if parsed.get_backend_name() == "postgresql":
-        try:
-            return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
-        except (ArgumentError, ValueError) as exc:  # e.g. a non-numeric port
-            raise PermanentError(
-                f"store URL {redact_url(url)} is not valid: {exc}",
-                hint="use postgresql+psycopg://user@host:port/db",
-            ) from None
+        return _postgresql_engine(parsed, url)
     raise PermanentError(
         f"unsupported store backend '{parsed.get_backend_name()}'",
         hint="use sqlite:///path or postgresql+psycopg://user@host/db",
     )
+
+
+def _postgresql_engine(parsed: URL, url: str) -> Engine:
+    """No pre-ping (a round trip per checkout, as many as a whole commit): a connection the server
+    closed is found without one (``_closed_by_server``), and a commit that still finds its
+    connection dead is tried once more (``pg_commit.dead_connection``)."""
+    try:
+        engine = create_engine(parsed, pool_pre_ping=False, connect_args={"connect_timeout": 10})
+    except (ArgumentError, ValueError) as exc:  # e.g. a non-numeric port
+        raise PermanentError(
+            f"store URL {redact_url(url)} is not valid: {exc}",
+            hint="use postgresql+psycopg://user@host:port/db",
+        ) from None
+
+    @event.listens_for(engine, "checkout")
+    def _drop_closed(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+        if _closed_by_server(dbapi_conn):
+            raise DisconnectionError("the server closed this pooled connection")  # the pool reconnects
+
+    return engine
+
+
+def _closed_by_server(dbapi_conn: Any) -> bool:
+    """Whether the server closed this idle pooled connection, without a round trip: an idle
+    connection's socket has nothing to read unless the server wrote to it since (a restart's or
+    ``pg_terminate_backend``'s FATAL message, then end of file). Anything else it may have written
+    (a parameter change report) only costs a new connection."""
+    try:
+        poller = select.poll()
+        poller.register(dbapi_conn.fileno(), select.POLLIN)
+    except Exception:  # closed already: no socket
+        return True
+    return bool(poller.poll(0))
 
 
 # One engine (and pool) per store URL per process: hooks, triggers and operators share it instead of
