@@ -36,7 +36,6 @@ _SERVER_OPTIONS = (
     "--innodb-doublewrite=0",
     "--innodb-buffer-pool-size=256M",
     "--max-connections=300",
-    "--local-infile=1",
 )
 
 

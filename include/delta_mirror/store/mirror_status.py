@@ -127,6 +127,15 @@ _SUCCESS_SET = (
     "finished_at = :now, error_class = NULL, last_error = NULL, lease_owner = NULL "
 )
 
+# ``_mark_commits_succeeded``'s statement on MySQL/MariaDB (the same rows and values).
+_MYSQL_SUCCESS_FROM_COMMITS = (
+    "UPDATE dl_mirror_status AS m JOIN dl_commits AS c "
+    "ON c.table_id = m.table_id AND c.version = m.version AND c.has_json "
+    "SET m.state = 'SUCCESS', m.sha256 = c.sha256, m.size_bytes = c.size_bytes, m.finished_at = :now, "
+    "m.error_class = NULL, m.last_error = NULL, m.lease_owner = NULL "
+    "WHERE m.table_id = :t AND m.artifact = 'json' AND m.version BETWEEN :lo AND :hi"
+)
+
 
 class MirrorStatus(StoreBase):
     """Read and move the per-version publish states."""
@@ -298,7 +307,7 @@ class MirrorStatus(StoreBase):
             return
         now = now_ms()
         dialect = self.engine.dialect.name
-        range_update = dialect == "postgresql" or (
+        range_update = dialect in ("postgresql", "mysql") or (
             dialect == "sqlite" and sqlite3.sqlite_version_info >= (3, 33)
         )
         if (
@@ -326,17 +335,21 @@ class MirrorStatus(StoreBase):
         self, table_id: int, results: Sequence[tuple[int, str, int]], now: int
     ) -> bool:
         """A contiguous run of published commits whose bytes were checked against ``dl_commits``:
-        one range UPDATE taking hash and size from there (PostgreSQL, SQLite >= 3.33: UPDATE ... FROM).
+        one range UPDATE taking hash and size from there (PostgreSQL, SQLite >= 3.33: UPDATE ... FROM;
+        MySQL: UPDATE ... JOIN).
         False when the fast path does not apply."""
         span = _span([v for v, _, _ in results])
         if span is None:
             return False
         lo, hi = span
-        stmt = text(
-            _SUCCESS_SET.format(sha256="c.sha256", size="c.size_bytes")
-            + "FROM dl_commits AS c WHERE c.table_id = m.table_id AND c.version = m.version AND c.has_json "
-            "AND m.table_id = :t AND m.artifact = 'json' AND m.version BETWEEN :lo AND :hi"
-        )
+        if self.engine.dialect.name == "mysql":  # no UPDATE ... FROM there: UPDATE ... JOIN
+            stmt = text(_MYSQL_SUCCESS_FROM_COMMITS)
+        else:
+            stmt = text(
+                _SUCCESS_SET.format(sha256="c.sha256", size="c.size_bytes")
+                + "FROM dl_commits AS c WHERE c.table_id = m.table_id AND c.version = m.version AND c.has_json "
+                "AND m.table_id = :t AND m.artifact = 'json' AND m.version BETWEEN :lo AND :hi"
+            )
         # The publisher renders each commit and refuses bytes whose SHA-256 differs from
         # dl_commits, so the recorded hash and size are exactly those it verified at the location.
         with db.translated(self.url, "updating mirror status"), self.engine.begin() as conn:

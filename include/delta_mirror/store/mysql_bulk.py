@@ -30,7 +30,8 @@ from delta_mirror.store.bulk_load import (
 )
 
 _STATEMENT_BYTES = 8 << 20  # one INSERT's size, at most half the server's max_allowed_packet
-_CLOSED_TABLE = "delta_mirror_closed_files"
+_CLOSED_TABLE = "delta_mirror_closed_files"  # the statements below spell it out
+_DROP_CLOSED = "DROP TEMPORARY TABLE IF EXISTS delta_mirror_closed_files"
 
 
 class MySqlBulkImport(BulkImport):
@@ -55,10 +56,10 @@ class MySqlBulkImport(BulkImport):
     def _close_sent_rows(self, closed: list[list[Any]]) -> None:
         """One UPDATE by (path, deletion vector, add position), unique among a table's add rows."""
         conn = self.conn
-        conn.exec_driver_sql(f"DROP TEMPORARY TABLE IF EXISTS {_CLOSED_TABLE}")
+        conn.exec_driver_sql(_DROP_CLOSED)
         conn.exec_driver_sql(
-            f"CREATE TEMPORARY TABLE {_CLOSED_TABLE} (path LONGTEXT, dv_id LONGTEXT, av BIGINT, ap SMALLINT,"
-            " aseq INT, rv BIGINT, rp SMALLINT, rs INT, dt BIGINT) CHARACTER SET utf8mb4"
+            "CREATE TEMPORARY TABLE delta_mirror_closed_files (path LONGTEXT, dv_id LONGTEXT, av BIGINT,"
+            " ap SMALLINT, aseq INT, rv BIGINT, rp SMALLINT, rs INT, dt BIGINT) CHARACTER SET utf8mb4"
         )
         try:
             self._insert(
@@ -67,14 +68,14 @@ class MySqlBulkImport(BulkImport):
                 [(r[_PATH], r[_DV], r[_AV], r[_AP], r[_AS], r[_RV], r[_RP], r[_RS], r[_DT]) for r in closed],
             )
             conn.exec_driver_sql(
-                f"UPDATE dl_files f JOIN {_CLOSED_TABLE} x ON f.table_id = %s AND f.path = x.path"
+                "UPDATE dl_files f JOIN delta_mirror_closed_files x ON f.table_id = %s AND f.path = x.path"
                 " AND f.dv_id = x.dv_id AND f.add_version = x.av AND f.add_part = x.ap AND f.add_seq = x.aseq"
                 " SET f.remove_version = x.rv, f.remove_part = x.rp, f.remove_seq = x.rs,"
                 " f.deletion_timestamp = x.dt",
                 (self.table_id,),
             )
         finally:
-            conn.exec_driver_sql(f"DROP TEMPORARY TABLE IF EXISTS {_CLOSED_TABLE}")
+            conn.exec_driver_sql(_DROP_CLOSED)
 
     def _flush_actions(self) -> None:
         tid = self.table_id

@@ -50,7 +50,8 @@ _LOGIN_FAILED = (1044, 1045, 1698)
 _UNKNOWN_DATABASE = 1049
 
 # Session settings: strict (an overlong value fails instead of being cut), and no silent engine swap.
-_SQL_MODE = "STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,ERROR_FOR_DIVISION_BY_ZERO"
+_SET_SQL_MODE = "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,ERROR_FOR_DIVISION_BY_ZERO'"
+_SET_ISOLATION = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"  # ISOLATION_LEVEL
 
 
 def is_mysql_error(exc: BaseException) -> bool:
@@ -127,8 +128,8 @@ def check_session(engine: Engine, dbapi_conn: Any, url: str) -> None:
     """Set the session's SQL mode; refuse a session the store cannot run correctly on."""
     cur = dbapi_conn.cursor()
     try:
-        cur.execute(f"SET SESSION sql_mode = '{_SQL_MODE}'")
-        cur.execute(f"SET SESSION TRANSACTION ISOLATION LEVEL {ISOLATION_LEVEL}")
+        cur.execute(_SET_SQL_MODE)
+        cur.execute(_SET_ISOLATION)
         cur.execute("SELECT @@GLOBAL.log_bin, @@SESSION.binlog_format")
         log_bin, binlog_format = cur.fetchone()
     finally:
@@ -162,14 +163,18 @@ def table_options(bind: Connection) -> dict[str, Any]:
     return {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": collation}
 
 
+# The TEXT defaults of the schema as MySQL 8 expressions (the migrations' literals).
+_TEXT_DEFAULTS = {"{}": "('{}')", "": "('')"}
+
+
 def text_default(bind: Connection, value: str) -> Any:
-    """A ``server_default`` for a TEXT column: MySQL 8 takes only an expression there (MariaDB,
-    PostgreSQL and SQLite the plain literal, which is what they get)."""
+    """A ``server_default`` for a TEXT column (``value``: one of ``_TEXT_DEFAULTS``): MySQL 8 takes
+    only an expression there (MariaDB, PostgreSQL and SQLite the plain literal, which they get)."""
     if bind.dialect.name != "mysql" or getattr(bind.dialect, "is_mariadb", False):
         return value
     from sqlalchemy import text
 
-    return text("('" + value.replace("'", "''") + "')")
+    return text(_TEXT_DEFAULTS[value])
 
 
 __all__ = [
