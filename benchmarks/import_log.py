@@ -41,6 +41,12 @@ from typing import Any
 from pieces import REPO, SOURCE_300K, add_body, remove_body, schema_string
 
 MARK = "IMPORT_BENCH "
+#: The 300k-file import before issue 31's pass (time and RSS ratios vs deltalake's open), beside
+#: the new figure: the issue's quiet-machine range and the 2026-11-27 10:24 UTC run (code dd34f6c).
+EARLIER_300K = {
+    "postgres": {"time_ratio": "2.8-3.0 (issue 31); 2.46 (dd34f6c, 10:24 UTC)", "rss_ratio": 0.82},
+    "sqlite": {"time_ratio": "2.21 (dd34f6c, 10:24 UTC)", "rss_ratio": 0.82},
+}
 CHILD_TIMEOUT = 1800.0
 
 
@@ -271,10 +277,12 @@ def measure(name: str, source: Path, stores: Stores, repeat: int, profile: bool,
         fig["time_ratio_vs_deltalake"] = round(fig["seconds"] / peer["seconds"], 2)
         fig["cpu_ratio_vs_deltalake"] = round(fig["cpu_seconds"] / peer["cpu_seconds"], 2)
         fig["rss_ratio_vs_deltalake"] = round(fig["peak_rss_mib"] / peer["peak_rss_mib"], 2)
-        fig["targets"] = {
-            "time_le_3x_deltalake": fig["seconds"] <= 3 * peer["seconds"],
+        fig["targets"] = {  # issue 31 (was <= 3x): import at twice a reader's open, in less memory
+            "time_le_2x_deltalake": fig["seconds"] <= 2 * peer["seconds"],
             "rss_le_deltalake": fig["peak_rss_mib"] <= peer["peak_rss_mib"],
         }
+        if name == "300k":
+            fig["earlier"] = EARLIER_300K.get(kind)
         fig["same_active_files_as_deltalake"] = runs[0]["active_files"] == out["active_files"]
         out[f"ours_{kind}"] = fig
     if profile:

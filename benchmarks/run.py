@@ -287,7 +287,7 @@ def _fleet(bench: Bench) -> dict[str, Any]:
 
 def collect_targets(out: dict[str, Any]) -> dict[str, bool]:
     """Every target of the run, flat: the figures' own, and import_log's per log and store side
-    (``import_log.import_300k.ours_postgres.time_le_3x_deltalake``)."""
+    (``import_log.import_300k.ours_postgres.time_le_2x_deltalake``)."""
     targets: dict[str, bool] = {}
     for fig in TARGET_FIGURES:
         for k, v in (out.get(fig) or {}).get("targets", {}).items():
