@@ -23,12 +23,13 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
 from delta_mirror.delta.actions import render_commit
-from delta_mirror.delta.line_facts import KIND, FileAction, LineFacts
+from delta_mirror.delta.line_facts import DV_ID, KIND, PATH, FileAction, LineFacts
 from delta_mirror.delta.protocol import now_ms
 from delta_mirror.delta.replay import FileKey
 from delta_mirror.store.schema import ANALYZE_STATEMENTS, PART_COMMIT, dl_tables
@@ -114,10 +115,11 @@ class FileIndex:
         early = self._early.pop(version, 0)
         active = self._active
         adds = [f for f in files if f[KIND] == "add"]
-        keys = [FileKey(path, dv) for _seq, _kind, path, dv, _size, _pv, _dt in adds]
+        # (path, deletion vector id) pairs made in C: plain tuples, equal to (and hashed as) the
+        # FileKey of the same fields, so either finds the other's entries.
+        keys: list[FileKey] = list(map(_KEY_OF, adds))
         if adds and version > 0 and active:
-            superseded = {key for key in keys if key in active}
-            for key in superseded:
+            for key in active.keys() & keys:
                 for row in active.pop(key):
                     row[_RV] = version
                 self._close(version, key)
@@ -127,13 +129,13 @@ class FileIndex:
             self._remove(version, part, [f for f in files if f[KIND] == "remove"])
         rows = self.rows
         made = rows[len(rows) - early :] if early else []
-        for i, add in enumerate(adds):
-            if i < early:
-                row = made[i]
-            else:
-                row = _add_row(version, part, add)
-                rows.append(row)
-            key = keys[i]
+        new = [_add_row(version, part, add) for add in adds[early:]]
+        rows += new
+        if (not active or active.keys().isdisjoint(keys)) and len(set(keys)) == len(keys):
+            # Every key new and once (a large commit of new files): the entries added in C.
+            active.update(zip(keys, map(list, zip(made + new if made else new)), strict=True))
+            return
+        for key, row in zip(keys, made + new, strict=True):
             same = active.get(key)
             if same is None:
                 active[key] = [row]
@@ -169,6 +171,9 @@ class FileIndex:
 
     def _close(self, version: int, key: FileKey) -> None:
         self._closed.setdefault(version, set()).add(key)
+
+
+_KEY_OF = itemgetter(PATH, DV_ID)
 
 
 def _add_row(version: int, part: int, add: FileAction) -> list[Any]:
@@ -503,7 +508,7 @@ def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
 
 
-_COPY_CHUNK = 20_000  # rows per write
+_COPY_CHUNK = 2_000  # rows per write: the server stores each while the next is formatted
 
 
 def _field_text(value: Any) -> str:
