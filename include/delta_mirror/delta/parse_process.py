@@ -289,7 +289,13 @@ class _SourceLines:
     def lines(self, seq: int, count: int) -> list[str]:
         if self._lines is None:
             text = self._data.decode("utf-8")
-            self._lines = [line for line in text.split("\n") if line and not line.isspace()]
+            lines = text.split("\n")
+            if lines[-1] == "":
+                lines.pop()
+            # Every line opens an object (the usual log): none is blank, no filter to run.
+            if not (text.startswith("{") and text.count("\n{") == len(lines) - 1):
+                lines = [line for line in lines if line and not line.isspace()]
+            self._lines = lines
         return self._lines[seq : seq + count]
 
 
