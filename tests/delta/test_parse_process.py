@@ -251,3 +251,24 @@ def test_chunks_carry_their_adds_only_when_the_commit_holds_no_remove(
         assert seen == _in_process(data, 1)[2]
         chunk_files = [f for chunk in seen for f in chunk[3]]
         assert chunk_files == (facts.files[:8] if carried else []), text[-40:]
+
+
+@pytest.mark.parametrize("gap", ["", "\n", "\n  \t\n", "\n\x1c\n"])
+def test_canonical_runs_taken_from_the_parents_bytes_give_what_parsing_here_gives(
+    child: ParseProcess, monkeypatch: pytest.MonkeyPatch, gap: str
+) -> None:
+    """Runs of lines canonical already come back as None and are taken from this process's bytes:
+    with blank or space-only lines between them, a chunk of non-canonical lines among them, and
+    the commit's tail canonical too."""
+    monkeypatch.setattr(commit_lines, "LINES_CHUNK", 4)
+    canonical = [
+        json.dumps({"add": builders.add_body(f"p/f{i}.parquet", size=i + 1)}, separators=(",", ":"))
+        for i in range(17)
+    ]
+    lines = [*canonical[:9], '{"add": {"path": "spaced.parquet", "size": 1}}', *canonical[9:]]
+    data = (lines[0] + "\n" + gap.join(line + "\n" for line in lines[1:])).encode()
+    child.submit(1, data, table="t")
+    seen, on_lines = _collector()
+    got_lines, facts, _file, _rendered = child.result(1, data, table="t", on_lines=on_lines)
+    assert (got_lines, facts, seen) == _in_process(data, 1)
+    assert child.alive
