@@ -52,6 +52,13 @@ def test_a_postgres_connection_becomes_the_store_url(
     assert hook(store_conn_id="dm_url").store_url == "sqlite:////tmp/x.db"
 
 
+def test_a_mysql_connection_becomes_a_mysql_store_url(
+    monkeypatch: pytest.MonkeyPatch, airflow_env: dict[str, str]
+) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_DM_MYSQL", "mysql://mirror:p%40ss@db.internal:3306/delta")
+    assert hook(store_conn_id="dm_mysql").store_url == "mysql+pymysql://mirror:p%40ss@db.internal:3306/delta"
+
+
 def test_without_a_store_connection_the_store_is_delta_mirror_store(
     monkeypatch: pytest.MonkeyPatch, airflow_env: dict[str, str]
 ) -> None:

@@ -71,7 +71,8 @@ class DeltaMirrorHook(BaseHook):
             return url_text
 
         url = URL.create(
-            "postgresql+psycopg",
+            # a MySQL connection is a MySQL/MariaDB store (PyMySQL); any other one a PostgreSQL store
+            "mysql+pymysql" if conn.conn_type == "mysql" else "postgresql+psycopg",
             username=conn.login or None,
             password=conn.password or None,
             host=conn.host or None,
