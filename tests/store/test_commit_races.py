@@ -41,14 +41,14 @@ def check_whole(store: SqlStore, table_id: int) -> int:
             .where(dl_commits.c.table_id == table_id)
             .order_by(dl_commits.c.version)
         ).all()
-        actions = dict(
+        actions: dict[int, int] = dict(
             conn.execute(
                 select(dl_actions.c.version, func.count())
                 .where(dl_actions.c.table_id == table_id)
                 .group_by(dl_actions.c.version)
             ).all()
         )
-        status = dict(
+        status: dict[int, int] = dict(
             conn.execute(
                 select(dl_mirror_status.c.version, func.count())
                 .where(dl_mirror_status.c.table_id == table_id, dl_mirror_status.c.artifact == "json")
