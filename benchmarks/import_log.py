@@ -277,8 +277,10 @@ def measure(name: str, source: Path, stores: Stores, repeat: int, profile: bool,
         fig["time_ratio_vs_deltalake"] = round(fig["seconds"] / peer["seconds"], 2)
         fig["cpu_ratio_vs_deltalake"] = round(fig["cpu_seconds"] / peer["cpu_seconds"], 2)
         fig["rss_ratio_vs_deltalake"] = round(fig["peak_rss_mib"] / peer["peak_rss_mib"], 2)
-        fig["targets"] = {  # issue 31 (was <= 3x): import at twice a reader's open, in less memory
-            "time_le_2x_deltalake": fig["seconds"] <= 2 * peer["seconds"],
+        # Issue 31: the 300k-file log at twice a reader's open (was 3x); the history keeps 3x.
+        times = 2 if name == "300k" else 3
+        fig["targets"] = {
+            f"time_le_{times}x_deltalake": fig["seconds"] <= times * peer["seconds"],
             "rss_le_deltalake": fig["peak_rss_mib"] <= peer["peak_rss_mib"],
         }
         if name == "300k":
