@@ -221,3 +221,26 @@ def test_every_secret_the_hook_uses_is_registered_with_the_secrets_masker(
     assert url_secret not in masked and aws_secret not in masked and token not in masked
     assert "***" in masked
     assert redact(f"password was {url_secret}") == "password was ***"
+
+
+def test_a_duckdb_store_is_refused_for_airflow_in_one_line_before_its_file_is_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, airflow_env: dict[str, str]
+) -> None:
+    """Airflow's scheduler, triggerer and workers are separate processes; a DuckDB file takes one
+    read-write process. Every Airflow path resolves the store through the hook's ``store_url``."""
+    from delta_mirror.errors import PermanentError
+
+    path = tmp_path / "store.duckdb"
+    url = f"duckdb:///{path}"
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_DM_DUCK", json.dumps({"conn_type": "generic", "extra": {"sqlalchemy_url": url}})
+    )
+    monkeypatch.setenv("DELTA_MIRROR_STORE", url)
+    for h in (hook(store_conn_id="dm_duck"), hook()):
+        with pytest.raises(PermanentError) as info:
+            h.store  # noqa: B018 (the property opens the store)
+        message = str(info.value)
+        assert "\n" not in message
+        assert f"the DuckDB store {path}" in message and "Airflow" in message
+        assert "use a PostgreSQL or MySQL store for Airflow" in message
+    assert not path.exists()  # refused before anything opened (and locked) the file

@@ -25,6 +25,10 @@ SCHEMA = pa.schema([("id", pa.int64())])
 NO_RETRY = RetryPolicy(attempts=1)
 
 
+# The publisher on every store (the MySQL and DuckDB params too: issue 30).
+pytestmark = pytest.mark.all_backends
+
+
 def _store(store_url: str) -> SqlStore:
     store = SqlStore(store_url)
     store.init()

@@ -55,6 +55,20 @@ class DeltaMirrorHook(BaseHook):
 
     @cached_property
     def store_url(self) -> str | None:
+        """The store's URL (None: the core's default). A DuckDB store is refused in one line: the
+        scheduler, triggerer and workers would open its file from several processes at once."""
+        url = self._configured_store_url()
+        from delta_mirror.config import store_url as resolved
+        from delta_mirror.store.duckdb_store import refuse_several_processes
+
+        refuse_several_processes(
+            resolved(url),
+            "Airflow's scheduler, triggerer and workers would open it from several processes at once",
+            hint="use a PostgreSQL or MySQL store for Airflow (DuckDB: the CLI or one `delta-mirror serve`)",
+        )
+        return url
+
+    def _configured_store_url(self) -> str | None:
         if not self.store_conn_id:
             return os.environ.get("DELTA_MIRROR_STORE")
         conn = self.get_connection(self.store_conn_id)

@@ -23,7 +23,7 @@ from alembic.ddl.impl import DefaultImpl
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL
 
-from delta_mirror.errors import PermanentError
+from delta_mirror.errors import PermanentError, TransientError
 
 NAME = "duckdb"
 
@@ -41,18 +41,45 @@ class _DuckDBImpl(DefaultImpl):
     transactional_ddl = True
 
 
-# One write lock per database file in this process: every engine on the file shares it.
-_WRITE_LOCKS: dict[str, threading.RLock] = {}
-_WRITE_LOCKS_GUARD = threading.Lock()
-_HELD = "delta_mirror_duckdb_write_lock"
+class _WriteQueue:
+    """The write lock of one DuckDB file in this process. The thread holding it may take it again
+    (a nested write transaction); it is released when the transaction has ended, which may happen
+    on another thread (a pooled connection reset or closed by the pool)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._owner: int | None = None
+        self._depth = 0
+
+    def acquire(self, timeout: float) -> bool:
+        me = threading.get_ident()
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._owner in (None, me), timeout):
+                return False
+            self._owner = me
+            self._depth += 1
+            return True
+
+    def release(self) -> None:
+        with self._cond:
+            self._depth -= 1
+            if self._depth <= 0:
+                self._owner, self._depth = None, 0
+                self._cond.notify_all()
 
 
-def _write_lock(key: str) -> threading.RLock:
-    with _WRITE_LOCKS_GUARD:
-        lock = _WRITE_LOCKS.get(key)
-        if lock is None:
-            lock = _WRITE_LOCKS[key] = threading.RLock()
-        return lock
+# One queue per database file in this process: every engine on the file shares it.
+_QUEUES: dict[str, _WriteQueue] = {}
+_QUEUES_GUARD = threading.Lock()
+WRITE_WAIT_SECONDS = 300.0
+
+
+def _write_queue(key: str) -> _WriteQueue:
+    with _QUEUES_GUARD:
+        queue = _QUEUES.get(key)
+        if queue is None:
+            queue = _QUEUES[key] = _WriteQueue()
+        return queue
 
 
 def database_path(url: URL) -> Path | None:
@@ -75,23 +102,58 @@ def make_duckdb_engine(url: URL, read_only_option: str) -> Engine:
             ) from None
     engine = create_engine(url)
     _count_updated_rows(engine)
-    lock = _write_lock(str(path.resolve()) if path is not None else f"memory:{id(engine)}")
+    _queue_writes(
+        engine, str(path.resolve()) if path is not None else f"memory:{id(engine)}", read_only_option
+    )
+    return engine
+
+
+def _queue_writes(engine: Engine, key: str, read_only_option: str) -> None:
+    """Write transactions on the file wait for each other: taken before DuckDB's BEGIN, released
+    after its COMMIT or ROLLBACK has returned (SQLAlchemy's commit and rollback events come before
+    them, too early: the next writer's snapshot would miss the rows and conflict)."""
+    queue = _write_queue(key)
+    held: dict[int, int] = {}  # id() of a DBAPI connection -> the times it took the queue
+    guard = threading.Lock()
 
     @event.listens_for(engine, "begin")
     def _duckdb_begin(conn: Connection) -> None:
         if conn.get_execution_options().get(read_only_option):
             return
-        lock.acquire()
-        conn.info[_HELD] = conn.info.get(_HELD, 0) + 1
+        if not queue.acquire(WRITE_WAIT_SECONDS):
+            raise TransientError(
+                f"another write to the DuckDB store has run for over {WRITE_WAIT_SECONDS:.0f} s",
+                hint="retried automatically",
+            )
+        with guard:
+            key = id(conn.connection.dbapi_connection)
+            held[key] = held.get(key, 0) + 1
 
-    def _release(conn: Connection) -> None:
-        held = conn.info.pop(_HELD, 0)
-        for _ in range(held):
-            lock.release()
+    def _ended(dbapi_connection: Any, *_args: Any) -> None:
+        with guard:
+            times = held.pop(id(dbapi_connection), 0)
+        for _n in range(times):
+            queue.release()
 
-    event.listen(engine, "commit", _release)
-    event.listen(engine, "rollback", _release)
-    return engine
+    dialect = engine.dialect
+    commit, rollback = dialect.do_commit, dialect.do_rollback
+
+    def do_commit(dbapi_connection: Any) -> None:
+        try:
+            commit(dbapi_connection)
+        finally:
+            _ended(dbapi_connection)
+
+    def do_rollback(dbapi_connection: Any) -> None:
+        try:
+            rollback(dbapi_connection)
+        finally:
+            _ended(dbapi_connection)
+
+    setattr(dialect, "do_commit", do_commit)  # noqa: B010 (an instance's method, replaced)
+    setattr(dialect, "do_rollback", do_rollback)  # noqa: B010
+    for name in ("invalidate", "soft_invalidate", "close", "close_detached"):
+        event.listen(engine.pool, name, _ended)
 
 
 def _count_updated_rows(engine: Engine) -> None:
@@ -138,14 +200,14 @@ def classify(exc: BaseException) -> str | None:
 def lock_error(exc: BaseException, path: str) -> PermanentError:
     """The one line for a DuckDB file held by another process, naming the holder DuckDB reports."""
     message = str(getattr(exc, "orig", exc))
-    holder = re.search(r"Conflicting lock is held in (.+?)(?: \(PID (\d+)\))?(?: by user|\.|$)", message)
+    holder = re.search(r"Conflicting lock is held in (\S+)(?: \(PID (\d+)\))?", message)
     who = ""
     if holder:
-        who = f" by {holder.group(1).strip()}" + (f" (PID {holder.group(2)})" if holder.group(2) else "")
+        who = f" ({holder.group(1)}" + (f", PID {holder.group(2)})" if holder.group(2) else ")")
     return PermanentError(f"the DuckDB store {path} is in use by another process{who}", hint=ONE_PROCESS_HINT)
 
 
-def refuse_several_processes(url: str, what: str) -> None:
+def refuse_several_processes(url: str, what: str, *, hint: str = ONE_PROCESS_HINT) -> None:
     """Refuse in one line when ``url`` is a DuckDB store and ``what`` (a deployment of several
     processes, e.g. "`serve --workers 3` would open it from 3 processes") would open it."""
     from sqlalchemy.engine import make_url
@@ -155,7 +217,7 @@ def refuse_several_processes(url: str, what: str) -> None:
     except Exception:
         return  # a bad URL gets its own clear error where it is opened
     if parsed.get_backend_name() == NAME:
-        raise PermanentError(f"the DuckDB store {parsed.database}: {what}", hint=ONE_PROCESS_HINT)
+        raise PermanentError(f"the DuckDB store {parsed.database}: {what}", hint=hint)
 
 
 __all__ = [
