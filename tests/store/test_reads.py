@@ -155,7 +155,9 @@ def test_a_copy_read_that_fails_after_its_first_rows_raises(pg_store_url: str) -
             blocks = reads._copy_blocks(conn, query, {"n": 10_000}, 1 << 20)
             with pytest.raises(psycopg.errors.DivisionByZero):
                 list(blocks)
-            conn.connection.driver_connection.rollback()  # usable again (the COPY ran on the driver)
+            raw = conn.connection.driver_connection
+            assert raw is not None
+            raw.rollback()  # usable again (the COPY ran on the driver)
             assert conn.exec_driver_sql("SELECT 1").scalar() == 1
         with engine.connect() as conn:
             whole = b"".join(reads._copy_blocks(conn, query, {"n": 4000}, 1000))
