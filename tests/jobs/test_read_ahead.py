@@ -67,3 +67,34 @@ def test_a_consumer_that_stops_early_closes_the_producer_in_its_thread() -> None
     items.close()  # the consumer gives up: the thread must end and the generator be closed
     assert closed_in == ["producer-y"]
     assert not any(t.name == "producer-y" for t in threading.enumerate())
+
+
+def test_an_eager_read_starts_before_the_first_item_is_asked_for() -> None:
+    started = threading.Event()
+
+    def produce() -> Iterator[int]:
+        started.set()
+        yield from range(5)
+
+    lazy = read_ahead(produce(), depth=1, name="producer-lazy")
+    assert not started.wait(0.2)  # lazy: nothing runs until the first next
+    lazy.close()
+    items = read_ahead(produce(), depth=1, name="producer-eager", eager=True)
+    assert started.wait(30)  # eager: the producer runs before anything is read
+    assert list(items) == [0, 1, 2, 3, 4]
+    assert not any(t.name == "producer-eager" for t in threading.enumerate())
+
+
+def test_an_eager_read_closed_unread_stops_its_thread_and_closes_the_producer() -> None:
+    closed_in: list[str] = []
+
+    def produce() -> Iterator[int]:
+        try:
+            yield from range(1000)
+        finally:
+            closed_in.append(threading.current_thread().name)
+
+    items = read_ahead(produce(), depth=1, name="producer-z", eager=True)
+    items.close()  # never read (the build failed first): the thread must still end
+    assert closed_in == ["producer-z"]
+    assert not any(t.name == "producer-z" for t in threading.enumerate())

@@ -104,29 +104,36 @@ CheckpointBuilder = Callable[[SqlStore, CheckpointPlan], "CheckpointResult"]
 
 def local_checkpoint_builder(store: SqlStore, plan: CheckpointPlan) -> CheckpointResult:
     """The in-process engine: the active file set streamed from the store (O(active files))."""
-    from delta_mirror.delta.checkpoint.layouts import build_checkpoint
     from delta_mirror.delta.checkpoint.model import CheckpointInput
     from delta_mirror.jobs.read_ahead import read_ahead
 
     snap, table_id, version = plan.snapshot, plan.table.id, plan.version
-    return build_checkpoint(
-        CheckpointInput(
-            version=version,
-            protocol=snap.protocol,
-            metadata=snap.metadata,
-            txns=snap.txns,
-            domain_metadata=snap.domain_metadata,
-            adds=[],
-            removes=store.tombstone_lines(table_id, version, plan.min_deletion_timestamp),
-            # Blocks of lines, read a block ahead in a thread while the previous one is parsed; every
-            # layout reads them once, so at most three blocks are alive (not the whole active set).
-            add_blocks=read_ahead(store.iter_active_add_blocks(table_id, version), depth=1),
-        ),
-        kind=plan.kind,
-        part_size=plan.part_size,
-        checkpoint_id=plan.checkpoint_id,
-        modification_time_ms=plan.modification_time_ms,
-    )
+    removes = store.tombstone_lines(table_id, version, plan.min_deletion_timestamp)
+    # Blocks of lines, read a block ahead in a thread while the previous one is parsed; every
+    # layout reads them once, so at most three blocks are alive (not the whole active set). The
+    # read starts now: the server joins the file rows while pyarrow and the layouts are imported.
+    add_blocks = read_ahead(store.iter_active_add_blocks(table_id, version), depth=1, eager=True)
+    try:
+        from delta_mirror.delta.checkpoint.layouts import build_checkpoint
+
+        return build_checkpoint(
+            CheckpointInput(
+                version=version,
+                protocol=snap.protocol,
+                metadata=snap.metadata,
+                txns=snap.txns,
+                domain_metadata=snap.domain_metadata,
+                adds=[],
+                removes=removes,
+                add_blocks=add_blocks,
+            ),
+            kind=plan.kind,
+            part_size=plan.part_size,
+            checkpoint_id=plan.checkpoint_id,
+            modification_time_ms=plan.modification_time_ms,
+        )
+    finally:
+        add_blocks.close()  # the read stops (and its connection is returned) however the build ends
 
 
 @dataclass

@@ -20,10 +20,26 @@ _POLL_S = 0.1  # how soon a producer blocked on a full queue notices the consume
 
 
 def read_ahead(
-    items: Iterable[T], *, depth: int = 2, name: str = "delta-mirror-read-ahead"
+    items: Iterable[T], *, depth: int = 2, name: str = "delta-mirror-read-ahead", eager: bool = False
 ) -> Generator[T, None, None]:
     """``items``, produced up to ``depth`` ahead of the consumer; an error in the producer is raised
-    in the consumer at the point it happened; a consumer that stops early stops the producer."""
+    in the consumer at the point it happened; a consumer that stops early stops the producer.
+    ``eager``: the thread starts now, not at the first ``next`` (a query starts on the server while
+    the caller prepares); close the generator if it may go unread."""
+    run = _run(items, depth, name)
+    if eager:
+        next(run)  # the thread is started; closing ``run`` stops and joins it
+        return cast(Generator[T, None, None], run)
+    return _lazy(run)
+
+
+def _lazy(run: Generator[T | None, None, None]) -> Generator[T, None, None]:
+    next(run)
+    yield from cast(Generator[T, None, None], run)
+
+
+def _run(items: Iterable[T], depth: int, name: str) -> Generator[T | None, None, None]:
+    """``read_ahead``'s body: yields None once the thread is started, then the items."""
     slots: queue.Queue[tuple[bool, T | BaseException | None]] = queue.Queue(depth)
     gone = threading.Event()
 
@@ -53,6 +69,7 @@ def read_ahead(
     thread = threading.Thread(target=produce, name=name, daemon=True)
     thread.start()
     try:
+        yield None
         while True:
             more, value = slots.get()
             if not more:
