@@ -94,26 +94,35 @@ def test_a_second_process_opening_a_held_store_gets_one_line_naming_the_file_and
 def test_writers_of_one_process_queue_on_the_file_instead_of_failing_on_a_conflict(
     duck: str, tmp_path: Path
 ) -> None:
-    """Each writer holds its transaction open over the other's start: without the queue DuckDB
-    fails the second write of the same row."""
-    with closing(SqlStore(duck)) as store:
+    """Each writer holds its transaction open over the others' start: without the queue DuckDB
+    fails the second write of the same row. Half the writers share one store (its pooled
+    connections stay open: the queue must be let go at COMMIT, not when a connection closes)."""
+    with closing(SqlStore(duck)) as store, closing(SqlStore(duck)) as shared:
         table_id = new_table(store, (tmp_path / "t").as_uri())
 
-    def writer(w: int, barrier: threading.Barrier) -> int:
-        with closing(SqlStore(duck)) as s:
-            barrier.wait()
-            with s.engine.begin() as conn:
-                conn.execute(update(dl_tables).where(dl_tables.c.id == table_id).values(lease_owner=f"w{w}"))
-                time.sleep(0.2)
-                return int(
+        def writer(w: int, barrier: threading.Barrier) -> int:
+            s = shared if w % 2 else SqlStore(duck)
+            try:
+                barrier.wait()
+                with s.engine.begin() as conn:
                     conn.execute(
-                        update(dl_tables)
-                        .where(dl_tables.c.id == table_id, dl_tables.c.lease_owner == f"w{w}")
-                        .values(lease_expires_at=w)
-                    ).rowcount
-                )
+                        update(dl_tables).where(dl_tables.c.id == table_id).values(lease_owner=f"w{w}")
+                    )
+                    time.sleep(0.2)
+                    return int(
+                        conn.execute(
+                            update(dl_tables)
+                            .where(dl_tables.c.id == table_id, dl_tables.c.lease_owner == f"w{w}")
+                            .values(lease_expires_at=w)
+                        ).rowcount
+                    )
+            finally:
+                if s is not shared:
+                    s.close()
 
-    assert race(4, writer) == [1, 1, 1, 1]  # every writer updated the row it had set, no conflict
+        assert race(6, writer, seconds=30) == [1] * 6  # each updated the row it had set: no conflict
+        with shared.engine.begin() as conn:  # and the shared store's connections are free again
+            conn.execute(update(dl_tables).values(lease_owner=None))
 
 
 def test_duckdb_conflicts_and_duplicate_keys_are_told_apart_by_exception_class(duck: str) -> None:

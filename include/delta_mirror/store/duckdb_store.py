@@ -126,12 +126,12 @@ def _queue_writes(engine: Engine, key: str, read_only_option: str) -> None:
                 hint="retried automatically",
             )
         with guard:
-            key = id(conn.connection.dbapi_connection)
+            key = id(_driver_connection(conn.connection))
             held[key] = held.get(key, 0) + 1
 
     def _ended(dbapi_connection: Any, *_args: Any) -> None:
         with guard:
-            times = held.pop(id(dbapi_connection), 0)
+            times = held.pop(id(_driver_connection(dbapi_connection)), 0)
         for _n in range(times):
             queue.release()
 
@@ -154,6 +154,12 @@ def _queue_writes(engine: Engine, key: str, read_only_option: str) -> None:
     setattr(dialect, "do_rollback", do_rollback)  # noqa: B010
     for name in ("invalidate", "soft_invalidate", "close", "close_detached"):
         event.listen(engine.pool, name, _ended)
+
+
+def _driver_connection(connection: Any) -> Any:
+    """The DBAPI connection itself: SQLAlchemy hands ``do_commit`` and ``do_rollback`` the pool's
+    proxy of it, the pool's events the connection."""
+    return getattr(connection, "dbapi_connection", None) or connection
 
 
 def _count_updated_rows(engine: Engine) -> None:
