@@ -266,10 +266,11 @@ def is_unique_violation(exc: SQLAlchemyError) -> bool:
     state = sqlstate(exc)
     if state:
         return state == "23505"
-    code = getattr(exc.orig, "sqlite_errorname", "")  # SQLite has no SQLSTATE; Python 3.11+ names the code
+    orig = getattr(exc, "orig", None)
+    code = getattr(orig, "sqlite_errorname", "")  # SQLite has no SQLSTATE; Python 3.11+ names the code
     if code:
         return code in ("SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY")
-    return re.search(r"UNIQUE|PRIMARY KEY", str(exc.orig), re.IGNORECASE) is not None
+    return re.search(r"UNIQUE|PRIMARY KEY", str(orig), re.IGNORECASE) is not None
 
 
 # Alembic keeps its migration context in module globals: one migration at a time per process.

@@ -288,10 +288,10 @@ class Reads(StoreBase):
                 return {int(v): str(joined).split("\n") for v, joined in rows}
         if self.engine.dialect.name == "duckdb":
             with db.translated(self.url, "reading actions"), self.reader.connect() as conn:
-                rows = conn.exec_driver_sql(
+                joined_rows = conn.exec_driver_sql(
                     _DUCKDB_COMMIT_LINES, (table_id, PART_COMMIT, from_version, to_version)
                 ).all()
-                return {int(v): str(joined).split("\n") for v, joined in rows}
+                return {int(v): str(joined).split("\n") for v, joined in joined_rows}
         if self.engine.dialect.name == "mysql":  # the lines in order, grouped here (no string_agg)
             with db.translated(self.url, "reading actions"), self.reader.connect() as conn:
                 ordered = conn.exec_driver_sql(
