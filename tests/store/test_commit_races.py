@@ -180,6 +180,7 @@ _WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.all_backends(but="duckdb")  # writer processes: a DuckDB file takes one (test_duckdb_store.py)
 def test_writers_sigkilled_mid_commit_leave_contiguous_whole_versions(
     store: SqlStore, store_url: str, location: str
 ) -> None:
