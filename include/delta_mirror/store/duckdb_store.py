@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from alembic.ddl.impl import DefaultImpl
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL
@@ -177,6 +179,45 @@ def _count_updated_rows(engine: Engine) -> None:
                     self._rowcount = int(row[0]) if row else 0
 
     engine.dialect.execution_ctx_cls = _Context
+
+
+def arrow_line_blocks(
+    conn: Connection, sql: str, block_bytes: int, rows_per_batch: int = 32_768
+) -> Iterator[bytes]:
+    """The one text column of ``sql`` as blocks of about ``block_bytes`` of whole ``\\n``-terminated
+    lines, from DuckDB's Arrow record batches: a batch's lines are a slice of its string buffer (no
+    Python string per row), as PostgreSQL's COPY gives the checkpoint its blocks."""
+    import duckdb
+    from sqlalchemy.exc import OperationalError
+
+    raw: Any = conn.connection.driver_connection
+    lines = f"SELECT q.line || chr(10) FROM ({sql}) AS q(line)"
+    pending = bytearray()
+    try:
+        for batch in raw.execute(lines).to_arrow_reader(rows_per_batch):
+            pending += _batch_bytes(batch.column(0))
+            while len(pending) >= block_bytes:
+                cut = pending.find(b"\n", block_bytes - 1)
+                if cut < 0:
+                    break
+                yield bytes(pending[: cut + 1])
+                del pending[: cut + 1]
+    except duckdb.Error as exc:
+        raise OperationalError(lines, None, exc) from exc
+    if pending:
+        yield bytes(pending)
+
+
+def _batch_bytes(column: Any) -> bytes:
+    """The UTF-8 bytes of a string column's values, one after the other."""
+    if len(column) == 0:
+        return b""
+    if column.null_count or not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        return "".join(column.to_pylist()).encode("utf-8")
+    width = pa.int64() if pa.types.is_large_string(column.type) else pa.int32()
+    offsets = pa.Array.from_buffers(width, len(column) + 1, [None, column.buffers()[1]], offset=column.offset)
+    start, end = offsets[0].as_py(), offsets[-1].as_py()
+    return bytes(column.buffers()[2].slice(start, end - start).to_pybytes())
 
 
 def classify(exc: BaseException) -> str | None:

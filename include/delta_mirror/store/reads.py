@@ -373,6 +373,14 @@ class Reads(StoreBase):
     def iter_active_add_blocks(self, table_id: int, version: int) -> Iterator[bytes]:
         """The same add actions as UTF-8 blocks of whole ``\\n``-terminated lines (about 16 MiB
         each): what a checkpoint parses in bulk, without a Python string per file on PostgreSQL."""
+        if self.engine.dialect.name == "duckdb":  # DuckDB's Arrow batches: blocks without a string per row
+            from delta_mirror.store.duckdb_store import arrow_line_blocks
+
+            q = _file_payload_query("add", _ACTIVE_ADDS)
+            with db.translated(self.url, "reading active files"), self.reader.connect() as conn:
+                sql = _with_integers(conn, q, {"table_id": table_id, "v": version})
+                yield from arrow_line_blocks(conn, sql, _BLOCK_BYTES)
+            return
         if self.engine.dialect.name != "postgresql":
             yield from _joined_blocks(self.iter_active_add_lines(table_id, version))
             return
