@@ -172,7 +172,13 @@ def _count_updated_rows(engine: Engine) -> None:
     class _Context(base):  # type: ignore[misc]
         def post_exec(self) -> None:
             super().post_exec()
-            if (self.isupdate or self.isdelete) and not self.compiled.effective_returning:
+            # Not after executemany: DuckDB's result is the last statement's count (-1 stays:
+            # "unknown", which the store's callers treat as such).
+            if (
+                (self.isupdate or self.isdelete)
+                and not self.executemany
+                and not self.compiled.effective_returning
+            ):
                 description = self.cursor.description
                 if description and len(description) == 1 and description[0][0] == "Count":
                     row = self.cursor.fetchone()

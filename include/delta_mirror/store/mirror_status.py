@@ -307,7 +307,7 @@ class MirrorStatus(StoreBase):
             return
         now = now_ms()
         dialect = self.engine.dialect.name
-        range_update = dialect in ("postgresql", "mysql") or (
+        range_update = dialect in ("postgresql", "mysql", "duckdb") or (
             dialect == "sqlite" and sqlite3.sqlite_version_info >= (3, 33)
         )
         if (
