@@ -6,8 +6,10 @@ interval, a store restart loses no commit, and the connections stay few however 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import Callable, Coroutine
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -24,6 +26,7 @@ from delta_mirror.store.watch import (
     VersionsReport,
     latest_versions,
     table_versions,
+    wait_at_most,
     watchers,
 )
 
@@ -246,3 +249,42 @@ def test_a_store_restart_loses_no_commit(
             assert latest(report, names) == [0, 0, 0, 0, 1]
 
     run(main)
+
+
+def _loop_until_cancelled(wait: Callable[[asyncio.Event], Awaitable[object]]) -> bool:
+    """Whether a loop waiting on an event stops when it is cancelled in the same turn the event is set."""
+
+    async def main() -> bool:
+        event = asyncio.Event()
+
+        async def loop() -> None:
+            while True:
+                await wait(event)
+                event.clear()
+
+        task = asyncio.create_task(loop())
+        await asyncio.sleep(0.05)  # the loop is waiting on the event
+        event.set()
+        task.cancel()
+        await asyncio.wait([task], timeout=2.0)
+        stopped = task.done()
+        task.cancel()
+        await asyncio.wait([task], timeout=2.0)
+        return stopped
+
+    return asyncio.run(main())
+
+
+def test_a_wait_cancelled_as_its_event_fires_still_stops_the_loop() -> None:
+    # The watcher and the trigger wait with wait_at_most: a cancel that arrives with a NOTIFY ends them.
+    assert _loop_until_cancelled(lambda event: wait_at_most(event.wait(), 10.0))
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.12's wait_for no longer loses a cancel")
+def test_asyncio_wait_for_loses_that_cancel_on_this_python() -> None:
+    # Why wait_at_most exists (the hang this reproduces was seen in the store-restart test).
+    async def wait_for(event: asyncio.Event) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), 10.0)
+
+    assert not _loop_until_cancelled(wait_for)

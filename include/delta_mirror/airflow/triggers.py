@@ -29,7 +29,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from delta_mirror.store.watch import CommitWatcher, TableVersions, VersionsReport
+from delta_mirror.store.watch import CommitWatcher, TableVersions, VersionsReport, wait_at_most
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +142,8 @@ class StoreCommitTrigger(BaseEventTrigger):
         try:
             with _watched(self.shared_stream_key()).watching(self.table):
                 while True:
-                    with contextlib.suppress(TimeoutError):  # a held batch or a retry is due
-                        await asyncio.wait_for(latest.wait(), state.hold_left())
+                    # a held batch or a retry is due (never wait_for: it can swallow a cancel)
+                    await wait_at_most(latest.wait(), state.hold_left())
                     if follower.done():  # the shared stream ended: its failure is the trigger's
                         follower.result()
                         raise RuntimeError(f"the shared stream of {self.table} ended")

@@ -16,10 +16,9 @@ watermark) is each subscriber's. No Airflow import here: the core never imports 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import weakref
-from collections.abc import AsyncGenerator, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, bindparam, text
@@ -105,6 +104,20 @@ class VersionsReport:
         return self.versions.get(table, UNKNOWN)
 
 
+async def wait_at_most(awaitable: Awaitable[object], timeout: float | None) -> None:
+    """Await ``awaitable`` for at most ``timeout`` seconds (None: no limit), then go on either way.
+
+    Not ``asyncio.wait_for``: on Python 3.11 a cancellation that arrives as the awaitable completes
+    is swallowed there, and a cancelled watcher or trigger loop then runs on for ever (seen as a
+    hung test: a NOTIFY and the cancel in the same loop turn). ``asyncio.wait`` never loses it.
+    """
+    task = asyncio.ensure_future(awaitable)
+    try:
+        await asyncio.wait([task], timeout=timeout)
+    finally:
+        task.cancel()
+
+
 class CommitWatcher:
     """Polls the latest and published versions of the tables ``names()`` returns, in one statement.
 
@@ -162,8 +175,7 @@ class CommitWatcher:
                 elif forced or report.versions != last:
                     last = report.versions
                     yield report
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.interval)
+                await wait_at_most(self._wake.wait(), self.interval)
         finally:
             _live().discard(self)
             if listener is not None:  # bounded: the listener must not hold the producer's exit
@@ -212,5 +224,6 @@ __all__ = [
     "VersionsReport",
     "latest_versions",
     "table_versions",
+    "wait_at_most",
     "watchers",
 ]
