@@ -144,7 +144,8 @@ class Commits(Tables):
         Raises ``CommitConflictError`` when another writer took ``expected_version``, ``DataError``
         for invalid actions or a version gap. Nothing is written unless everything is valid.
         Without ``expected_version`` a writer that loses a race re-validates its actions and takes
-        the next free version (SQLite queues writers, PostgreSQL lets them race: both behave alike).
+        the next free version (SQLite queues writers, PostgreSQL lets them race: both behave alike;
+        on MySQL a deadlock victim among the racers is one more lost race).
         ``location`` creates the table there when it does not exist, in the same transaction.
 
         On PostgreSQL a commit to a table this store committed to before is one statement
@@ -165,6 +166,11 @@ class Commits(Tables):
             except CommitConflictError:
                 self._native_tables.pop(name, None)
                 if attempt >= attempts:
+                    raise
+            except TransientError as exc:
+                # a deadlock victim (MySQL's racing inserters of one version): nothing was written
+                self._native_tables.pop(name, None)
+                if attempt >= attempts or not db.lost_a_race(exc):
                     raise
         raise AssertionError("unreachable")
 

@@ -273,6 +273,28 @@ def is_unique_violation(exc: SQLAlchemyError) -> bool:
     return re.search(r"UNIQUE|PRIMARY KEY", str(orig), re.IGNORECASE) is not None
 
 
+# A transaction the database rolled back to break a lock cycle or a serialization conflict: nothing
+# was written. MySQL/InnoDB picks such a victim among inserters of one duplicate key whenever the
+# holder of that key rolls back (a refused or killed writer), so racing committers see it there.
+_LOST_RACE_SQLSTATES = ("40001", "40P01")
+_MYSQL_DEADLOCK = 1213
+
+
+def lost_a_race(exc: BaseException) -> bool:
+    """Whether ``exc`` (a core error raised from a SQLAlchemy one) is a deadlock or serialization
+    victim: nothing was written, and a writer taking the next free version may simply try again."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, SQLAlchemyError):
+            from delta_mirror.store import mysql_store
+
+            if mysql_store.is_mysql_error(cause):
+                return mysql_store.error_code(cause) == _MYSQL_DEADLOCK
+            return sqlstate(cause) in _LOST_RACE_SQLSTATES
+        cause = cause.__cause__
+    return False
+
+
 # Alembic keeps its migration context in module globals: one migration at a time per process.
 _MIGRATE_LOCK = threading.Lock()
 # Any constant works: it only has to be the same for every delta-mirror process.
@@ -338,6 +360,7 @@ __all__ = [
     "is_unique_violation",
     "jdbc_url",
     "libpq_url",
+    "lost_a_race",
     "make_engine",
     "migrate",
     "reader",
