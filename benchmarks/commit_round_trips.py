@@ -132,13 +132,19 @@ def measure(url: str, path: str, kind: str, commits: int) -> dict[str, Any]:
     store = SqlStore(url)
     name = f"t{uuid.uuid4().hex[:8]}"
     location = f"file:///tmp/bench-round-trips/{name}"
+    one: Callable[[int], object]
     if path == "native":
         store.create_table(name, location)
         store.commit(name, v0())
-        one = lambda i: store.commit(name, KINDS[kind](i))  # noqa: E731
+
+        def one(i: int) -> object:
+            return store.commit(name, KINDS[kind](i))
     else:
         store.commit_verbatim(location, 0, commit_file(v0()), create_name=name)
-        one = lambda i: store.commit_verbatim(location, i, commit_file(KINDS[kind](i)))  # noqa: E731
+
+        def one(i: int) -> object:
+            return store.commit_verbatim(location, i, commit_file(KINDS[kind](i)))
+
     one(1)  # warm: the table is remembered (where the store remembers tables)
     trips = RoundTrips(store)
     one(2)
