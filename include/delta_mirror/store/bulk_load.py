@@ -302,10 +302,14 @@ class BulkImport:
         self._flush_actions()
         self._write("dl_commits", _COMMIT_COLUMNS, self._commits)
         self._write("dl_mirror_status", _STATUS_COLUMNS, self._statuses)
-        tid = self.table_id
         self._commits, self._statuses = [], []
         self._send_files()
-        closed = [row for row in self._sent_open if row[_RV] is not None]
+        self._close_sent_files([row for row in self._sent_open if row[_RV] is not None])
+
+    def _close_sent_files(self, closed: list[list[Any]]) -> None:
+        """Close the file rows sent while open and removed since (``closed``), and let the planner
+        see the new rows; each backend's bulk import (MySQL, DuckDB) has its own."""
+        tid = self.table_id
         if not self.postgres:
             if closed:
                 self.conn.exec_driver_sql(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from delta_mirror.store.bulk_load import _COMMIT_COLUMNS, _FILE_COLUMNS, _RV, _STATUS_COLUMNS, BulkImport
+from delta_mirror.store.bulk_load import _FILE_COLUMNS, _RV, BulkImport
 
 _VIEW = "delta_mirror_bulk_rows"
 _INT = pa.int64()
@@ -31,14 +31,8 @@ class DuckDBBulkImport(BulkImport):
         super().__init__(*args, **kwargs)
         self._open_ids: dict[int, int] = {}  # id() of an open row sent -> its dl_files.id
 
-    def finish(self) -> None:
-        """Write what is still buffered; close the file rows sent open and removed since."""
-        self._flush_actions()
-        self._write("dl_commits", _COMMIT_COLUMNS, self._commits)
-        self._write("dl_mirror_status", _STATUS_COLUMNS, self._statuses)
-        self._commits, self._statuses = [], []
-        self._send_files()
-        closed = [row for row in self._sent_open if row[_RV] is not None]
+    def _close_sent_files(self, closed: list[list[Any]]) -> None:
+        """The file rows sent open and removed since: one UPDATE by id from an Arrow table."""
         if closed:
             positions = [_FILE_COLUMNS.index(c) for c in _CLOSED]
             data = {"id": [self._open_ids[id(row)] for row in closed]}

@@ -17,7 +17,6 @@ from delta_mirror.store.bulk_load import (
     _AP,
     _AS,
     _AV,
-    _COMMIT_COLUMNS,
     _DT,
     _DV,
     _FILE_COLUMNS,
@@ -25,7 +24,6 @@ from delta_mirror.store.bulk_load import (
     _RP,
     _RS,
     _RV,
-    _STATUS_COLUMNS,
     BulkImport,
 )
 
@@ -42,19 +40,11 @@ class MySqlBulkImport(BulkImport):
         packet = self.conn.exec_driver_sql("SELECT @@max_allowed_packet").scalar()
         self._statement_bytes = max(1 << 20, min(_STATEMENT_BYTES, int(packet or 0) // 2))
 
-    def finish(self) -> None:
-        """Write what is still buffered; close the file rows sent open and removed since."""
-        self._flush_actions()
-        self._write("dl_commits", _COMMIT_COLUMNS, self._commits)
-        self._write("dl_mirror_status", _STATUS_COLUMNS, self._statuses)
-        self._commits, self._statuses = [], []
-        self._send_files()
-        closed = [row for row in self._sent_open if row[_RV] is not None]
-        if closed:
-            self._close_sent_rows(closed)
-
-    def _close_sent_rows(self, closed: list[list[Any]]) -> None:
-        """One UPDATE by (path, deletion vector, add position), unique among a table's add rows."""
+    def _close_sent_files(self, closed: list[list[Any]]) -> None:
+        """The file rows sent open and removed since: one UPDATE by (path, deletion vector, add
+        position), unique among a table's add rows, joined to a temporary table of them."""
+        if not closed:
+            return
         conn = self.conn
         conn.exec_driver_sql(_DROP_CLOSED)
         conn.exec_driver_sql(
