@@ -46,7 +46,8 @@ def make_engine(url: str) -> Engine:
         parsed = make_url(url)
     except Exception as exc:
         raise PermanentError(
-            f"store URL is not valid: {exc}", hint="use sqlite:///path or postgresql+psycopg://..."
+            f"store URL is not valid: {exc}",
+            hint="use sqlite:///path, postgresql+psycopg://..., mysql+pymysql://... or duckdb:///path",
         ) from None
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
@@ -93,7 +94,8 @@ def make_engine(url: str) -> Engine:
         return _postgresql_engine(parsed, url)
     raise PermanentError(
         f"unsupported store backend '{parsed.get_backend_name()}'",
-        hint="use sqlite:///path or postgresql+psycopg://user@host/db",
+        hint="use sqlite:///path, postgresql+psycopg://user@host/db, mysql+pymysql://user@host/db"
+        " or duckdb:///path",
     )
 
 
