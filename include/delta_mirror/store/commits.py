@@ -188,7 +188,7 @@ class Commits(Tables):
         try:
             return self._commit_once(name, actions, expected_version, operation, location, reached_commit)
         except TransientError as exc:
-            if reached_commit or not pg_commit.dead_connection(exc):
+            if reached_commit or not db.dead_connection(exc):
                 raise
         return self._commit_once(name, actions, expected_version, operation, location, [])
 
@@ -285,7 +285,7 @@ class Commits(Tables):
                         claimed = False
                 return claimed or (attempt == 2 and self._landed(table, version, params))
             except TransientError as exc:
-                if attempt == 2 or not pg_commit.dead_connection(exc):
+                if attempt == 2 or not db.dead_connection(exc):
                     raise
         raise AssertionError("unreachable")
 

@@ -102,7 +102,7 @@ def make_engine(url: str) -> Engine:
 def _postgresql_engine(parsed: URL, url: str) -> Engine:
     """No pre-ping (a round trip per checkout, as many as a whole commit): a connection the server
     closed is found without one (``_closed_by_server``), and a commit that still finds its
-    connection dead is tried once more (``pg_commit.dead_connection``)."""
+    connection dead is tried once more (``dead_connection``)."""
     try:
         engine = create_engine(parsed, pool_pre_ping=False, connect_args={"connect_timeout": 10})
     except (ArgumentError, ValueError) as exc:  # e.g. a non-numeric port
@@ -282,19 +282,32 @@ _LOST_RACE_SQLSTATES = ("40001", "40P01")
 _MYSQL_DEADLOCK = 1213
 
 
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it was raised from, in order (a core error from ``translated``, then the
+    SQLAlchemy error, then the driver's)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        yield cause
+        cause = cause.__cause__
+
+
 def lost_a_race(exc: BaseException) -> bool:
     """Whether ``exc`` (a core error raised from a SQLAlchemy one) is a deadlock or serialization
     victim: nothing was written, and a writer taking the next free version may simply try again."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, SQLAlchemyError):
-            from delta_mirror.store import mysql_store
+    cause = next((c for c in _causes(exc) if isinstance(c, SQLAlchemyError)), None)
+    if cause is None:
+        return False
+    from delta_mirror.store import mysql_store
 
-            if mysql_store.is_mysql_error(cause):
-                return mysql_store.error_code(cause) == _MYSQL_DEADLOCK
-            return sqlstate(cause) in _LOST_RACE_SQLSTATES
-        cause = cause.__cause__
-    return False
+    if mysql_store.is_mysql_error(cause):
+        return mysql_store.error_code(cause) == _MYSQL_DEADLOCK
+    return sqlstate(cause) in _LOST_RACE_SQLSTATES
+
+
+def dead_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it was raised from) is SQLAlchemy's report of a dead connection:
+    the pool already dropped it, so a retry gets a fresh one (any backend)."""
+    return any(isinstance(c, DBAPIError) and c.connection_invalidated for c in _causes(exc))
 
 
 # Alembic keeps its migration context in module globals: one migration at a time per process.
@@ -358,6 +371,7 @@ def translated(url: str, action: str) -> Iterator[None]:
 __all__ = [
     "READ_ONLY",
     "classify_db_error",
+    "dead_connection",
     "is_initialised",
     "is_unique_violation",
     "jdbc_url",

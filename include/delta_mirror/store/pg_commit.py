@@ -20,8 +20,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError
-
 from delta_mirror.delta import commit_rules
 from delta_mirror.delta.actions import Action
 from delta_mirror.store.log_rows import index_changes
@@ -159,14 +157,4 @@ def params(
     }
 
 
-def dead_connection(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what it was raised from) is SQLAlchemy's report of a dead connection:
-    the pool already dropped it, so a retry gets a fresh one."""
-    while exc is not None:
-        if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-            return True
-        exc = exc.__cause__  # type: ignore[assignment]
-    return False
-
-
-__all__ = ["COMMIT", "Protocol", "dead_connection", "needs_previous_protocol", "params", "protocol_of"]
+__all__ = ["COMMIT", "Protocol", "needs_previous_protocol", "params", "protocol_of"]

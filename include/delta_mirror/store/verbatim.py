@@ -143,7 +143,7 @@ class VerbatimCommits(Tables):
             try:
                 return self._commit_verbatim_once(commit, create_name)
             except TransientError as exc:
-                if not pg_commit.dead_connection(exc):
+                if not db.dead_connection(exc):
                     raise
                 return self._commit_verbatim_once(commit, create_name)
         except CommitConflictError:
