@@ -4,7 +4,8 @@ The bytes are kept as they are: the published ``<version>.json`` is the writer's
 byte. The same rules as a native commit apply (``commits.check_commit_rules``, the size limits),
 and the same rows are written (``log_rows``). A commit to a root seen before takes one statement
 on PostgreSQL (``_commit_verbatim_fast``, ``store/pg_commit.py``: appends, removes, deletion
-vector updates, metadata and protocol changes); anything else takes one transaction that decides
+vector updates, metadata and protocol changes), one short transaction on SQLite
+(``store/sqlite_commit.py``); anything else takes one transaction that decides
 every refusal in its usual order.
 """
 
@@ -30,14 +31,13 @@ from delta_mirror.errors import (
     TableNotFoundError,
     TransientError,
 )
-from delta_mirror.store import db, pg_commit
+from delta_mirror.store import db, pg_commit, sqlite_commit
 from delta_mirror.store.base import version_taken
 from delta_mirror.store.commits import check_commit_rules, check_rules_as_known
 from delta_mirror.store.log_rows import (
     check_commit_size,
     claim_version,
     enqueue_json,
-    file_rows,
     write_actions,
 )
 from delta_mirror.store.schema import PART_COMMIT, dl_commits, dl_tables
@@ -83,16 +83,6 @@ class _Verbatim:
 # Roots remembered by ``SqlStore.commit_verbatim`` (forgotten all at once past this many).
 _KNOWN_ROOTS = 4096
 
-# ``SqlStore._commit_verbatim_fast`` on SQLite: the claim (the other rows follow in the same transaction).
-_SQLITE_VERBATIM_CLAIM = """
-INSERT INTO dl_commits
-    (table_id, version, committed_at, in_commit_timestamp, action_count, size_bytes, sha256, has_json, source)
-SELECT id, :v, :ts, :ict, :n, :size, :sha, 1, 'spark' FROM dl_tables
-WHERE id = :tid AND location = :loc AND name = :name AND first_version = :fv
-  AND base_checkpoint_version IS :bcv AND state <> 'HALTED'
-  AND COALESCE((SELECT max(version) + 1 FROM dl_commits WHERE table_id = :tid), first_version) = :v
-"""
-
 
 class VerbatimCommits(Tables):
     """``commit_verbatim`` and its two paths (one statement, one transaction)."""
@@ -121,7 +111,7 @@ class VerbatimCommits(Tables):
         hex digits of SHA-256(location)>`` when that name is taken.
 
         A commit to a table seen before at this root takes ``_commit_verbatim_fast``: one
-        statement on PostgreSQL (on SQLite: appends only, one short transaction). Anything else, or
+        statement on PostgreSQL (on SQLite one short transaction, every kind too). Anything else, or
         anything that statement finds changed, takes the transaction path below, which decides
         every refusal in its usual order. A commit whose pooled connection turns out dead is tried
         once more on a fresh one (if the first try landed after all, the retry finds these very
@@ -201,22 +191,6 @@ class VerbatimCommits(Tables):
             if known is None or known.version < protocol.version:
                 self._protocols[table_id] = protocol
 
-    def _fast_path_applies(self, table: TableInfo, commit: _Verbatim) -> bool:
-        """No rule that reads the store (removes, a protocol after the first version), and every
-        other rule passes for the table as last seen (the statement checks it still is)."""
-        if self.engine.dialect.name == "duckdb":
-            return False  # no one-statement claim on DuckDB: its writes queue in-process anyway
-        version = commit.version
-        if any(
-            k == "remove" or (k == "protocol" and version > table.first_version) for k, _ in commit.actions
-        ):
-            return False
-        try:
-            check_commit_rules(None, table, version, commit.actions)
-        except MirrorError:
-            return False  # refused by the transaction path, in the order it decides refusals
-        return True
-
     def _commit_verbatim_fast(self, table: TableInfo, commit: _Verbatim) -> CommitResult | None:
         """Claim the version and write the commit in one statement (PostgreSQL; on SQLite one short
         transaction), valid only while the table is still ``table`` (same id, name, root, first
@@ -227,43 +201,17 @@ class VerbatimCommits(Tables):
         race: ``CommitConflictError``), the actions, the file index (a re-added (path, deletion
         vector) supersedes the active entry), the ``PENDING`` status row.
         """
-        if self.engine.dialect.name == "postgresql":
-            return self._commit_verbatim_pg(table, commit)
-        if self.engine.dialect.name != "sqlite" or not self._fast_path_applies(table, commit):
-            return None  # the other backends: the transaction path
-        version = commit.version
-        adds, _ = file_rows(table.id, version, PART_COMMIT, commit.actions)
-        params: dict[str, Any] = {
-            "tid": table.id,
-            "loc": table.location,
-            "name": table.name,
-            "fv": table.first_version,
-            "bcv": table.base_checkpoint_version,
-            "v": version,
-            "ts": now_ms(),
-            "ict": commit.ict,
-            "n": len(commit.actions),
-            "size": len(commit.data),
-            "sha": commit.sha256,
-            "part": PART_COMMIT,
-        }
-        with db.translated(self.url, f"committing to the table at {table.location}"):
-            try:
-                claimed = self._commit_verbatim_sqlite(params, commit, adds)
-            except IntegrityError as exc:  # here, not in ``translated``: a lost race is no database error
-                if not db.is_unique_violation(exc):
-                    raise
-                raise version_taken(table.name, version) from None
-        if not claimed:
-            return None
-        return CommitResult(table.name, version, commit.sha256, len(commit.data))
+        if self.engine.dialect.name in ("postgresql", "sqlite"):
+            return self._commit_verbatim_statement(table, commit)
+        return None  # the other backends: the transaction path
 
-    def _commit_verbatim_pg(self, table: TableInfo, commit: _Verbatim) -> CommitResult | None:
-        """``_commit_verbatim_fast`` on PostgreSQL: every commit kind in one statement
-        (``pg_commit.COMMIT``), which also checks what the rules read from the store (the removed
-        files are active; a protocol change: the protocol it was checked against is still the
-        newest). A commit that needs the protocol in force and finds none remembered, or that the
-        rules refuse, takes the transaction path (it decides the refusal in its usual order)."""
+    def _commit_verbatim_statement(self, table: TableInfo, commit: _Verbatim) -> CommitResult | None:
+        """``_commit_verbatim_fast``: every commit kind in one statement on PostgreSQL
+        (``pg_commit.COMMIT``; on SQLite one short transaction, ``sqlite_commit``), which also
+        checks what the rules read from the store (the removed files are active; a protocol change:
+        the protocol it was checked against is still the newest). A commit that needs the protocol
+        in force and finds none remembered, or that the rules refuse, takes the transaction path
+        (it decides the refusal in its usual order)."""
         version, actions = commit.version, commit.actions
         protocol_version, previous = None, None
         if pg_commit.needs_previous_protocol(table, version, actions):
@@ -289,8 +237,11 @@ class VerbatimCommits(Tables):
         )
         with db.translated(self.url, f"committing to the table at {table.location}"):
             try:
-                with self._autocommit.connect() as conn:
-                    claimed = conn.exec_driver_sql(pg_commit.COMMIT, params).scalar()
+                if self.engine.dialect.name != "sqlite":
+                    with self._autocommit.connect() as conn:
+                        claimed = conn.exec_driver_sql(pg_commit.COMMIT, params).scalar()
+                else:  # one short transaction
+                    claimed = sqlite_commit.run(self.engine, params)
             except IntegrityError as exc:  # here, not in ``translated``: a lost race is no database error
                 if not db.is_unique_violation(exc):
                     raise
@@ -301,52 +252,6 @@ class VerbatimCommits(Tables):
             return None
         self._learn_protocol(table.id, pg_commit.protocol_of(actions, version))
         return CommitResult(table.name, version, commit.sha256, len(commit.data))
-
-    def _commit_verbatim_sqlite(
-        self, params: dict[str, Any], commit: _Verbatim, adds: list[dict[str, Any]]
-    ) -> bool:
-        with self.engine.begin() as conn:
-            if conn.exec_driver_sql(_SQLITE_VERBATIM_CLAIM, params).rowcount != 1:
-                return False
-            tid, version = params["tid"], params["v"]
-            conn.exec_driver_sql(
-                "INSERT INTO dl_actions (table_id, version, part, seq, action_type, payload)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                [
-                    (tid, version, PART_COMMIT, seq, kind, line)
-                    for seq, ((kind, _), line) in enumerate(zip(commit.actions, commit.lines, strict=True))
-                ],
-            )
-            if adds and version > 0:
-                conn.exec_driver_sql(
-                    "UPDATE dl_files SET remove_version = ? WHERE table_id = ? AND path = ? AND dv_id = ?"
-                    " AND remove_version IS NULL",
-                    [(version, tid, a["path"], a["dv_id"]) for a in adds],
-                )
-            if adds:
-                conn.exec_driver_sql(
-                    "INSERT INTO dl_files (table_id, path, dv_id, add_version, add_part, add_seq, size,"
-                    " partition_values) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        (
-                            tid,
-                            a["path"],
-                            a["dv_id"],
-                            version,
-                            PART_COMMIT,
-                            a["add_seq"],
-                            a["size"],
-                            a["partition_values"],
-                        )
-                        for a in adds
-                    ],
-                )
-            conn.exec_driver_sql(
-                "INSERT INTO dl_mirror_status (table_id, version, artifact, state, attempts, enqueued_at)"
-                " VALUES (?, ?, 'json', 'PENDING', 0, ?)",
-                (tid, version, params["ts"]),
-            )
-            return True
 
     def _verbatim_table(
         self, conn: Connection, location: str, version: int, create_name: str | None
