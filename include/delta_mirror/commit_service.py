@@ -117,25 +117,33 @@ def _root_of_query(query: bytes) -> str | None:
 
 
 class _StoreThreads:
-    """Blocking store calls on ``size`` long-lived threads fed by one queue; the result comes back to
+    """Blocking store calls on ``size`` long-lived threads fed by one queue; each result comes back to
     the event loop with ``call_soon_threadsafe``. This is the whole hop: anyio's ``to_thread`` (a
     capacity limiter, a cancel scope and run-variable lookups per call) cost the event loop more
     than the store call itself on an append (docs/commit-service.md, "Where the time goes")."""
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]] | None] = (
-            queue.SimpleQueue()
-        )
+        self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
     async def run(self, fn: Callable[[], T]) -> T:
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self.submit(fn, future.get_loop(), functools.partial(_settle, future))
+        return await future
+
+    def submit(
+        self,
+        fn: Callable[[], T],
+        loop: asyncio.AbstractEventLoop,
+        done: Callable[[T | None, BaseException | None], None],
+    ) -> None:
+        """Run ``fn`` on a store thread, then ``done(result, error)`` on ``loop`` (no future, no task:
+        the commit route's protocol answers from ``done`` itself, ``delta_mirror.commit_http``)."""
         if len(self._threads) < self.size:
             self._start()
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.put((fn, future))
-        return await future
+        self._queue.put((fn, loop, done))
 
     def _start(self) -> None:
         with self._lock:
@@ -146,19 +154,26 @@ class _StoreThreads:
 
     def _work(self) -> None:
         while (item := self._queue.get()) is not None:
-            fn, future = item
+            fn, loop, done = item
             try:
                 result, error = fn(), None
-            except BaseException as exc:  # handed to the awaiting request, raised there
+            except BaseException as exc:  # handed to the waiting request, answered there
                 result, error = None, exc
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for this answer
-                future.get_loop().call_soon_threadsafe(_settle, future, result, error)
+                loop.call_soon_threadsafe(done, result, error)
 
     def stop(self) -> None:
+        """Let every call already queued finish (a commit whose writer hung up still completes), then
+        end the threads; the store may be closed after this returns."""
         with self._lock:
-            for _ in self._threads:
+            threads, self._threads = self._threads, []
+            for _ in threads:
                 self._queue.put(None)
-            self._threads.clear()
+        for t in threads:
+            t.join()
+
+
+_Call = tuple[Callable[[], Any], asyncio.AbstractEventLoop, Callable[[Any, "BaseException | None"], None]]
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -321,6 +336,10 @@ class CommitService:
 
     async def post_commit(self, root: str, version: int, data: bytes) -> tuple[int, bytes]:
         """Commit ``data`` as ``version`` of the table at ``root``: the status and the JSON body."""
+        return self.commit_answer(await self._run(self.commit_call(root, version, data)))
+
+    def commit_call(self, root: str, version: int, data: bytes) -> Callable[[], CommitResult]:
+        """The store call committing ``data`` as ``version`` (run on a store thread)."""
         allowed = self.allowed(root)
 
         def commit() -> CommitResult:
@@ -337,7 +356,11 @@ class CommitService:
                     ) from None
                 raise
 
-        result = await self._run(commit)
+        return commit
+
+    @staticmethod
+    def commit_answer(result: CommitResult) -> tuple[int, bytes]:
+        """The status and JSON body answering a commit: 201, or 200 with ``"existing":true``."""
         # The bytes Starlette's JSONResponse renders for these keys, formatted directly (json.dumps
         # took a tenth of the event loop's time per append); only the table name needs escaping.
         body = (

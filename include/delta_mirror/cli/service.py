@@ -80,6 +80,7 @@ def serve(
             )
         import uvicorn
 
+        from delta_mirror.commit_http import CommitProtocol
         from delta_mirror.commit_service import KEEP_ALIVE_SECONDS, SERVE_SETTINGS_ENV, create_app
 
         store = ctx.store(initialised=False)
@@ -105,6 +106,8 @@ def serve(
             "access_log": access_log,
             "lifespan": "on",
             "timeout_keep_alive": KEEP_ALIVE_SECONDS,
+            # uvicorn's httptools protocol, answering POST /v1/commits/<v> without ASGI (commit_http)
+            "http": CommitProtocol,
         }
         if workers == 1:
             uvicorn.run(app, **options)
