@@ -39,7 +39,7 @@ from delta_mirror.errors import (
     TableNotFoundError,
     TransientError,
 )
-from delta_mirror.store import db, pg_commit
+from delta_mirror.store import db, pg_commit, pg_exec
 from delta_mirror.store.base import version_taken
 from delta_mirror.store.log_rows import (
     active_keys,
@@ -275,8 +275,7 @@ class Commits(Tables):
             try:
                 with db.translated(self.url, action):
                     try:
-                        with self._autocommit.connect() as conn:
-                            claimed = bool(conn.exec_driver_sql(pg_commit.COMMIT, params).scalar())
+                        claimed = bool(pg_exec.scalar(self.engine, pg_commit.COMMIT, params))
                     except IntegrityError as exc:  # here, not in ``translated``: a lost race
                         if not db.is_unique_violation(exc):
                             raise

@@ -1,0 +1,92 @@
+"""One statement on PostgreSQL at the driver level: how the one-statement commit is *run*.
+
+The commit statement (``pg_commit.COMMIT``) is one round trip; what is left of a commit's cost in
+this process is Python. Through SQLAlchemy's ``Connection.exec_driver_sql`` about half of it was
+SQLAlchemy's connection, execution-context and result objects and psycopg's array dumper (Python,
+a regular-expression callback per double quote of every JSON line). Here the statement runs on a
+pooled connection's psycopg connection directly, with its arrays passed as PostgreSQL array
+literals built by ``str.join`` (the statement casts every array parameter: ``%(x)s::text[]``).
+
+What stays SQLAlchemy's: the pool (checkout with its dead-socket check, ``db._closed_by_server``;
+the reset on return), and the errors: a driver error is raised as SQLAlchemy would raise it (the
+``DBAPIError`` subclass by the driver's class, ``connection_invalidated`` when the connection is
+dead, which then leaves the pool), so ``db.translated``, ``db.is_unique_violation``,
+``db.dead_connection`` and ``db.lost_a_race`` read it unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError, StatementError
+
+
+def array_literal(items: list[Any]) -> str:
+    """``items`` (str, int or None) as a PostgreSQL array literal: strings always quoted (``"`` and
+    ``\\`` escaped), None as NULL."""
+    return "{" + ",".join(map(_element, items)) + "}"
+
+
+def _element(x: Any) -> str:
+    if type(x) is str:
+        return '"' + x.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if x is None:
+        return "NULL"
+    if type(x) is int:
+        return str(x)
+    raise TypeError(f"no array literal for a {type(x).__name__}")
+
+
+def literal_arrays(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` with every list as an array literal (for a statement that casts each one)."""
+    return {k: array_literal(v) if type(v) is list else v for k, v in params.items()}
+
+
+def scalar(engine: Engine, sql: str, params: Mapping[str, Any]) -> Any:
+    """The first column of ``sql``'s first row (None: no row), ``sql`` run as its own transaction
+    (autocommit) on a connection of ``engine``'s pool; list parameters go as array literals.
+
+    Errors as SQLAlchemy's ``exec_driver_sql`` raises them (see the module's docstring).
+    """
+    dialect = engine.dialect
+    dbapi_error: Any = dialect.loaded_dbapi.Error
+    try:
+        fairy = engine.raw_connection()
+    except dbapi_error as exc:  # as ``Connection.__init__`` raises it
+        raise _wrapped(exc, sql, params, dialect, dialect.is_disconnect(exc, None, None)) from exc
+    conn: Any = fairy.driver_connection
+    try:
+        try:
+            conn.autocommit = True
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(sql, literal_arrays(params))
+                    row = cur.fetchone()
+            finally:
+                if not conn.closed:
+                    conn.autocommit = False  # back to the pool as SQLAlchemy's other users expect it
+        except dbapi_error as exc:
+            dead = dialect.is_disconnect(exc, conn, None)
+            if dead:
+                fairy.invalidate(exc)
+            raise _wrapped(exc, sql, params, dialect, dead) from exc
+    finally:
+        fairy.close()
+    return None if row is None else row[0]
+
+
+def _wrapped(exc: Exception, sql: str, params: Mapping[str, Any], dialect: Any, dead: bool) -> StatementError:
+    """The SQLAlchemy error ``exec_driver_sql`` would have raised for the driver's ``exc``."""
+    return DBAPIError.instance(
+        sql,
+        dict(params),
+        exc,
+        dialect.loaded_dbapi.Error,
+        connection_invalidated=dead,
+        dialect=dialect,
+    )
+
+
+__all__ = ["array_literal", "literal_arrays", "scalar"]
