@@ -12,7 +12,8 @@ The Delta rules a commit obeys are ``delta/commit_rules.py``; :func:`check_commi
 reads from the store what they need and applies them, for this path and the verbatim one alike.
 
 On PostgreSQL a commit to a table this store committed to before takes one statement
-(``_commit_fast``, ``store/pg_commit.py``): what the rules and the first ``commitInfo`` read from
+(``_commit_fast``, ``store/pg_commit.py``; on SQLite one short transaction,
+``store/sqlite_commit.py``): what the rules and the first ``commitInfo`` read from
 the store is remembered per table as of its latest version, and the statement claims only while
 that is still the latest version; anything else takes the transaction path.
 """
@@ -39,7 +40,7 @@ from delta_mirror.errors import (
     TableNotFoundError,
     TransientError,
 )
-from delta_mirror.store import db, pg_commit, pg_exec
+from delta_mirror.store import db, pg_commit, pg_exec, sqlite_commit
 from delta_mirror.store.base import version_taken
 from delta_mirror.store.log_rows import (
     active_keys,
@@ -149,16 +150,16 @@ class Commits(Tables):
         ``location`` creates the table there when it does not exist, in the same transaction.
 
         On PostgreSQL a commit to a table this store committed to before is one statement
-        (``_commit_fast``); the rest, or what that statement finds changed, takes one transaction. A
-        commit whose pooled connection turns out dead before anything could be committed is tried
-        once more on a fresh one.
+        (``_commit_fast``; on SQLite one short transaction); the rest, or what that statement finds
+        changed, takes one transaction. A commit whose pooled connection turns out dead before
+        anything could be committed is tried once more on a fresh one.
         """
         check_table_name(name)
         check_commit_size(name, expected_version, len(actions), 0)
         attempts = 1 if expected_version is not None else _NEXT_VERSION_ATTEMPTS
         for attempt in range(1, attempts + 1):
             try:
-                if self.engine.dialect.name == "postgresql":
+                if self.engine.dialect.name in ("postgresql", "sqlite"):
                     done = self._commit_fast(name, actions, expected_version, operation, location)
                     if done is not None:
                         return done
@@ -256,7 +257,11 @@ class Commits(Tables):
             source=CommitSource.NATIVE,
             protocol_version=protocol_version,
         )
-        claimed = self._run_commit_statement(table, version, params)
+        claimed = (
+            self._run_sqlite_commit(table, version, params)
+            if self.engine.dialect.name == "sqlite"
+            else self._run_commit_statement(table, version, params)
+        )
         if not claimed:
             self._native_tables.pop(name, None)
             if protocol_version is not None:
@@ -287,6 +292,17 @@ class Commits(Tables):
                 if attempt == 2 or not db.dead_connection(exc):
                     raise
         raise AssertionError("unreachable")
+
+    def _run_sqlite_commit(self, table: TableInfo, version: int, params: dict[str, Any]) -> bool:
+        """``sqlite_commit.run``: one short transaction (a dead process leaves none of it, so no
+        retry is needed to learn whether it landed)."""
+        with db.translated(self.url, f"committing to table '{table.name}'"):
+            try:
+                return sqlite_commit.run(self.engine, params)
+            except IntegrityError as exc:  # here, not in ``translated``: a lost race
+                if not db.is_unique_violation(exc):
+                    raise
+                raise version_taken(table.name, version) from None
 
     def _landed(self, table: TableInfo, version: int, params: dict[str, Any]) -> bool:
         """Whether ``version`` holds the commit ``params`` describe (its hash and commit time);
