@@ -2,12 +2,14 @@
 
 ``DELTA_MIRROR_FAILPOINTS=publish.after_put:3`` makes the process SIGKILL itself the third time it
 reaches ``failpoint("publish.after_put")`` — a crash with no cleanup, exactly like a killed worker.
-Several points are separated by commas. The points the publisher declares:
+Several points are separated by commas. The points the publisher (and the store) declares:
 
 - ``publish.after_put``: a commit file is durable, its SUCCESS is not recorded yet;
 - ``checkpoint.after_part``: a checkpoint file (one part, or a sidecar) is written, others are not;
 - ``checkpoint.before_last_checkpoint``: the checkpoint is complete, ``_last_checkpoint`` is not;
-- ``checkpoint.after_last_checkpoint``: ``_last_checkpoint`` is written, the status is not.
+- ``checkpoint.after_last_checkpoint``: ``_last_checkpoint`` is written, the status is not;
+- ``sqlite_commit.before_commit``: a SQLite commit's rows are written in its open transaction,
+  COMMIT is not sent (``store/sqlite_commit.py``).
 """
 
 from __future__ import annotations
