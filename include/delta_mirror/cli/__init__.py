@@ -15,7 +15,7 @@ import logging
 import click
 
 from delta_mirror.cli import monitoring, publishing, service, tables
-from delta_mirror.cli.common import EXIT_CODES, Ctx, process_start
+from delta_mirror.cli.common import EXIT_CODES, Ctx, end_process, process_start
 from delta_mirror.version import __version__
 
 
@@ -58,9 +58,16 @@ del _command
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The console script (``delta-mirror``) and ``python -m delta_mirror.cli``."""
-    with process_start():
-        cli.main(args=argv, prog_name="delta-mirror")
+    """The console script (``delta-mirror``) and ``python -m delta_mirror.cli``: both call it without
+    ``argv``, and the process ends as soon as the command has (``end_process``). With ``argv`` (a
+    caller in this interpreter) it raises ``SystemExit`` as Click does."""
+    try:
+        with process_start():
+            cli.main(args=argv, prog_name="delta-mirror")
+    except SystemExit as exc:
+        if argv is None:
+            end_process(exc.code)
+        raise
 
 
 __all__ = ["EXIT_CODES", "cli", "main"]

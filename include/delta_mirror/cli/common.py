@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import json
+import os
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -89,6 +92,32 @@ def started() -> None:
         _starting = False
         gc.freeze()
         gc.enable()
+
+
+def end_process(code: object) -> None:
+    """End the ``delta-mirror`` process now that its command is done, without the interpreter's teardown.
+
+    The teardown frees every module and object one by one and runs the cyclic collector over what
+    the command imported (SQLAlchemy, the driver, pyarrow): 0.05-0.1 s of a 1.5 s ``checkpoint``
+    that nobody sees. What can be seen still happens, in the interpreter's order: the ``atexit``
+    handlers (logging's flush among them), then stdout and stderr flushed; the store's connections
+    end with the process, as they did at teardown (a SQLite store keeps its WAL file, as before).
+    Returns (the caller raises ``SystemExit`` as usual) when another thread still runs, the code is
+    a message, or a flush fails (a closed pipe): the interpreter's own exit handles those.
+    """
+    if not (code is None or isinstance(code, int)):
+        return  # a message: Python prints it and exits 1
+    if any(
+        t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.current_thread()
+    ):
+        return
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    os._exit(code if isinstance(code, int) else 0)
 
 
 def _cli_hint(exc: MirrorError) -> None:
@@ -199,6 +228,7 @@ __all__ = [
     "USAGE",
     "Ctx",
     "emit",
+    "end_process",
     "errors",
     "one_line",
     "process_start",
