@@ -31,7 +31,7 @@ from delta_mirror.errors import (
     TableNotFoundError,
     TransientError,
 )
-from delta_mirror.store import db, pg_commit, sqlite_commit
+from delta_mirror.store import db, pg_commit, pg_exec, sqlite_commit
 from delta_mirror.store.base import version_taken
 from delta_mirror.store.commits import check_commit_rules, check_rules_as_known
 from delta_mirror.store.log_rows import (
@@ -238,8 +238,7 @@ class VerbatimCommits(Tables):
         with db.translated(self.url, f"committing to the table at {table.location}"):
             try:
                 if self.engine.dialect.name != "sqlite":
-                    with self._autocommit.connect() as conn:
-                        claimed = conn.exec_driver_sql(pg_commit.COMMIT, params).scalar()
+                    claimed = pg_exec.scalar(self.engine, pg_commit.COMMIT, params)
                 else:  # one short transaction
                     claimed = sqlite_commit.run(self.engine, params)
             except IntegrityError as exc:  # here, not in ``translated``: a lost race is no database error
