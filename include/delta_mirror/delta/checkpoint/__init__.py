@@ -28,18 +28,47 @@ Why it looks the way it does:
 
 from __future__ import annotations
 
-from delta_mirror.delta.checkpoint.layouts import (
-    CheckpointHeader,
-    build_checkpoint,
-    checkpoint_header,
-    checkpoint_result,
-    non_file_parquet,
-    num_checkpoint_parts,
-    v2_checkpoint_files,
-)
-from delta_mirror.delta.checkpoint.model import CheckpointFile, CheckpointInput, CheckpointResult
-from delta_mirror.delta.checkpoint.schema import CHECKPOINT_SCHEMA, SIDECAR_SCHEMA, V2_CHECKPOINT_SCHEMA
-from delta_mirror.delta.checkpoint.spark_hash import spark_hash_partition
+from typing import TYPE_CHECKING
+
+from delta_mirror.lazy import lazy_names
+
+# public name -> the module that defines it. Loaded on first use: importing the package (or its
+# ``model``) must not load pyarrow, so the local engine sends the store's read of the active files
+# first and imports Arrow and the layouts while the server joins them (issue 31: done the other
+# way round, the 0.1 s of Arrow imports came before the read).
+_PUBLIC = {
+    "CHECKPOINT_SCHEMA": "delta_mirror.delta.checkpoint.schema",
+    "SIDECAR_SCHEMA": "delta_mirror.delta.checkpoint.schema",
+    "V2_CHECKPOINT_SCHEMA": "delta_mirror.delta.checkpoint.schema",
+    "CheckpointFile": "delta_mirror.delta.checkpoint.model",
+    "CheckpointHeader": "delta_mirror.delta.checkpoint.layouts",
+    "CheckpointInput": "delta_mirror.delta.checkpoint.model",
+    "CheckpointResult": "delta_mirror.delta.checkpoint.model",
+    "build_checkpoint": "delta_mirror.delta.checkpoint.layouts",
+    "checkpoint_header": "delta_mirror.delta.checkpoint.layouts",
+    "checkpoint_result": "delta_mirror.delta.checkpoint.layouts",
+    "non_file_parquet": "delta_mirror.delta.checkpoint.layouts",
+    "num_checkpoint_parts": "delta_mirror.delta.checkpoint.layouts",
+    "spark_hash_partition": "delta_mirror.delta.checkpoint.spark_hash",
+    "v2_checkpoint_files": "delta_mirror.delta.checkpoint.layouts",
+}
+
+if TYPE_CHECKING:
+    from delta_mirror.delta.checkpoint.layouts import (
+        CheckpointHeader,
+        build_checkpoint,
+        checkpoint_header,
+        checkpoint_result,
+        non_file_parquet,
+        num_checkpoint_parts,
+        v2_checkpoint_files,
+    )
+    from delta_mirror.delta.checkpoint.model import CheckpointFile, CheckpointInput, CheckpointResult
+    from delta_mirror.delta.checkpoint.schema import CHECKPOINT_SCHEMA, SIDECAR_SCHEMA, V2_CHECKPOINT_SCHEMA
+    from delta_mirror.delta.checkpoint.spark_hash import spark_hash_partition
+
+# a submodule not imported yet (``file_actions``, ...) is found too, as before this was lazy
+__getattr__ = lazy_names(__name__, _PUBLIC, submodules=True)
 
 __all__ = [
     "CHECKPOINT_SCHEMA",
