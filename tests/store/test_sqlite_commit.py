@@ -1,9 +1,10 @@
 """Every commit kind on SQLite in one short write transaction (``store/sqlite_commit.py``), with the
 transaction path's rows, refusals, race outcomes and crash safety.
 
-The statements a commit runs are counted where they are executed (SQLAlchemy's
-``before_cursor_execute``, which also sees the ``BEGIN IMMEDIATE`` that takes the write lock): the
-short transaction is that BEGIN, the claim and the rows' inserts and updates, with no read.
+The statements a commit runs are counted where SQLite executes them (``sqlite3``'s trace callback
+on every store connection, so a statement run around SQLAlchemy counts too): the short transaction
+is the ``BEGIN IMMEDIATE`` that takes the write lock, the claim, the rows' inserts and updates and
+COMMIT, with no read.
 """
 
 from __future__ import annotations
@@ -56,16 +57,23 @@ def sqlite_store(sqlite_url: str) -> Iterator[SqlStore]:
 
 
 class Statements:
-    """The statements a store executes (their first three words), from ``__init__`` on."""
+    """The statements SQLite runs for a store (their first three words; an ``executemany``'s rows
+    as one), on every connection opened from ``__init__`` on."""
 
     def __init__(self, store: SqlStore) -> None:
         self.seen: list[str] = []
-        event.listen(store.engine, "before_cursor_execute", self._saw)
+        event.listen(
+            store.engine, "connect", lambda dbapi_conn, _record: dbapi_conn.set_trace_callback(self._saw)
+        )
+        store.engine.dispose()  # every connection from now on is traced
 
-    def _saw(self, _conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
-        self.seen.append(" ".join(statement.split()[:3]))
+    def _saw(self, statement: str) -> None:
+        words = " ".join(statement.split()[:3])
+        if not self.seen or self.seen[-1] != words:
+            self.seen.append(words)
 
     def of(self, work: Callable[[], object]) -> list[str]:
+        self.seen.append("")  # a break: the same statement starting ``work`` is not folded away
         before = len(self.seen)
         work()
         return self.seen[before:]
@@ -81,6 +89,7 @@ def short_transaction(actions: list[Action]) -> list[str]:
         *(["UPDATE dl_files SET"] if kinds & {"add", "remove"} else []),  # the entries it ends
         *(["INSERT INTO dl_files"] if "add" in kinds else []),
         "INSERT INTO dl_mirror_status",
+        "COMMIT",
     ]
 
 

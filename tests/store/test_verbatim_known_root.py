@@ -123,17 +123,22 @@ def test_commits_to_a_known_root_write_the_same_rows_as_the_transaction_path(
 
 def test_a_commit_to_a_known_root_is_one_statement_on_postgresql(store: SqlStore, location: str) -> None:
     """PostgreSQL: one round trip in libpq's trace (the statement runs on the driver's connection,
-    below SQLAlchemy's statement events); SQLite: its statements as SQLAlchemy sends them."""
+    below SQLAlchemy's statement events); SQLite: one short transaction in SQLite's own trace (it
+    runs on the sqlite3 connection directly)."""
     from store.test_commit_round_trips import RoundTrips
+    from store.test_sqlite_commit import Statements, short_transaction
 
     store.commit_verbatim(location, 0, v0_file(), create_name="t")
     statements: list[str] = []
     event.listen(store.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
     trips = RoundTrips(store) if store.engine.dialect.name == "postgresql" else None
+    seen = Statements(store) if store.engine.dialect.name == "sqlite" else None
     store.commit_verbatim(location, 1, spark_file(add("b.parquet"), add("c.parquet")))
     if trips is not None:
         assert trips.count() == 1, trips.text
-    else:  # SQLite: BEGIN IMMEDIATE, then the claim and the other rows (no round trips there)
+    elif seen is not None:  # BEGIN IMMEDIATE, the claim, the other rows, COMMIT (no round trips there)
+        assert seen.seen == short_transaction([add("b.parquet"), add("c.parquet")]), seen.seen
+    else:
         assert len(statements) == 6, statements
     assert store.commit_bytes(store.table_at(location).id, 1) == spark_file(
         add("b.parquet"), add("c.parquet")
