@@ -52,3 +52,19 @@ def test_the_public_api_is_reexported_from_the_package_and_loaded_lazily() -> No
     assert {"SqlStore", "Publisher", "import_table", "validate_table", "reconcile"} <= set(
         delta_mirror.__all__
     )
+
+
+def test_the_checkpoint_package_and_its_model_load_without_arrow() -> None:
+    # the local engine imports the model before it sends the store's read of the active files and
+    # the layouts (pyarrow, ~0.1 s) after it, under the server's join; the package itself must
+    # therefore load its names on first use (issue 31)
+    code = (
+        "import json, sys\n"
+        "import delta_mirror.delta.checkpoint\n"
+        "from delta_mirror.delta.checkpoint.model import CheckpointInput\n"
+        "before = 'pyarrow' in sys.modules\n"
+        "from delta_mirror.delta.checkpoint import build_checkpoint, spark_hash_partition\n"
+        "print(json.dumps([before, 'pyarrow' in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [False, True]
