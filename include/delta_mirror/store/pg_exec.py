@@ -26,6 +26,10 @@ from sqlalchemy.exc import DBAPIError, StatementError
 def array_literal(items: list[Any]) -> str:
     """``items`` (str, int or None) as a PostgreSQL array literal: strings always quoted (``"`` and
     ``\\`` escaped), None as NULL."""
+    if not items:
+        return "{}"
+    if all(type(x) is str for x in items):  # the common case, without a call per element
+        return '{"' + '","'.join([x.replace("\\", "\\\\").replace('"', '\\"') for x in items]) + '"}'
     return "{" + ",".join(map(_element, items)) + "}"
 
 
@@ -61,9 +65,9 @@ def scalar(engine: Engine, sql: str, params: Mapping[str, Any]) -> Any:
         try:
             conn.autocommit = True
             try:
-                with conn.cursor() as cur:
-                    cur.execute(sql, literal_arrays(params))
-                    row = cur.fetchone()
+                cur = _cursor(fairy.info, conn)
+                cur.execute(sql, literal_arrays(params))
+                row = cur.fetchone()
             finally:
                 if not conn.closed:
                     conn.autocommit = False  # back to the pool as SQLAlchemy's other users expect it
@@ -75,6 +79,18 @@ def scalar(engine: Engine, sql: str, params: Mapping[str, Any]) -> Any:
     finally:
         fairy.close()
     return None if row is None else row[0]
+
+
+def _cursor(info: dict[Any, Any], conn: Any) -> Any:
+    """The cursor kept with a pooled connection (a new cursor per statement cost as much as the
+    pool's checkout: its own adapters and dumper caches)."""
+    kept = info.get(_CURSOR)
+    if kept is None or kept[0] is not conn or kept[1].closed:
+        kept = info[_CURSOR] = (conn, conn.cursor())
+    return kept[1]
+
+
+_CURSOR = "delta_mirror.pg_exec.cursor"
 
 
 def _wrapped(exc: Exception, sql: str, params: Mapping[str, Any], dialect: Any, dead: bool) -> StatementError:
