@@ -186,6 +186,12 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
 
 
 @functools.lru_cache(maxsize=4096)
+def _json_string(text: str) -> str:
+    """``text`` as a JSON string, as JSONResponse renders it, remembered (a few table names)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+@functools.lru_cache(maxsize=4096)
 def _normalized_root(raw: str) -> str:
     """``normalize_commit_root``, remembered: resolving a local root stats every folder of its path,
     and this runs on the event loop for every request (writers commit to a few roots, again and again)."""
@@ -364,7 +370,7 @@ class CommitService:
         # The bytes Starlette's JSONResponse renders for these keys, formatted directly (json.dumps
         # took a tenth of the event loop's time per append); only the table name needs escaping.
         body = (
-            f'{{"table":{json.dumps(result.table, ensure_ascii=False)},"version":{result.version:d},'
+            f'{{"table":{_json_string(result.table)},"version":{result.version:d},'
             f'"sha256":"{result.sha256}","size":{result.size:d}'
             + (',"existing":true}' if result.existing else "}")
         ).encode("utf-8")
