@@ -173,7 +173,12 @@ def parse_actions(data: bytes, *, table: str, version: int | None = None) -> lis
         if not line.strip():
             continue
         try:
-            obj = json.loads(line, parse_constant=_reject_constant)
+            # json.loads refuses a leading BOM itself (its message); else the one strict decoder
+            obj = (
+                json.loads(line, parse_constant=_reject_constant)
+                if line.startswith("\ufeff")
+                else _STRICT_JSON.decode(line)
+            )
         except json.JSONDecodeError as exc:
             raise refused(
                 f"line {number}: malformed JSON ({exc.msg} at column {exc.colno})",
