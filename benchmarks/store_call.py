@@ -169,6 +169,9 @@ def worker(url: str, appends: int, merges: int, tables: int) -> dict[str, Any]:
                 }
         out[path] = figures
     store.close()
+    import delta_mirror
+
+    out["code"] = str(Path(delta_mirror.__file__).parent)  # the tree this worker ran
     return out
 
 
@@ -222,7 +225,8 @@ def drive(opts: argparse.Namespace) -> dict[str, Any]:
             server.stop_and_remove()
     figures: dict[str, Any] = {}
     for label, results in runs.items():
-        figures[label] = {
+        figures[label] = {"code": results[0]["code"]}
+        figures[label] |= {
             path: {
                 kind: {
                     "cpu_ms_per_commit": _median([x[path][kind]["cpu_ms_per_commit"] for x in results]),
