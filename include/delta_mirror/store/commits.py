@@ -201,7 +201,7 @@ class Commits(Tables):
         operation: str | None,
         location: str | None,
     ) -> int | None:
-        """The commit in one statement (``pg_commit.COMMIT``), from what this store remembers of
+        """The commit in one statement (``pg_commit.statement``), from what this store remembers of
         the table (``KnownTable``); the statement claims only while the table's latest version is
         still the remembered one, so everything remembered still holds. None (nothing written):
         take the transaction path, which decides any refusal in its usual order."""
@@ -271,7 +271,7 @@ class Commits(Tables):
         return version
 
     def _run_commit_statement(self, table: TableInfo, version: int, params: dict[str, Any]) -> bool:
-        """Run ``pg_commit.COMMIT``; whether it claimed ``version``. A connection found dead may
+        """Run ``pg_commit.statement(params)``; whether it claimed ``version``. A connection found dead may
         have died before the statement or after it committed: the same statement is sent once more
         on a fresh connection (a first one that landed, or still runs on a lost connection, makes it
         claim nothing or lose on the primary key), then the version's row tells which."""
@@ -280,7 +280,7 @@ class Commits(Tables):
             try:
                 with db.translated(self.url, action):
                     try:
-                        claimed = bool(pg_exec.scalar(self.engine, pg_commit.COMMIT, params))
+                        claimed = bool(pg_exec.scalar(self.engine, pg_commit.statement(params), params))
                     except IntegrityError as exc:  # here, not in ``translated``: a lost race
                         if not db.is_unique_violation(exc):
                             raise

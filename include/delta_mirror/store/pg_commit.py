@@ -32,13 +32,13 @@ from delta_mirror.store.tables import TableInfo
 # newer than version ``pv`` exists; each write hangs off the claimed ``dl_commits`` row ``c`` (its
 # primary key decides a race). The sub-statements share one snapshot: ``e`` (the entries this
 # version ends: superseded re-adds and removes, each key once) never sees the rows ``f`` inserts.
-COMMIT = f"""
-WITH t AS (
+_TABLE_AS_SEEN = """
     SELECT id FROM dl_tables
     WHERE id = %(tid)s AND location = %(loc)s AND name = %(name)s AND first_version = %(fv)s
       AND base_checkpoint_version IS NOT DISTINCT FROM %(bcv)s::bigint AND state <> 'HALTED'
       AND COALESCE((SELECT max(version) + 1 FROM dl_commits WHERE table_id = %(tid)s), first_version)
-          = %(v)s::bigint
+          = %(v)s::bigint"""
+_PRECONDITIONS = f"""
       AND (%(pv)s::bigint IS NULL OR NOT EXISTS (
           SELECT 1 FROM dl_actions
           WHERE table_id = %(tid)s AND action_type = 'protocol' AND {LOOKED_UP_PREDICATE}
@@ -48,7 +48,8 @@ WITH t AS (
           WHERE EXISTS (
               SELECT 1 FROM dl_files f
               WHERE f.table_id = %(tid)s AND f.path = r.path AND f.dv_id = r.dv_id
-                AND f.remove_version IS NULL))
+                AND f.remove_version IS NULL))"""
+_CLAIM = """
 ), c AS (
     INSERT INTO dl_commits
         (table_id, version, committed_at, in_commit_timestamp, action_count, size_bytes, sha256, has_json,
@@ -60,13 +61,22 @@ WITH t AS (
 ), a AS (
     INSERT INTO dl_actions (table_id, version, part, seq, action_type, payload)
     SELECT c.table_id, %(v)s::bigint, %(part)s::smallint, x.seq, x.kind, x.payload
-    FROM c, unnest(%(a_seq)s::int[], %(a_kind)s::text[], %(a_payload)s::text[]) AS x(seq, kind, payload)
+    FROM c, unnest(%(a_seq)s::int[], %(a_kind)s::text[], %(a_payload)s::text[]) AS x(seq, kind, payload)"""
+_ENDS = """
 ), e AS (
     UPDATE dl_files f
     SET remove_version = %(v)s::bigint, remove_part = x.part, remove_seq = x.seq, deletion_timestamp = x.dt
     FROM c, unnest(%(e_path)s::text[], %(e_dv)s::text[], %(e_part)s::smallint[], %(e_seq)s::int[],
                    %(e_dt)s::bigint[]) AS x(path, dv_id, part, seq, dt)
-    WHERE f.table_id = c.table_id AND f.path = x.path AND f.dv_id = x.dv_id AND f.remove_version IS NULL
+    WHERE f.table_id = c.table_id AND f.path = x.path AND f.dv_id = x.dv_id AND f.remove_version IS NULL"""
+# An append's ends are only its re-adds' supersedes: no remove position, no deletion timestamp.
+_SUPERSEDES = """
+), e AS (
+    UPDATE dl_files f
+    SET remove_version = %(v)s::bigint, remove_part = NULL, remove_seq = NULL, deletion_timestamp = NULL
+    FROM c, unnest(%(e_path)s::text[], %(e_dv)s::text[]) AS x(path, dv_id)
+    WHERE f.table_id = c.table_id AND f.path = x.path AND f.dv_id = x.dv_id AND f.remove_version IS NULL"""
+_ROWS = """
 ), f AS (
     INSERT INTO dl_files (table_id, path, dv_id, add_version, add_part, add_seq, size, partition_values)
     SELECT c.table_id, x.path, x.dv_id, %(v)s::bigint, %(part)s::smallint, x.seq, x.size, x.pv
@@ -78,6 +88,17 @@ WITH t AS (
 )
 SELECT count(*) FROM c
 """
+COMMIT = f"\nWITH t AS ({_TABLE_AS_SEEN}{_PRECONDITIONS}{_CLAIM}{_ENDS}{_ROWS}"
+# The same commit when it removes nothing and no protocol needs checking (appends, metadata
+# changes, a table's first commits): ``t`` checks the table and the version only, with no
+# sub-select for removed files or a newer protocol (there is neither to check); the same rows.
+APPEND = f"\nWITH t AS ({_TABLE_AS_SEEN}{_CLAIM}{_SUPERSEDES}{_ROWS}"
+
+
+def statement(params: Mapping[str, Any]) -> str:
+    """The statement for :func:`params`' commit: :data:`APPEND` when it removes no file and checks
+    no protocol, else :data:`COMMIT`; both claim the version under the same table checks."""
+    return APPEND if params["pv"] is None and not params["r_path"] else COMMIT
 
 
 @dataclass(frozen=True)
@@ -157,4 +178,4 @@ def params(
     }
 
 
-__all__ = ["COMMIT", "Protocol", "needs_previous_protocol", "params", "protocol_of"]
+__all__ = ["APPEND", "COMMIT", "Protocol", "needs_previous_protocol", "params", "protocol_of", "statement"]

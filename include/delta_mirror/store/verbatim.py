@@ -207,7 +207,7 @@ class VerbatimCommits(Tables):
 
     def _commit_verbatim_statement(self, table: TableInfo, commit: _Verbatim) -> CommitResult | None:
         """``_commit_verbatim_fast``: every commit kind in one statement on PostgreSQL
-        (``pg_commit.COMMIT``; on SQLite one short transaction, ``sqlite_commit``), which also
+        (``pg_commit.statement``; on SQLite one short transaction, ``sqlite_commit``), which also
         checks what the rules read from the store (the removed files are active; a protocol change:
         the protocol it was checked against is still the newest). A commit that needs the protocol
         in force and finds none remembered, or that the rules refuse, takes the transaction path
@@ -238,7 +238,7 @@ class VerbatimCommits(Tables):
         with db.translated(self.url, f"committing to the table at {table.location}"):
             try:
                 if self.engine.dialect.name != "sqlite":
-                    claimed = pg_exec.scalar(self.engine, pg_commit.COMMIT, params)
+                    claimed = pg_exec.scalar(self.engine, pg_commit.statement(params), params)
                 else:  # one short transaction
                     claimed = sqlite_commit.run(self.engine, params)
             except IntegrityError as exc:  # here, not in ``translated``: a lost race is no database error
