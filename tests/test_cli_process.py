@@ -93,9 +93,10 @@ except SystemExit as exc:
 # never loaded by a local checkpoint, with why: alembic (only `init` migrates), sqlalchemy.orm (the
 # store is SQLAlchemy Core), the other databases' dialects (a SQLite store here: no PostgreSQL nor
 # MySQL driver), deltalake (validate's reader), yaml (no table config file), boto3/fsspec (storage
-# is obstore), pandas (Arrow tables only), airflow (never in the core)
+# is obstore), pandas (Arrow tables only), dateutil (Arrow infers a Python value's type with it:
+# the builder's scalars are typed), airflow (never in the core)
 never = ("alembic", "sqlalchemy.orm", "psycopg", "pymysql", "deltalake", "yaml", "boto3", "fsspec",
-         "pandas", "airflow", "pyspark", "click.testing")
+         "pandas", "dateutil", "airflow", "pyspark", "click.testing")
 print(json.dumps({"code": code, "at_read": seen, "after": "pyarrow" in sys.modules,
                   "never": sorted(m for m in never if m in sys.modules)}))
 """

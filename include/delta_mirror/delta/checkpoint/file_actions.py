@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from delta_mirror.delta.checkpoint.model import CheckpointInput
-from delta_mirror.delta.checkpoint.schema import _ADD, _INT, _LONG, _MAP, _MAP_FIELDS, _REMOVE, _STR
+from delta_mirror.delta.checkpoint.schema import _ADD, _BOOL, _INT, _LONG, _MAP, _MAP_FIELDS, _REMOVE, _STR
 from delta_mirror.errors import InvalidActionError
 
 _CHUNK_CHARS = 16 << 20  # text parsed per Arrow JSON call: bounds memory, keeps threads busy
@@ -147,7 +147,8 @@ def _parse_arrow(data: bytes, num_lines: int, column: str, ctx: _Context, block_
     children = []
     for field in _ADD if column == "add" else _REMOVE:
         if field.name == "dataChange":
-            children.append(pa.repeat(pa.scalar(False), n))
+            # typed scalars here and below: inferring a Python value's type imports dateutil
+            children.append(pa.repeat(pa.scalar(False, _BOOL), n))
         elif field.name == "partitionValues":
             children.append(
                 _struct_to_map(
@@ -214,7 +215,9 @@ def _struct_to_map(struct: Any, n: int, expected: Sequence[str]) -> Any:
         # every row has every key: fixed stride, no filtering
         offsets = _arange(n + 1, step=k)
         if k == 1:
-            return pa.MapArray.from_arrays(offsets, pa.repeat(pa.scalar(keys[0]), n), values[0], type=_MAP)
+            return pa.MapArray.from_arrays(
+                offsets, pa.repeat(pa.scalar(keys[0], _STR), n), values[0], type=_MAP
+            )
         flat_idx, key_idx = _interleave_indices(n, k)
         flat_values = pa.concat_arrays(values).take(flat_idx)
         return pa.MapArray.from_arrays(offsets, pa.array(keys, _STR).take(key_idx), flat_values, type=_MAP)
