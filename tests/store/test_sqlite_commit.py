@@ -234,6 +234,37 @@ def test_a_protocol_change_is_checked_against_the_newest_protocol_not_the_rememb
     assert sqlite_store.commit_verbatim(root, 3, spark_file(protocol(minWriterVersion=6))).version == 3
 
 
+@pytest.mark.parametrize("writer", ["native", "verbatim"])
+def test_a_table_re_created_under_a_reused_id_is_not_taken_for_the_remembered_one(
+    sqlite_store: SqlStore, sqlite_url: str, location: str, writer: str
+) -> None:
+    """SQLite gives a re-created table the id of the deleted one: same id, name and root, but what
+    this store remembers of the old table (writer version 2) is not the new one's (5), so a change
+    to 3 is refused as a downgrade, as the transaction path refuses it."""
+
+    def create(store: SqlStore, writer_version: int) -> int:
+        first = [protocol(minWriterVersion=writer_version), metadata(), add("a.parquet")]
+        if writer == "native":
+            store.create_table("t", location)
+            store.commit("t", first)
+            store.commit("t", [add("b.parquet")])
+        else:
+            store.commit_verbatim(location, 0, spark_file(*first), create_name="t")
+            store.commit_verbatim(location, 1, spark_file(add("b.parquet")))
+        return store.table_at(location).id
+
+    old_id = create(sqlite_store, 2)  # remembered: the table, its protocol
+    with closing(SqlStore(sqlite_url)) as other:
+        other.delete_table(old_id)
+        assert create(other, 5) == old_id
+    with pytest.raises(InvalidActionError, match="protocol downgrade: minWriterVersion 5 -> 3"):
+        if writer == "native":
+            sqlite_store.commit("t", [protocol(minWriterVersion=3)])
+        else:
+            sqlite_store.commit_verbatim(location, 2, spark_file(protocol(minWriterVersion=3)))
+    assert sqlite_store.latest_version(old_id) == 1
+
+
 def merge_of(w: int, r: int) -> bytes:
     """Writer ``w``'s MERGE in round ``r``: it replaces the shared file and adds one of its own."""
     return spark_file(remove(f"shared-{r}.parquet"), add(f"shared-{r + 1}.parquet"), add(f"w{w}-{r}.parquet"))

@@ -298,7 +298,7 @@ class Commits(Tables):
         retry is needed to learn whether it landed)."""
         with db.translated(self.url, f"committing to table '{table.name}'"):
             try:
-                return sqlite_commit.run(self.engine, params)
+                return sqlite_commit.run(self.engine, params, table.table_uuid)
             except IntegrityError as exc:  # here, not in ``translated``: a lost race
                 if not db.is_unique_violation(exc):
                     raise

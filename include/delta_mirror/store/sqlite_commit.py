@@ -37,7 +37,7 @@ _CLAIM = f"""
 INSERT INTO dl_commits
     (table_id, version, committed_at, in_commit_timestamp, action_count, size_bytes, sha256, has_json, source)
 SELECT id, :v, :ts, :ict, :n, :size, :sha, 1, :source FROM dl_tables
-WHERE id = :tid AND location = :loc AND name = :name AND first_version = :fv
+WHERE id = :tid AND table_uuid = :uuid AND location = :loc AND name = :name AND first_version = :fv
   AND base_checkpoint_version IS :bcv AND state <> 'HALTED'
   AND COALESCE((SELECT max(version) + 1 FROM dl_commits WHERE table_id = :tid), first_version) = :v
   AND (:pv IS NULL OR NOT EXISTS (
@@ -73,13 +73,19 @@ _CLAIMED = ("v", "ts", "ict", "n", "size", "sha", "source", "tid", "loc", "name"
 BEFORE_COMMIT = "sqlite_commit.before_commit"
 
 
-def run(engine: Engine, p: Mapping[str, Any]) -> bool:
+def run(engine: Engine, p: Mapping[str, Any], table_uuid: str) -> bool:
     """Commit ``p`` (``pg_commit.params``) in one ``BEGIN IMMEDIATE`` transaction on a connection of
     ``engine``'s pool; whether the version was claimed (False: nothing written). Errors are raised
     as SQLAlchemy raises them, for the caller to translate (a unique violation: the version was
-    taken after all)."""
+    taken after all).
+
+    ``table_uuid``: the remembered table's, checked too: SQLite reuses the id of a deleted newest
+    table, so a table re-created at the same root under the same name can have the remembered id,
+    and what is remembered of the old one (its protocol, metaData) must not pass for the new one's.
+    """
     removed = list(zip(p["r_path"], p["r_dv"], strict=True))
     claim = {key: p[key] for key in _CLAIMED}
+    claim["uuid"] = table_uuid
     claim["nr"] = len(removed)
     claim["r"] = json.dumps(removed) if removed else "[]"
     tid, v, part = p["tid"], p["v"], p["part"]

@@ -240,7 +240,7 @@ class VerbatimCommits(Tables):
                 if self.engine.dialect.name != "sqlite":
                     claimed = pg_exec.scalar(self.engine, pg_commit.statement(params), params)
                 else:  # one short transaction
-                    claimed = sqlite_commit.run(self.engine, params)
+                    claimed = sqlite_commit.run(self.engine, params, table.table_uuid)
             except IntegrityError as exc:  # here, not in ``translated``: a lost race is no database error
                 if not db.is_unique_violation(exc):
                     raise
