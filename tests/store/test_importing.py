@@ -46,6 +46,26 @@ def test_an_import_that_fails_midway_leaves_no_table_behind(store: SqlStore, loc
     assert store.list_tables() == []
 
 
+@pytest.mark.timeout(120)  # a rollback on a connection still in COPY would wait for ever
+def test_an_import_failing_while_its_last_rows_are_still_being_stored_keeps_nothing(
+    store: SqlStore, location: str
+) -> None:
+    """On PostgreSQL a COPY stays open after its rows are written (the server stores them while
+    the next rows are made); a failure then ends it as failed: the caller's error is the one
+    raised, nothing is kept, and the store's connections stay usable (a second import succeeds)."""
+    v0 = _lines(protocol(), metadata(), *(add(f"{i}.parquet") for i in range(50)))
+    facts = facts_of_lines(v0, version=0)
+    with pytest.raises(RuntimeError, match="the source went away"), store.importing("t", location) as imp:
+        imp.lines(0, 0, facts.kinds, v0, at_once=True, files=[f for f in facts.files if f[1] == "add"])
+        raise RuntimeError("the source went away")
+    assert store.list_tables() == []
+    with store.importing("t", location) as imp:
+        imp.lines(0, 0, facts.kinds, v0, at_once=True, files=[f for f in facts.files if f[1] == "add"])
+        imp.put(0, v0, facts, lines_sent=len(v0))
+        imp.finish()
+    assert len(store.active_files(store.get_table("t").id, 0)) == 50
+
+
 def test_an_import_under_a_taken_name_is_refused_before_anything_is_written(
     store: SqlStore, location: str
 ) -> None:

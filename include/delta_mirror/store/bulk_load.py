@@ -203,6 +203,9 @@ class BulkImport:
         # with the GIL released); the ones sent open and closed later are updated at the end.
         self._files_sent = 0
         self._sent_open: list[list[Any]] = []
+        # PostgreSQL: the last COPY, left open once its rows are written (its cursor and context):
+        # the server stores their tail while the next rows are made (``_copy``).
+        self._open_copy: tuple[Any, Any] | None = None
 
     def version(
         self,
@@ -305,11 +308,27 @@ class BulkImport:
         self._commits, self._statuses = [], []
         self._send_files()
         self._close_sent_files([row for row in self._sent_open if row[_RV] is not None])
+        self._end_copy()
+
+    def abort(self, exc: BaseException) -> None:
+        """The import failed: end a COPY left open as failed (the server refuses its rows; the
+        transaction then rolls back as for any other error). Nothing else may use the connection
+        while a COPY is open."""
+        if self._open_copy is not None:
+            cur, copy = self._open_copy
+            self._open_copy = None
+            try:
+                copy.__exit__(type(exc), exc, exc.__traceback__)
+            except Exception:  # a lost connection: ``exc`` is the error to report
+                pass
+            finally:
+                cur.close()
 
     def _close_sent_files(self, closed: list[list[Any]]) -> None:
         """Close the file rows sent while open and removed since (``closed``), and let the planner
         see the new rows; each backend's bulk import (MySQL, DuckDB) has its own."""
         tid = self.table_id
+        self._end_copy()
         if not self.postgres:
             if closed:
                 self.conn.exec_driver_sql(
@@ -389,14 +408,41 @@ class BulkImport:
             self._insert(table, columns, list(rows))
 
     def _copy(self, table: str, columns: Sequence[str], text: Iterable[str]) -> None:
-        """``COPY ... FROM STDIN`` (text format) of already formatted lines, in large writes."""
+        """``COPY ... FROM STDIN`` (text format) of already formatted lines, in large writes.
+
+        The COPY is left open once its rows are written and ended by the next statement
+        (``_end_copy``): the server still stores the last of them (a socket's worth) while this
+        thread makes the next rows (a version's file index, the next COPY text), instead of
+        waiting for it and then leaving it idle."""
+        self._end_copy()
         raw = self.conn.connection.driver_connection
         assert raw is not None
+        cur = raw.cursor()
+        try:
+            copy = cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN")
+            writer = copy.__enter__()
+        except BaseException:
+            cur.close()
+            raise
+        self._open_copy = (cur, copy)
         lines = iter(text)
-        with raw.cursor() as cur, cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+        try:
             # join() drains the generator in C: no Python step per row here.
             while chunk := "".join(islice(lines, _COPY_CHUNK)):
-                copy.write(chunk.encode())
+                writer.write(chunk.encode())
+        except BaseException as exc:
+            self.abort(exc)
+            raise
+
+    def _end_copy(self) -> None:
+        """Wait for the COPY left open (its errors are raised here: the rows were refused)."""
+        if self._open_copy is not None:
+            cur, copy = self._open_copy
+            self._open_copy = None
+            try:
+                copy.__exit__(None, None, None)
+            finally:
+                cur.close()
 
     def _insert(self, table: str, columns: Sequence[str], rows: list[Sequence[Any]]) -> None:
         if rows:

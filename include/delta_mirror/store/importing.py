@@ -45,6 +45,7 @@ class Importing:
         else:
             bulk = BulkImport(conn, table.id)
         self._bulk = bulk
+        self.abort = bulk.abort
         self.put = bulk.version
         self.lines = bulk.lines
         self.finish = bulk.finish
@@ -73,7 +74,12 @@ class Imports(Tables):
         its log, all in one transaction: committed when the block ends, rolled back on an error
         (database errors become the core's error classes)."""
         with db.translated(self.url, f"importing table '{name}'"), self.engine.begin() as conn:
-            yield Importing(conn, self._create_table(conn, name, location, **options))
+            handle = Importing(conn, self._create_table(conn, name, location, **options))
+            try:
+                yield handle
+            except BaseException as exc:
+                handle.abort(exc)  # a COPY left open ends first: the rollback needs the connection
+                raise
 
 
 __all__ = ["Importing", "Imports"]
