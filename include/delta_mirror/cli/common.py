@@ -113,8 +113,9 @@ def end_process(code: object) -> None:
         return
     atexit._run_exitfuncs()
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:  # None without a console (pythonw)
+                stream.flush()
     except (OSError, ValueError):
         return
     os._exit(code if isinstance(code, int) else 0)
