@@ -100,8 +100,9 @@ def end_process(code: object) -> None:
     The teardown frees every module and object one by one and runs the cyclic collector over what
     the command imported (SQLAlchemy, the driver, pyarrow): 0.05-0.1 s of a 1.5 s ``checkpoint``
     that nobody sees. What can be seen still happens, in the interpreter's order: the ``atexit``
-    handlers (logging's flush among them), then stdout and stderr flushed; the store's connections
-    end with the process, as they did at teardown (a SQLite store keeps its WAL file, as before).
+    handlers (logging's flush among them), then stdout and stderr flushed. The store's connections
+    close with the process: PostgreSQL sees the socket close instead of a goodbye message (logged at
+    DEBUG1 only, outside a transaction), a SQLite store keeps its WAL file as it did before.
     Returns (the caller raises ``SystemExit`` as usual) when another thread still runs, the code is
     a message, or a flush fails (a closed pipe): the interpreter's own exit handles those.
     """
