@@ -17,8 +17,10 @@ import threading
 import time
 import tomllib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -26,7 +28,10 @@ from support.builders import action, add_body, log_line, metadata_body, protocol
 from support.commit_service import CommitService
 from support.services import free_port
 from support.waiting import load_scaled
+from uvicorn import Config, Server
 
+from delta_mirror.commit_http import CommitProtocol
+from delta_mirror.commit_service import create_app
 from delta_mirror.store import SqlStore
 
 MAX_BODY = 64 * 1024
@@ -66,8 +71,8 @@ class Reply:
 class Wire:
     """One raw connection: requests written as bytes, replies read in order."""
 
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=load_scaled(30))
+    def __init__(self, port: int, *, sock: socket.socket | None = None) -> None:
+        self.sock = sock or socket.create_connection(("127.0.0.1", port), timeout=load_scaled(30))
         self.buffer = b""
 
     def send(self, data: bytes) -> None:
@@ -386,40 +391,91 @@ def test_the_uvicorn_internals_the_protocol_relies_on_are_still_there() -> None:
     assert "self.write_paused = True" in flow and "def pause_reading" in flow
 
 
-def test_a_commit_is_answered_by_the_protocol_itself_and_other_routes_by_asgi(
-    store: SqlStore, lake: Path
-) -> None:
-    """In process, to look inside: no asyncio Task for a commit; a GET gets uvicorn's own cycle."""
-    import uvicorn
-
-    from delta_mirror.cli import service as cli_service
-    from delta_mirror.commit_http import CommitProtocol
-    from delta_mirror.commit_service import create_app
-
-    assert "CommitProtocol" in inspect.getsource(cli_service)  # what `serve` runs
+@contextmanager
+def in_process(
+    store: SqlStore, lake: Path, protocol: type[CommitProtocol] = CommitProtocol
+) -> Iterator[Server]:
+    """The service's app under uvicorn in this process (a thread), to look inside its protocol."""
     app = create_app(store, token=None, allowed_roots=[f"file:{lake}/"])
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=free_port(), http=CommitProtocol, access_log=False)
-    )
+    server = Server(Config(app, host="127.0.0.1", port=free_port(), http=protocol, access_log=False))
     thread = threading.Thread(target=server.run)
     thread.start()
-    wire: Wire | None = None
     try:
         deadline = time.monotonic() + load_scaled(30)
         while not server.started and time.monotonic() < deadline:
             time.sleep(0.05)
-        wire = Wire(server.config.port)
-        wire.send(post(root_of(lake), 0, V0, None))
-        assert wire.reply().status == 201
-        (connection,) = server.server_state.connections
-        assert isinstance(connection, CommitProtocol)
-        assert type(connection.cycle).__name__ == "_Commit"
-        assert server.server_state.tasks == set()
-        wire.send(f"GET /v1/latest?root={quote(root_of(lake), safe='')} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-        assert wire.reply().status == 200
-        assert type(connection.cycle).__name__ == "RequestResponseCycle"
+        assert server.started
+        yield server
     finally:
-        if wire is not None:
-            wire.close()
         server.should_exit = True
         thread.join(load_scaled(30))
+
+
+def test_a_commit_is_answered_by_the_protocol_itself_and_other_routes_by_asgi(
+    store: SqlStore, lake: Path
+) -> None:
+    """No asyncio Task for a commit; a GET gets uvicorn's own request cycle."""
+    from delta_mirror.cli import service as cli_service
+
+    assert "CommitProtocol" in inspect.getsource(cli_service)  # what `serve` runs
+    with in_process(store, lake) as server:
+        wire = Wire(server.config.port)
+        try:
+            wire.send(post(root_of(lake), 0, V0, None))
+            assert wire.reply().status == 201
+            (connection,) = server.server_state.connections
+            assert isinstance(connection, CommitProtocol)
+            assert type(connection.cycle).__name__ == "_Commit"
+            assert server.server_state.tasks == set()
+            wire.send(
+                f"GET /v1/latest?root={quote(root_of(lake), safe='')} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+            )
+            assert wire.reply().status == 200
+            assert type(connection.cycle).__name__ == "RequestResponseCycle"
+        finally:
+            wire.close()
+
+
+class _SmallBuffers(CommitProtocol):
+    """Small socket and transport buffers, so that a writer not reading fills them fast; counts pauses."""
+
+    paused = 0
+
+    def connection_made(self, transport: Any) -> None:
+        transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        transport.set_write_buffer_limits(high=1024)
+        super().connection_made(transport)
+
+    def pause_writing(self) -> None:
+        type(self).paused += 1
+        super().pause_writing()
+
+
+def test_answers_wait_while_a_writer_does_not_read_them_and_all_arrive_in_order(
+    store: SqlStore, lake: Path
+) -> None:
+    root = root_of(lake)
+    batch = [post(root, 0, V0, None)] + [
+        post(root, v, commit_file(add(f"p{v}.parquet")), None) for v in range(1, 200)
+    ]
+    _SmallBuffers.paused = 0
+    with in_process(store, lake, _SmallBuffers) as server:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(load_scaled(60))
+        sock.connect(("127.0.0.1", server.config.port))
+        wire = Wire(0, sock=sock)
+        sender = threading.Thread(target=sock.sendall, args=(b"".join(batch),))
+        try:
+            sender.start()
+            deadline = time.monotonic() + load_scaled(60)
+            while not _SmallBuffers.paused and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert _SmallBuffers.paused, "the answers never filled the buffers"
+            replies = [wire.reply() for _ in batch]
+        finally:
+            sender.join(load_scaled(60))
+            sock.close()
+    assert [(r.status, int(re.findall(rb'"version":(\d+)', r.body)[0])) for r in replies] == [
+        (201, v) for v in range(200)
+    ]

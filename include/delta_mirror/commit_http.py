@@ -5,7 +5,10 @@ every other route through Starlette); for the one route a fleet of writers keeps
 ``CommitProtocol`` skips what cost the service a third of its CPU per append (an asyncio Task, an
 Event, a request/response cycle and four ASGI messages per request): the parser's callbacks collect
 the body, the checks of ``CommitService.handle_post`` run in the same order, the store call goes
-straight onto the store-thread queue, and its answer is written with ``transport.write``.
+straight onto the store-thread queue, and its answer is written with ``transport.write``. Flow
+control stays uvicorn's: a connection has at most one commit in the queue (a pipelined request
+waits, reading paused, until the one before it is answered), and an answer to a writer that does
+not read waits until its transport's buffer drains.
 
 It relies on these internals of ``HttpToolsProtocol`` (uvicorn 0.54; ``pyproject.toml`` pins the
 range, ``tests/test_commit_http.py`` fails loudly when they change): ``self.cycle`` (read by

@@ -5,9 +5,10 @@ The wire contract (routes, status codes, what the Delta-Spark LogStore does with
 racing writers, so any number of processes may serve one store. Blocking store calls run on a
 fixed set of store threads; every error is one line of JSON whose status follows the error's type.
 
-``POST /v1/commits/<version>`` (the one route a fleet of writers keeps busy) is answered by a thin
-ASGI handler in front of Starlette (``_CommitApp``): no middleware stack, request or response
-objects, one queue hop to a store thread and back. Where a commit's time goes is in
+``POST /v1/commits/<version>`` (the one route a fleet of writers keeps busy) is answered under
+``delta-mirror serve`` by ``commit_http.CommitProtocol`` straight from uvicorn's HTTP parser, and
+under any other ASGI server by a thin handler in front of Starlette (``_CommitApp``): the same
+checks, the same bytes, one queue hop to a store thread and back. Where a commit's time goes is in
 ``docs/commit-service.md`` ("Where the time goes").
 """
 
