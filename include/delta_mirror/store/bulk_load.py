@@ -308,7 +308,7 @@ class BulkImport:
         self._commits, self._statuses = [], []
         self._send_files()
         self._close_sent_files([row for row in self._sent_open if row[_RV] is not None])
-        self._end_copy()
+        self.end_copy()
 
     def abort(self, exc: BaseException) -> None:
         """The import failed: end a COPY left open as failed (the server refuses its rows; the
@@ -328,7 +328,7 @@ class BulkImport:
         """Close the file rows sent while open and removed since (``closed``), and let the planner
         see the new rows; each backend's bulk import (MySQL, DuckDB) has its own."""
         tid = self.table_id
-        self._end_copy()
+        self.end_copy()
         if not self.postgres:
             if closed:
                 self.conn.exec_driver_sql(
@@ -411,10 +411,10 @@ class BulkImport:
         """``COPY ... FROM STDIN`` (text format) of already formatted lines, in large writes.
 
         The COPY is left open once its rows are written and ended by the next statement
-        (``_end_copy``): the server still stores the last of them (a socket's worth) while this
+        (``end_copy``): the server still stores the last of them (a socket's worth) while this
         thread makes the next rows (a version's file index, the next COPY text), instead of
         waiting for it and then leaving it idle."""
-        self._end_copy()
+        self.end_copy()
         raw = self.conn.connection.driver_connection
         assert raw is not None
         cur = raw.cursor()
@@ -434,8 +434,9 @@ class BulkImport:
             self.abort(exc)
             raise
 
-    def _end_copy(self) -> None:
-        """Wait for the COPY left open (its errors are raised here: the rows were refused)."""
+    def end_copy(self) -> None:
+        """Wait for the COPY left open (its errors are raised here: the rows were refused); called
+        before any other statement on the connection."""
         if self._open_copy is not None:
             cur, copy = self._open_copy
             self._open_copy = None

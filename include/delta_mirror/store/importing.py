@@ -58,6 +58,7 @@ class Importing:
     def checkpoint_layout(self, kind: str, part_size: int | None) -> None:
         """The checkpoint kind (and multi-part size) of the table, when known only once the whole
         log was read (it follows the latest protocol)."""
+        self._bulk.end_copy()  # the connection takes no other statement while a COPY is open
         self._conn.execute(
             update(dl_tables)
             .where(dl_tables.c.id == self.table.id)
