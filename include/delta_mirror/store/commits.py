@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, select, update
+from sqlalchemy import Connection, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from delta_mirror.delta import commit_rules
@@ -125,11 +125,9 @@ class Commits(Tables):
     """Native commits and imported versions."""
 
     # Set by ``SqlStore.__init__``: per table name what its commits read from the store (a hint the
-    # one-statement commit verifies), per table id the protocol last seen in force, and the
-    # autocommit engine the one statement runs on.
+    # one-statement commit verifies) and per table id the protocol last seen in force.
     _native_tables: dict[str, KnownTable]
     _protocols: dict[int, pg_commit.Protocol]
-    _autocommit: Engine
 
     def commit(
         self,

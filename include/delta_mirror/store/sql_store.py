@@ -51,7 +51,6 @@ class SqlStore(
         self._native_tables = {}
         self._protocols = {}
         self._sqlite_writes = threading.Lock() if self.engine.dialect.name == "sqlite" else None
-        self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
 
     @property
     def display_url(self) -> str:

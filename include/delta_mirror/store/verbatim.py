@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
 
 from delta_mirror.delta.actions import Action, split_commit
@@ -89,11 +89,10 @@ class VerbatimCommits(Tables):
 
     # Set by ``SqlStore.__init__``: the tables last seen at each root (a hint the commit statement
     # itself re-checks), on SQLite one writer at a time per process (queued on a lock here rather
-    # than polling SQLite's busy timeout), an autocommit engine for the one-statement commit, and
-    # per table id the protocol last seen in force (the statement verifies no newer one exists).
+    # than polling SQLite's busy timeout), and per table id the protocol last seen in force (the
+    # statement verifies no newer one exists).
     _verbatim_tables: dict[str, TableInfo]
     _sqlite_writes: threading.Lock | None
-    _autocommit: Engine
     _protocols: dict[int, pg_commit.Protocol]
 
     def commit_verbatim(
