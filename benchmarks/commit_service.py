@@ -20,7 +20,9 @@ stime from ``/proc/<pid>/stat`` of each tree, before/after), statements per comm
 ``pg_stat_statements`` calls in the service's database, BEGIN/COMMIT included: the round trips,
 except that an ``executemany`` pipelines its statements and that the pool's pre-ping, an empty
 query, is not seen there: one more round trip per commit while it is on), the machine's
-busy cores and load. Every body is a pure function of (table, version, kind): at the end every
+busy cores and load. pg_stat_statements stays loaded during the windows: beside a server without
+it (``benchmarks/pg_commit_cost.py``, same load) it made no difference to PostgreSQL's CPU per
+commit beyond noise (≤ 0.04 ms on a bare INSERT, none measurable on the commit statement). Every body is a pure function of (table, version, kind): at the end every
 version of every table is read back from the store and compared byte for byte.
 
 ``--base PATH`` runs the same services from another checkout (``git worktree add PATH <commit>``;
@@ -387,18 +389,25 @@ def _machine_busy_ticks() -> tuple[int, int]:
 # -- PostgreSQL with fsync on -------------------------------------------------------------------------
 
 
-def _fsync_pg() -> Any:
+def _fsync_pg(statements: bool = True, settings: str = "") -> Any:
     """A PostgreSQL server as the tests start one (``support.services.PgServer``), but durable:
-    fsync, full_page_writes and synchronous_commit at their defaults (on); pg_stat_statements loaded."""
+    fsync, full_page_writes and synchronous_commit at their defaults (on). ``statements``: with
+    pg_stat_statements loaded (utility statements tracked); ``settings``: more ``-c`` options."""
     from support.services import PgServer
+
+    preload = (
+        " -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_utility=on"
+        if statements
+        else ""
+    )
 
     class DurablePg(PgServer):
         def _pg_ctl_start(self) -> None:
             assert self.tmpdir is not None
             opts = (
                 f"-p {self.port} -k {self.tmpdir} -c listen_addresses=127.0.0.1 -c max_connections=200"
-                " -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_utility=on"
-            )
+                f"{preload} {settings}"
+            ).rstrip()
             self._cmd(
                 "pg_ctl",
                 "-D",
@@ -417,7 +426,8 @@ def _fsync_pg() -> Any:
     import psycopg
 
     with psycopg.connect(_admin(server.url), autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        if statements:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         fsync = conn.execute("SHOW fsync").fetchone()
     assert fsync is not None and fsync[0] == "on", fsync
     return server
