@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from store.store_kit import Action, add, metadata, protocol, remove, spark_file, store_rows
 
+from delta_mirror.errors import TableHaltedError
 from delta_mirror.store import SqlStore, pg_commit
 
 pytestmark = pytest.mark.postgres
@@ -96,6 +97,6 @@ def test_an_append_to_a_table_halted_meanwhile_claims_nothing_in_the_append_stat
     pg_store.commit_verbatim(root, 1, spark_file(add("b.parquet")))
     with closing(SqlStore(pg_store.url)) as other:
         other.halt_table(other.table_at(root).id, "halted by the test", None)
-    with pytest.raises(Exception, match="halted"):
+    with pytest.raises(TableHaltedError):
         pg_store.commit_verbatim(root, 2, spark_file(add("c.parquet")))
     assert statements == ["APPEND", "APPEND"]  # the second claimed nothing; the transaction path refused
