@@ -278,7 +278,11 @@ class Commits(Tables):
             try:
                 with db.translated(self.url, action):
                     try:
-                        claimed = bool(pg_exec.scalar(self.engine, pg_commit.statement(params), params))
+                        claimed = bool(
+                            pg_exec.scalar(
+                                self.engine, pg_commit.statement(params), params, notify=str(table.id)
+                            )
+                        )
                     except IntegrityError as exc:  # here, not in ``translated``: a lost race
                         if not db.is_unique_violation(exc):
                             raise

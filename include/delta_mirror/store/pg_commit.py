@@ -32,6 +32,9 @@ from delta_mirror.store.tables import TableInfo
 # newer than version ``pv`` exists; each write hangs off the claimed ``dl_commits`` row ``c`` (its
 # primary key decides a race). The sub-statements share one snapshot: ``e`` (the entries this
 # version ends: superseded re-adds and removes, each key once) never sees the rows ``f`` inserts.
+# ``c`` sets ``delta_mirror.notify_after_commit`` for this transaction only, before its row goes in:
+# the ``dl_commits`` trigger (AFTER ROW, fired at the end of the statement) then skips its NOTIFY
+# and ``pg_exec.scalar(..., notify=...)`` sends it after the commit (migration 0007 says why).
 _TABLE_AS_SEEN = """
     SELECT id FROM dl_tables
     WHERE id = %(tid)s AND location = %(loc)s AND name = %(name)s AND first_version = %(fv)s
@@ -57,6 +60,7 @@ _CLAIM = """
     SELECT id, %(v)s::bigint, %(ts)s::bigint, %(ict)s::bigint, %(n)s::int, %(size)s::bigint, %(sha)s::text,
         true, %(source)s::text
     FROM t
+    WHERE set_config('delta_mirror.notify_after_commit', 'on', true) = 'on'
     RETURNING table_id
 ), a AS (
     INSERT INTO dl_actions (table_id, version, part, seq, action_type, payload)

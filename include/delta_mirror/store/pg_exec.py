@@ -16,11 +16,16 @@ dead, which then leaves the pool), so ``db.translated``, ``db.is_unique_violatio
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, StatementError
+
+from delta_mirror.store.watch import CHANNEL
+
+log = logging.getLogger(__name__)
 
 
 def array_literal(items: list[Any]) -> str:
@@ -48,9 +53,16 @@ def literal_arrays(params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: array_literal(v) if type(v) is list else v for k, v in params.items()}
 
 
-def scalar(engine: Engine, sql: str, params: Mapping[str, Any]) -> Any:
+def scalar(engine: Engine, sql: str, params: Mapping[str, Any], *, notify: str | None = None) -> Any:
     """The first column of ``sql``'s first row (None: no row), ``sql`` run as its own transaction
     (autocommit) on a connection of ``engine``'s pool; list parameters go as array literals.
+
+    ``notify``: when that first column is true (a commit statement claimed its version), send
+    ``NOTIFY`` on ``watch.CHANNEL`` with this payload in a transaction of its own on the same
+    connection, after the commit. A commit's transaction that notifies holds PostgreSQL's notify
+    lock through its WAL flush, so notifying commits never share a flush; one that only notifies
+    writes no WAL (migration 0007). A failed notify is logged, never raised: the commit is durable
+    and the watchers' poll finds it.
 
     Errors as SQLAlchemy's ``exec_driver_sql`` raises them (see the module's docstring).
     """
@@ -68,6 +80,8 @@ def scalar(engine: Engine, sql: str, params: Mapping[str, Any]) -> Any:
                 cur = _cursor(fairy.info, conn)
                 cur.execute(sql, literal_arrays(params))
                 row = cur.fetchone()
+                if notify is not None and row is not None and row[0]:
+                    _notify(fairy, cur, notify, dialect)
             finally:
                 if not conn.closed:
                     conn.autocommit = False  # back to the pool as SQLAlchemy's other users expect it
@@ -79,6 +93,23 @@ def scalar(engine: Engine, sql: str, params: Mapping[str, Any]) -> Any:
     finally:
         fairy.close()
     return None if row is None else row[0]
+
+
+def _notify(fairy: Any, cur: Any, payload: str, dialect: Any) -> None:
+    """``pg_notify(watch.CHANNEL, payload)`` as its own transaction. A failure is logged, not raised
+    (the commit before it is durable; watchers poll); a connection it finds dead leaves the pool."""
+    try:
+        # never prepared: nothing to plan, and preparing would cost a round trip of its own
+        cur.execute(_NOTIFY, (CHANNEL, payload), prepare=False)
+    except dialect.loaded_dbapi.Error as exc:
+        log.warning(
+            "NOTIFY %s after a commit failed (%s); watchers poll", CHANNEL, str(exc).splitlines()[0][:200]
+        )
+        if dialect.is_disconnect(exc, cur.connection, None):
+            fairy.invalidate(exc)
+
+
+_NOTIFY = "SELECT pg_notify(%s, %s)"
 
 
 def _cursor(info: dict[Any, Any], conn: Any) -> Any:

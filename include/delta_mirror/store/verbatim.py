@@ -237,7 +237,9 @@ class VerbatimCommits(Tables):
         with db.translated(self.url, f"committing to the table at {table.location}"):
             try:
                 if self.engine.dialect.name != "sqlite":
-                    claimed = pg_exec.scalar(self.engine, pg_commit.statement(params), params)
+                    claimed = pg_exec.scalar(
+                        self.engine, pg_commit.statement(params), params, notify=str(table.id)
+                    )
                 else:  # one short transaction
                     claimed = sqlite_commit.run(self.engine, params, table.table_uuid)
             except IntegrityError as exc:  # here, not in ``translated``: a lost race is no database error
