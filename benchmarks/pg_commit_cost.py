@@ -12,11 +12,16 @@ backends also alone, without autovacuum and the other background processes) and 
 - ``floor``: ``INSERT INTO floor_rows VALUES (table, version)``, a two-column primary key: what any
   durable one-row commit costs (parse/bind/execute, the transaction, the WAL flush, the protocol);
   ``floor_notify``: the same with the ``pg_notify`` migration 0004's trigger sends per commit;
+  ``floor_notify_after``: the same insert, then that ``pg_notify`` in a transaction of its own;
 - ``commit``: ``pg_commit.statement`` (what the store runs: ``APPEND`` for an append);
   ``commit_full``: ``pg_commit.COMMIT``, the statement for every commit kind, for the same append;
   ``append_joined``: ``APPEND`` as first written (supersedes joined to ``unnest``: re-planned on
   every run); ``commit_generic``: ``commit`` on connections with ``plan_cache_mode =
   force_generic_plan``; ``commit_quiet``: ``commit`` with the NOTIFY trigger disabled;
+  ``commit_old``: ``commit`` without the ``notify_after_commit`` flag, so the trigger notifies in
+  the commit (what the store ran before migration 0007);
+- every mode whose statement sets that flag (the ``pg_commit`` statements) sends the version's
+  ``pg_notify`` after its commit, in its own transaction, as ``pg_exec.scalar`` does;
 - ``rows``: ``pg_commit.COMMIT`` with its checks cut (``t`` is the table id): the rows alone.
 
 Windows alternate modes and servers round-robin; figures are medians. Two servers run side by side:
@@ -68,6 +73,8 @@ MODES = (
     "commit",
     "commit_generic",
     "commit_quiet",
+    "commit_old",
+    "floor_notify_after",
 )
 _T_CHECKS = pg_commit.COMMIT.split("), c AS (", 1)[0] + "), c AS ("
 ROWS = pg_commit.COMMIT.replace(_T_CHECKS, "WITH t AS (SELECT %(tid)s::int AS id), c AS (", 1)
@@ -87,9 +94,23 @@ FLOOR_NOTIFY = (
 )
 
 
+# The flag the pg_commit statements set so that the trigger leaves the NOTIFY to pg_exec (0007).
+_FLAG = "    WHERE set_config('delta_mirror.notify_after_commit', 'on', true) = 'on'\n"
+NOTIFY = "SELECT pg_notify('delta_mirror_commits', %s)"
+
+
+def notifies_after(mode: str) -> bool:
+    """Whether ``mode`` sends its NOTIFY after the commit, as the store does since migration 0007."""
+    return mode == "floor_notify_after" or not (
+        mode.startswith("floor") or mode in ("commit_quiet", "commit_old")
+    )
+
+
 def statement_of(mode: str, params: dict[str, Any]) -> str:
-    if mode == "floor":
+    if mode in ("floor", "floor_notify_after"):
         return FLOOR
+    if mode == "commit_old":
+        return pg_commit.statement(params).replace(_FLAG, "")
     if mode == "floor_notify":
         return FLOOR_NOTIFY
     if mode == "rows":
@@ -150,6 +171,8 @@ def _client(
                 turn += 1
                 params = commit_params(entry[0], entry[1], entry[2])
                 conn.execute(statement_of(mode, params), params)
+                if notifies_after(mode):
+                    conn.execute(NOTIFY, (str(entry[0].id),), prepare=False)
                 entry[2] += 1
             while time.monotonic() < start + seconds:
                 entry = groups[i][turn % len(groups[i])]
@@ -162,6 +185,8 @@ def _client(
                     if row is None or row[0] != 1:
                         errors.append(f"{mode}: version {version} of {table.name} not claimed")
                         return
+                    if notifies_after(mode):
+                        conn.execute(NOTIFY, (str(table.id),), prepare=False)
                 except Exception as exc:
                     errors.append(f"{mode}: {exc!r}"[:300])
                     return

@@ -4,8 +4,11 @@ An event-driven deployment watches hundreds of tables from one process (Airflow'
 poll per table (a new connection, four queries) grows with the fleet; here one
 :class:`CommitWatcher` answers "what is each watched table's latest and published version" for all
 of them in one statement on the process's pooled engine, and on PostgreSQL wakes early on the
-``NOTIFY`` that migration 0004 sends in every committing transaction. Polling stays the fallback: a
-lost notification (listener reconnecting, store restart) costs at most one interval, never a commit.
+``NOTIFY`` of every committed version: migration 0004's trigger sends it in the committing
+transaction, except for the one-statement commits, which send it just after their commit in a
+transaction of their own (migration 0007, ``pg_exec.scalar(notify=...)``). Polling stays the
+fallback: a lost notification (listener reconnecting, store restart, a connection lost between a
+commit and its NOTIFY) costs at most one interval, never a commit.
 
 The watcher is a producer: :meth:`CommitWatcher.reports` yields one :class:`VersionsReport` per
 poll that changed something. Handing the reports to the tables' subscribers is the caller's job
@@ -29,7 +32,8 @@ from delta_mirror.store.base import CHUNK
 log = logging.getLogger(__name__)
 
 
-#: The channel migration 0004's trigger notifies (payload: the table id) on every new version.
+#: The channel every new version is announced on (payload: the table id): by migration 0004's
+#: trigger, or after a one-statement commit by ``pg_exec.scalar`` (migration 0007).
 CHANNEL = "delta_mirror_commits"
 
 # Per table, each an index lookup (never a scan of its history): the latest version (the end of the
