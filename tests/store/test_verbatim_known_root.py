@@ -122,8 +122,9 @@ def test_commits_to_a_known_root_write_the_same_rows_as_the_transaction_path(
 
 
 def test_a_commit_to_a_known_root_is_one_statement_on_postgresql(store: SqlStore, location: str) -> None:
-    """PostgreSQL: one round trip in libpq's trace (the statement runs on the driver's connection,
-    below SQLAlchemy's statement events); SQLite: one short transaction in SQLite's own trace (it
+    """PostgreSQL: one round trip in libpq's trace for the commit (the statement runs on the driver's
+    connection, below SQLAlchemy's statement events) and one after it for its NOTIFY (migration
+    0007: sent outside the commit's transaction); SQLite: one short transaction in SQLite's own trace (it
     runs on the sqlite3 connection directly)."""
     from store.test_commit_round_trips import RoundTrips
     from store.test_sqlite_commit import Statements, short_transaction
@@ -135,7 +136,7 @@ def test_a_commit_to_a_known_root_is_one_statement_on_postgresql(store: SqlStore
     seen = Statements(store) if store.engine.dialect.name == "sqlite" else None
     store.commit_verbatim(location, 1, spark_file(add("b.parquet"), add("c.parquet")))
     if trips is not None:
-        assert trips.count() == 1, trips.text
+        assert trips.count() == 2, trips.text  # the commit, then its NOTIFY
     elif seen is not None:  # BEGIN IMMEDIATE, the claim, the other rows, COMMIT (no round trips there)
         assert seen.seen == short_transaction([add("b.parquet"), add("c.parquet")]), seen.seen
     else:
