@@ -228,6 +228,10 @@ def test_migration_0007_upgrades_and_downgrades_the_trigger_function(pg_store_ur
         store.close()
 
 
+def test_the_commits_notify_on_the_channel_the_watchers_listen_to() -> None:
+    assert pg_exec.CHANNEL == CHANNEL
+
+
 def test_a_notify_that_fails_after_the_commit_is_logged_not_raised(
     pg_store: SqlStore, listener: Listener, caplog: pytest.LogCaptureFixture
 ) -> None:

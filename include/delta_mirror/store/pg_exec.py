@@ -23,9 +23,11 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, StatementError
 
-from delta_mirror.store.watch import CHANNEL
-
 log = logging.getLogger(__name__)
+
+#: ``watch.CHANNEL`` (not imported from there: every store import would load the watcher's module,
+#: ~4 ms at process start; ``tests/store/test_commit_notify.py`` checks they are equal).
+CHANNEL = "delta_mirror_commits"
 
 
 def array_literal(items: list[Any]) -> str:
