@@ -111,3 +111,16 @@ def store_rows(store: SqlStore, table_id: int) -> dict[str, list[tuple[Any, ...]
             "files": sorted(rows(dl_files, but(dl_files, "id", "table_id"), [])),
             "status": rows(dl_mirror_status, ["version", "artifact", "state", "attempts"], ["version"]),
         }
+
+
+# One commit of every kind a writer makes, each against a table holding a.parquet and b.parquet:
+# the cases of the one-statement (PostgreSQL) and short-transaction (SQLite) commit tests.
+COMMIT_KINDS: dict[str, list[Action]] = {
+    "append": [add("n.parquet")],
+    "remove (MERGE)": [remove("a.parquet"), add("m.parquet")],
+    "delete": [remove("a.parquet")],
+    "optimize": [remove("a.parquet"), remove("b.parquet"), add("opt.parquet", dataChange=False)],
+    "deletion vector update": [remove("b.parquet"), add("b.parquet", dv=inline_dv(1))],
+    "metadata change": [metadata(**{"delta.logRetentionDuration": "interval 2 days"})],
+    "protocol change": [protocol(minWriterVersion=3)],
+}

@@ -23,6 +23,7 @@ import psycopg
 import pytest
 from sqlalchemy import event, text
 from store.store_kit import (
+    COMMIT_KINDS,
     Action,
     add,
     inline_dv,
@@ -91,18 +92,7 @@ def info(n: int) -> dict[str, Any]:
     return {"timestamp": 1700000000000 + n, "operation": "WRITE", "operationParameters": {}}
 
 
-KINDS: dict[str, list[Action]] = {
-    "append": [add("n.parquet")],
-    "remove (MERGE)": [remove("a.parquet"), add("m.parquet")],
-    "delete": [remove("a.parquet")],
-    "optimize": [remove("a.parquet"), remove("b.parquet"), add("opt.parquet", dataChange=False)],
-    "deletion vector update": [remove("b.parquet"), add("b.parquet", dv=inline_dv(1))],
-    "metadata change": [metadata(**{"delta.logRetentionDuration": "interval 2 days"})],
-    "protocol change": [protocol(minWriterVersion=3)],
-}
-
-
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind", list(COMMIT_KINDS))
 def test_every_native_commit_kind_is_one_round_trip_and_its_notify(
     pg_store: SqlStore, location: str, kind: str
 ) -> None:
@@ -110,21 +100,21 @@ def test_every_native_commit_kind_is_one_round_trip_and_its_notify(
     pg_store.commit("t", [protocol(), metadata(), add("a.parquet")])  # the transaction path: remembered
     pg_store.commit("t", [add("b.parquet")])
     trips = RoundTrips(pg_store)
-    n = trips.of(lambda: pg_store.commit("t", KINDS[kind]))
+    n = trips.of(lambda: pg_store.commit("t", COMMIT_KINDS[kind]))
     assert n == 2, trips.text  # the commit, then its NOTIFY
     assert trips.of(lambda: pg_store.commit("t", [add("z.parquet")], expected_version=3)) == 2
     assert pg_store.latest_version(pg_store.get_table("t").id) == 3
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind", list(COMMIT_KINDS))
 def test_every_verbatim_commit_kind_is_one_round_trip_and_its_notify(
     pg_store: SqlStore, location: str, kind: str
 ) -> None:
     pg_store.commit_verbatim(location, 0, v0_file(), create_name="t")  # the root is remembered
     pg_store.commit_verbatim(location, 1, spark_file(add("b.parquet")))
     trips = RoundTrips(pg_store)
-    assert trips.of(lambda: pg_store.commit_verbatim(location, 2, spark_file(*KINDS[kind]))) == 2
-    assert pg_store.commit_bytes(pg_store.table_at(location).id, 2) == spark_file(*KINDS[kind])
+    assert trips.of(lambda: pg_store.commit_verbatim(location, 2, spark_file(*COMMIT_KINDS[kind]))) == 2
+    assert pg_store.commit_bytes(pg_store.table_at(location).id, 2) == spark_file(*COMMIT_KINDS[kind])
 
 
 def test_a_commit_on_a_fresh_store_takes_the_transaction_path(pg_store: SqlStore, location: str) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 from store.store_kit import (
+    COMMIT_KINDS,
     Action,
     add,
     inline_dv,
@@ -93,18 +94,7 @@ def short_transaction(actions: list[Action]) -> list[str]:
     ]
 
 
-KINDS: dict[str, list[Action]] = {
-    "append": [add("n.parquet")],
-    "remove (MERGE)": [remove("a.parquet"), add("m.parquet")],
-    "delete": [remove("a.parquet")],
-    "optimize": [remove("a.parquet"), remove("b.parquet"), add("opt.parquet", dataChange=False)],
-    "deletion vector update": [remove("b.parquet"), add("b.parquet", dv=inline_dv(1))],
-    "metadata change": [metadata(**{"delta.logRetentionDuration": "interval 2 days"})],
-    "protocol change": [protocol(minWriterVersion=3)],
-}
-
-
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind", list(COMMIT_KINDS))
 def test_every_native_commit_kind_is_one_short_transaction(
     sqlite_store: SqlStore, location: str, kind: str
 ) -> None:
@@ -112,19 +102,23 @@ def test_every_native_commit_kind_is_one_short_transaction(
     sqlite_store.commit("t", [protocol(), metadata(), add("a.parquet")])  # the transaction path: remembered
     sqlite_store.commit("t", [add("b.parquet")])
     seen = Statements(sqlite_store)
-    assert seen.of(lambda: sqlite_store.commit("t", KINDS[kind])) == short_transaction(KINDS[kind])
+    assert seen.of(lambda: sqlite_store.commit("t", COMMIT_KINDS[kind])) == short_transaction(
+        COMMIT_KINDS[kind]
+    )
     assert sqlite_store.latest_version(sqlite_store.get_table("t").id) == 2
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind", list(COMMIT_KINDS))
 def test_every_verbatim_commit_kind_is_one_short_transaction(
     sqlite_store: SqlStore, location: str, kind: str
 ) -> None:
     sqlite_store.commit_verbatim(location, 0, v0_file(), create_name="t")  # the root is remembered
     sqlite_store.commit_verbatim(location, 1, spark_file(add("b.parquet")))
     seen = Statements(sqlite_store)
-    data = spark_file(*KINDS[kind])
-    assert seen.of(lambda: sqlite_store.commit_verbatim(location, 2, data)) == short_transaction(KINDS[kind])
+    data = spark_file(*COMMIT_KINDS[kind])
+    assert seen.of(lambda: sqlite_store.commit_verbatim(location, 2, data)) == short_transaction(
+        COMMIT_KINDS[kind]
+    )
     assert sqlite_store.commit_bytes(sqlite_store.table_at(location).id, 2) == data
 
 
@@ -135,7 +129,7 @@ def test_a_merge_on_a_fresh_store_takes_the_transaction_path(sqlite_store: SqlSt
     sqlite_store._native_tables.clear()
     seen = Statements(sqlite_store)
     statements = seen.of(lambda: sqlite_store.commit("t", [remove("a.parquet"), add("m.parquet")]))
-    assert len(statements) > len(short_transaction(KINDS["remove (MERGE)"]))
+    assert len(statements) > len(short_transaction(COMMIT_KINDS["remove (MERGE)"]))
     assert any(s.startswith("SELECT") for s in statements)
 
 
