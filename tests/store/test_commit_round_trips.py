@@ -176,28 +176,6 @@ def test_what_another_writer_changed_meanwhile_is_decided_by_the_transaction_pat
     assert pg_store.latest_version(pg_store.get_table("t").id) == 2
 
 
-def test_a_protocol_change_is_checked_against_the_newest_protocol_not_the_remembered_one(
-    pg_store: SqlStore, pg_store_url: str, location: str, tmp_path: Path
-) -> None:
-    """Each store remembers writer version 3; another store raises it to 5; a change to 4 is a
-    downgrade for both paths (native and verbatim), refused by the transaction path."""
-    pg_store.create_table("t", location)
-    pg_store.commit("t", [protocol(), metadata(), add("a.parquet")])
-    pg_store.commit("t", [protocol(minWriterVersion=3)])
-    root = (tmp_path / "v").as_uri()
-    pg_store.commit_verbatim(root, 0, v0_file(), create_name="v")
-    pg_store.commit_verbatim(root, 1, spark_file(protocol(minWriterVersion=3)))
-    with closing(SqlStore(pg_store_url)) as other:
-        other.commit("t", [protocol(minWriterVersion=5)])
-        other.commit_verbatim(root, 2, spark_file(protocol(minWriterVersion=5)))
-    with pytest.raises(InvalidActionError, match="protocol downgrade: minWriterVersion 5 -> 4"):
-        pg_store.commit("t", [protocol(minWriterVersion=4)])
-    with pytest.raises(InvalidActionError, match="protocol downgrade: minWriterVersion 5 -> 4"):
-        pg_store.commit_verbatim(root, 3, spark_file(protocol(minWriterVersion=4)))
-    assert pg_store.commit("t", [protocol(minWriterVersion=6)]) == 3
-    assert pg_store.commit_verbatim(root, 3, spark_file(protocol(minWriterVersion=6))).version == 3
-
-
 def test_a_remove_of_a_file_removed_meanwhile_claims_nothing_in_the_statement(
     pg_store: SqlStore, pg_store_url: str, location: str
 ) -> None:

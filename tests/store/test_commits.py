@@ -7,10 +7,23 @@ import itertools
 import json
 import threading
 from contextlib import closing
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
-from store.store_kit import Action, add, inline_dv, metadata, new_table, protocol, remove, state, versions
+from store.store_kit import (
+    Action,
+    add,
+    inline_dv,
+    metadata,
+    new_table,
+    protocol,
+    remove,
+    spark_file,
+    state,
+    v0_file,
+    versions,
+)
 from support.race import race
 
 from delta_mirror.errors import CommitConflictError, DataError, InvalidActionError
@@ -275,3 +288,26 @@ def test_concurrent_writers_without_an_expected_version_all_land_contiguously(
     assert sorted(results) == list(range(1, writers * each + 1))
     assert versions(store, table_id) == list(range(writers * each + 1))
     assert store.count_active_files(table_id, writers * each) == writers * each + 1
+
+
+def test_a_protocol_change_is_checked_against_the_newest_protocol_not_the_remembered_one(
+    store: SqlStore, store_url: str, location: str, tmp_path: Path
+) -> None:
+    """Each path remembers writer version 3; another store raises it to 5; a change to 4 is a
+    downgrade for both paths (native and verbatim): the one-statement commit (PostgreSQL) and the
+    short transaction (SQLite) check the protocol in force, and the transaction path refuses it."""
+    store.create_table("t", location)
+    store.commit("t", [protocol(), metadata(), add("a.parquet")])
+    store.commit("t", [protocol(minWriterVersion=3)])
+    root = (tmp_path / "v").as_uri()
+    store.commit_verbatim(root, 0, v0_file(), create_name="v")
+    store.commit_verbatim(root, 1, spark_file(protocol(minWriterVersion=3)))
+    with closing(SqlStore(store_url)) as other:
+        other.commit("t", [protocol(minWriterVersion=5)])
+        other.commit_verbatim(root, 2, spark_file(protocol(minWriterVersion=5)))
+    with pytest.raises(InvalidActionError, match="protocol downgrade: minWriterVersion 5 -> 4"):
+        store.commit("t", [protocol(minWriterVersion=4)])
+    with pytest.raises(InvalidActionError, match="protocol downgrade: minWriterVersion 5 -> 4"):
+        store.commit_verbatim(root, 3, spark_file(protocol(minWriterVersion=4)))
+    assert store.commit("t", [protocol(minWriterVersion=6)]) == 3
+    assert store.commit_verbatim(root, 3, spark_file(protocol(minWriterVersion=6))).version == 3

@@ -206,28 +206,6 @@ def test_a_remove_of_a_file_that_is_not_active_is_refused_as_by_the_transaction_
     assert {f.path for f in sqlite_store.active_files(table.id, 5)} == {"c.parquet", "d.parquet", "e.parquet"}
 
 
-def test_a_protocol_change_is_checked_against_the_newest_protocol_not_the_remembered_one(
-    sqlite_store: SqlStore, sqlite_url: str, location: str, tmp_path: Path
-) -> None:
-    """Each path remembers writer version 3; another store raises it to 5; a change to 4 is a
-    downgrade for both (native and verbatim), refused by the transaction path."""
-    sqlite_store.create_table("t", location)
-    sqlite_store.commit("t", [protocol(), metadata(), add("a.parquet")])
-    sqlite_store.commit("t", [protocol(minWriterVersion=3)])
-    root = (tmp_path / "v").as_uri()
-    sqlite_store.commit_verbatim(root, 0, v0_file(), create_name="v")
-    sqlite_store.commit_verbatim(root, 1, spark_file(protocol(minWriterVersion=3)))
-    with closing(SqlStore(sqlite_url)) as other:
-        other.commit("t", [protocol(minWriterVersion=5)])
-        other.commit_verbatim(root, 2, spark_file(protocol(minWriterVersion=5)))
-    with pytest.raises(InvalidActionError, match="protocol downgrade: minWriterVersion 5 -> 4"):
-        sqlite_store.commit("t", [protocol(minWriterVersion=4)])
-    with pytest.raises(InvalidActionError, match="protocol downgrade: minWriterVersion 5 -> 4"):
-        sqlite_store.commit_verbatim(root, 3, spark_file(protocol(minWriterVersion=4)))
-    assert sqlite_store.commit("t", [protocol(minWriterVersion=6)]) == 3
-    assert sqlite_store.commit_verbatim(root, 3, spark_file(protocol(minWriterVersion=6))).version == 3
-
-
 @pytest.mark.parametrize("writer", ["native", "verbatim"])
 def test_a_table_re_created_under_a_reused_id_is_not_taken_for_the_remembered_one(
     sqlite_store: SqlStore, sqlite_url: str, location: str, writer: str
