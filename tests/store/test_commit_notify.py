@@ -42,14 +42,6 @@ class Listener:
 
 
 @pytest.fixture
-def pg_store(pg_store_url: str) -> Iterator[SqlStore]:
-    store = SqlStore(pg_store_url)
-    store.init()
-    yield store
-    store.close()
-
-
-@pytest.fixture
 def listener(pg_store: SqlStore) -> Iterator[Listener]:
     heard = Listener(pg_store.url)
     with closing(heard.conn):

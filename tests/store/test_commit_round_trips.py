@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import IO, Any
@@ -77,14 +77,6 @@ class RoundTrips:
         before = self.count()
         work()
         return self.count() - before
-
-
-@pytest.fixture
-def pg_store(pg_store_url: str) -> Iterator[SqlStore]:
-    store = SqlStore(pg_store_url)
-    store.init()
-    yield store
-    store.close()
 
 
 def info(n: int) -> dict[str, Any]:

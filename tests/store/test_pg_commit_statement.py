@@ -3,7 +3,6 @@ and checks no protocol, ``pg_commit.COMMIT`` otherwise; both write what the tran
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 
@@ -14,14 +13,6 @@ from delta_mirror.errors import TableHaltedError
 from delta_mirror.store import SqlStore, pg_commit
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def pg_store(pg_store_url: str) -> Iterator[SqlStore]:
-    store = SqlStore(pg_store_url)
-    store.init()
-    yield store
-    store.close()
 
 
 @pytest.fixture
