@@ -147,14 +147,15 @@ def test_8_writers_replacing_their_own_files_without_an_expected_version_all_lan
 
 
 # A writer process: commits forever, native (no expected version) and verbatim (the next version it
-# reads), each commit removing the writer's own last file and adding the next one.
+# reads), each commit removing the writer's own last file and adding the next one ("merges": on
+# PostgreSQL the full one-statement COMMIT) or only adding one ("appends": pg_commit.APPEND).
 _WRITER = textwrap.dedent(
     """
     import json, sys
     from delta_mirror.errors import CommitConflictError, InvalidActionError, TransientError
     from delta_mirror.store import SqlStore
 
-    url, location, w = sys.argv[1], sys.argv[2], sys.argv[3]
+    url, location, w, kind = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
     store = SqlStore(url)
     table = store.get_table("t")
     i = 0
@@ -164,7 +165,7 @@ _WRITER = textwrap.dedent(
                       if f.path.startswith(f"w{w}-"))
         i += 1
         new = f"w{w}-{i}-{len(mine)}-{id(mine)}.parquet"
-        actions = [("remove", {"path": p, "deletionTimestamp": 2, "dataChange": True}) for p in mine[:1]]
+        actions = [("remove", {"path": p, "deletionTimestamp": 2, "dataChange": True}) for p in mine[:1 if kind == "merges" else 0]]
         actions.append(("add", {"path": new, "partitionValues": {}, "size": 1, "modificationTime": 1,
                                 "dataChange": True}))
         try:
@@ -183,17 +184,20 @@ _WRITER = textwrap.dedent(
 
 
 @pytest.mark.all_backends(but="duckdb")  # writer processes: a DuckDB file takes one (test_duckdb_store.py)
+@pytest.mark.parametrize("kind", ["merges", "appends"])
 def test_writers_sigkilled_mid_commit_leave_contiguous_whole_versions(
-    store: SqlStore, store_url: str, location: str
+    store: SqlStore, store_url: str, location: str, kind: str
 ) -> None:
-    """Three writer processes commit merges as fast as they can; one of them is SIGKILLed every
+    """Three writer processes commit merges (or appends) as fast as they can; one of them is SIGKILLed every
     fraction of a second (mid-commit, mostly: they do nothing else) and restarted."""
     table_id = start_table(store, location)
     rng = random.Random(31)
 
     def spawn(w: int) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
-            [sys.executable, "-c", _WRITER, store_url, location, str(w)], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", _WRITER, store_url, location, str(w), kind],
+            stdout=subprocess.PIPE,
+            text=True,
         )
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         return proc
