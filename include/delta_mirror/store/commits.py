@@ -40,7 +40,7 @@ from delta_mirror.errors import (
     TableNotFoundError,
     TransientError,
 )
-from delta_mirror.store import db, pg_commit, pg_exec, sqlite_commit
+from delta_mirror.store import db, pg_commit, sqlite_commit
 from delta_mirror.store.base import version_taken
 from delta_mirror.store.log_rows import (
     active_keys,
@@ -269,7 +269,7 @@ class Commits(Tables):
         return version
 
     def _run_commit_statement(self, table: TableInfo, version: int, params: dict[str, Any]) -> bool:
-        """Run ``pg_commit.statement(params)``; whether it claimed ``version``. A connection found dead may
+        """Run ``pg_commit.run``; whether it claimed ``version``. A connection found dead may
         have died before the statement or after it committed: the same statement is sent once more
         on a fresh connection (a first one that landed, or still runs on a lost connection, makes it
         claim nothing or lose on the primary key), then the version's row tells which."""
@@ -278,11 +278,7 @@ class Commits(Tables):
             try:
                 with db.translated(self.url, action):
                     try:
-                        claimed = bool(
-                            pg_exec.scalar(
-                                self.engine, pg_commit.statement(params), params, notify=str(table.id)
-                            )
-                        )
+                        claimed = pg_commit.run(self.engine, params)
                     except IntegrityError as exc:  # here, not in ``translated``: a lost race
                         if not db.is_unique_violation(exc):
                             raise

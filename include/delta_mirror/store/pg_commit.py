@@ -20,8 +20,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import Engine
+
 from delta_mirror.delta import commit_rules
 from delta_mirror.delta.actions import Action
+from delta_mirror.store import pg_exec
 from delta_mirror.store.log_rows import index_changes
 from delta_mirror.store.schema import LOOKED_UP_PREDICATE, PART_COMMIT
 from delta_mirror.store.tables import TableInfo
@@ -34,7 +37,7 @@ from delta_mirror.store.tables import TableInfo
 # version ends: superseded re-adds and removes, each key once) never sees the rows ``f`` inserts.
 # ``c`` sets ``delta_mirror.notify_after_commit`` for this transaction only, before its row goes in:
 # the ``dl_commits`` trigger (AFTER ROW, fired at the end of the statement) then skips its NOTIFY
-# and ``pg_exec.scalar(..., notify=...)`` sends it after the commit (migration 0007 says why).
+# and ``run`` sends it after the commit (migration 0007 says why).
 _TABLE_AS_SEEN = """
     SELECT id FROM dl_tables
     WHERE id = %(tid)s AND location = %(loc)s AND name = %(name)s AND first_version = %(fv)s
@@ -109,6 +112,13 @@ def statement(params: Mapping[str, Any]) -> str:
     """The statement for :func:`params`' commit: :data:`APPEND` when it removes no file and checks
     no protocol, else :data:`COMMIT`; both claim the version under the same table checks."""
     return APPEND if params["pv"] is None and not params["r_path"] else COMMIT
+
+
+def run(engine: Engine, params: Mapping[str, Any]) -> bool:
+    """Run :func:`params`' commit (:func:`statement`) as its own transaction; whether it claimed
+    the version. The statement tells the ``dl_commits`` trigger that it notifies after its commit
+    (migration 0007), so the ``NOTIFY`` for the table is sent here, after it, never left out."""
+    return bool(pg_exec.scalar(engine, statement(params), params, notify=str(params["tid"])))
 
 
 @dataclass(frozen=True)
@@ -188,4 +198,13 @@ def params(
     }
 
 
-__all__ = ["APPEND", "COMMIT", "Protocol", "needs_previous_protocol", "params", "protocol_of", "statement"]
+__all__ = [
+    "APPEND",
+    "COMMIT",
+    "Protocol",
+    "needs_previous_protocol",
+    "params",
+    "protocol_of",
+    "run",
+    "statement",
+]

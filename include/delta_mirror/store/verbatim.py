@@ -31,7 +31,7 @@ from delta_mirror.errors import (
     TableNotFoundError,
     TransientError,
 )
-from delta_mirror.store import db, pg_commit, pg_exec, sqlite_commit
+from delta_mirror.store import db, pg_commit, sqlite_commit
 from delta_mirror.store.base import version_taken
 from delta_mirror.store.commits import check_commit_rules, check_rules_as_known
 from delta_mirror.store.log_rows import (
@@ -198,19 +198,15 @@ class VerbatimCommits(Tables):
 
         The same rows as the transaction path: the ``dl_commits`` row (whose primary key decides a
         race: ``CommitConflictError``), the actions, the file index (a re-added (path, deletion
-        vector) supersedes the active entry), the ``PENDING`` status row.
+        vector) supersedes the active entry), the ``PENDING`` status row. Every commit kind: the
+        statement (``pg_commit.statement``; SQLite's ``sqlite_commit``) also checks what the rules
+        read from the store (the removed files are active; a protocol change: the protocol it was
+        checked against is still the newest). A commit that needs the protocol in force and finds
+        none remembered, or that the rules refuse, takes the transaction path (it decides the
+        refusal in its usual order), as do the other backends.
         """
-        if self.engine.dialect.name in ("postgresql", "sqlite"):
-            return self._commit_verbatim_statement(table, commit)
-        return None  # the other backends: the transaction path
-
-    def _commit_verbatim_statement(self, table: TableInfo, commit: _Verbatim) -> CommitResult | None:
-        """``_commit_verbatim_fast``: every commit kind in one statement on PostgreSQL
-        (``pg_commit.statement``; on SQLite one short transaction, ``sqlite_commit``), which also
-        checks what the rules read from the store (the removed files are active; a protocol change:
-        the protocol it was checked against is still the newest). A commit that needs the protocol
-        in force and finds none remembered, or that the rules refuse, takes the transaction path
-        (it decides the refusal in its usual order)."""
+        if self.engine.dialect.name not in ("postgresql", "sqlite"):
+            return None
         version, actions = commit.version, commit.actions
         protocol_version, previous = None, None
         if pg_commit.needs_previous_protocol(table, version, actions):
@@ -237,9 +233,7 @@ class VerbatimCommits(Tables):
         with db.translated(self.url, f"committing to the table at {table.location}"):
             try:
                 if self.engine.dialect.name != "sqlite":
-                    claimed = pg_exec.scalar(
-                        self.engine, pg_commit.statement(params), params, notify=str(table.id)
-                    )
+                    claimed = pg_commit.run(self.engine, params)
                 else:  # one short transaction
                     claimed = sqlite_commit.run(self.engine, params, table.table_uuid)
             except IntegrityError as exc:  # here, not in ``translated``: a lost race is no database error
