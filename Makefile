@@ -15,7 +15,7 @@ KERNEL_SRC := jvm/kernel-reader/pom.xml $(shell find jvm/kernel-reader/src -type
 # which installs a client-only `pyspark` package over the full pyspark 4.2.0 we need (README, Spark).
 SPARK_PROVIDER := apache-airflow-providers-apache-spark==6.3.4
 
-.PHONY: venv jar kernel-jar emulators services test lint demo airflow print-local-env cluster cluster-down cluster-status cluster-chaos bench bench-cluster chaos clean distclean
+.PHONY: venv jar kernel-jar emulators services test lint docs demo airflow print-local-env cluster cluster-down cluster-status cluster-chaos bench bench-cluster chaos clean distclean
 
 # Re-installs only when pyproject.toml or requirements.txt changed (or the venv is new).
 # Also builds the LogStore and kernel reader jars, so `make test` and `make demo` have them.
@@ -87,6 +87,11 @@ lint: venv
 	$(PY) -m mypy --explicit-package-bases tests benchmarks
 	$(PY) -m mypy tests/airflow/conftest.py
 	$(PY) -m mypy tests/spark/conftest.py
+
+# The docs site (mkdocs, material theme; mkdocs.yml) into site/. --strict: a warning fails it, and
+# mkdocs.yml makes a link to a missing page or heading a warning (tests/docs/ runs the same build).
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d site
 
 # The embedded default: SQLite store in .delta-mirror/, Airflow's SQLite metadata DB in .airflow/,
 # the "Delta Mirror" page from plugins/. The UI listens on AIRFLOW_HOST:AIRFLOW_PORT, 127.0.0.1 by
