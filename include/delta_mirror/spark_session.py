@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from delta_mirror.errors import PermanentError
+from delta_mirror.extras import require
 
 DEFAULT_MASTER = "local[2]"
 MASTER_ENV = "DELTA_MIRROR_SPARK_MASTER"
@@ -239,6 +240,8 @@ def get_spark(
     ``authority`` (else ``AuthorityConfig.from_env()``) loads the LogStore that commits through the
     SQL authority; without either, Delta's own LogStores are used.
     """
+    require("pyspark", "spark", "Spark")
+    require("delta", "spark", "Spark (delta-spark)")
     why = spark_missing()
     if why is not None:
         raise SparkUnavailable(why, hint="install the spark extra and a Java 17 runtime")

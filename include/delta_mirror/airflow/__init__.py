@@ -12,6 +12,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from delta_mirror.extras import require
+
+require("airflow", "airflow", "the Airflow glue (delta_mirror.airflow)")
+
 _MODULES = {
     "DeltaMirrorBaseOperator": "operators",
     "DeltaMirrorCheckpointOperator": "operators",
@@ -29,6 +33,7 @@ _MODULES = {
     "DeltaMirrorTableOperator": "operators",
     "DeltaMirrorValidateOperator": "operators",
     "StoreCommitTrigger": "triggers",
+    "dags_from_config": "dag_file",
 }
 
 

@@ -45,6 +45,7 @@ class DeltaMirrorHook(BaseHook):
     """
 
     conn_name_attr = "store_conn_id"
+    conn_type = "delta_mirror"  # the connection type of provider_info.py
     hook_name = "Delta Mirror"
 
     def __init__(self, store_conn_id: str | None = None, aws_conn_id: str | None = None) -> None:

@@ -23,6 +23,7 @@ from sqlalchemy.exc import (
 
 from delta_mirror.config import redact_url
 from delta_mirror.errors import MirrorError, PermanentError, TransientError
+from delta_mirror.extras import require
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -83,10 +84,14 @@ def make_engine(url: str) -> Engine:
 
         return engine
     if parsed.get_backend_name() == "duckdb":
+        require("duckdb", "duckdb", "the DuckDB store")
+        require("duckdb_engine", "duckdb", "the DuckDB store")
         from delta_mirror.store.duckdb_store import make_duckdb_engine
 
         return make_duckdb_engine(parsed, READ_ONLY)
     if parsed.get_backend_name() == "mysql":
+        if parsed.drivername in ("mysql", "mysql+pymysql"):  # "mysql://" is PyMySQL here too
+            require("pymysql", "mysql", "the MySQL/MariaDB store")
         from delta_mirror.store.mysql_store import make_mysql_engine
 
         return make_mysql_engine(parsed, url)

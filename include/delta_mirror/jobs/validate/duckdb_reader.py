@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from delta_mirror.errors import PermanentError, first_line
+from delta_mirror.extras import require
 from delta_mirror.jobs.validate.limits import judge_dv_failure, unsupported_feature
 from delta_mirror.jobs.validate.report import Limitation, Problem, ReaderReport
 from delta_mirror.jobs.validate.rows import expected_rows
@@ -42,13 +43,10 @@ _ERROR_HINT = (
     "DuckDB could not load this version of the published log: see the log problems reported with "
     "it; if the log is intact, compare with --reader spark"
 )
-_INSTALL_HINT = (
-    "install the duckdb extra: pip install 'delta-mirror[duckdb]' (duckdb + duckdb-extension-delta)"
-)
 
 
 class DuckDBUnavailable(PermanentError):
-    """duckdb or its delta extension is not installed."""
+    """The delta extension has no build for the installed duckdb (a missing one: ``MissingExtraError``)."""
 
 
 _database: Any = None  # one in-memory DuckDB per process, the extension loaded once
@@ -62,11 +60,11 @@ def connect() -> Any:
     """
     global _database
     if _database is None:
-        try:
-            import duckdb
-            import duckdb_extension_delta
-        except ImportError as exc:
-            raise DuckDBUnavailable(f"the duckdb reader needs {exc.name}", hint=_INSTALL_HINT) from exc
+        require("duckdb", "duckdb", "the duckdb reader")
+        require("duckdb_extension_delta", "duckdb", "the duckdb reader")
+        import duckdb
+        import duckdb_extension_delta
+
         folder = Path(duckdb_extension_delta.__file__).parent / "extensions" / f"v{duckdb.__version__}"
         ext = folder / "delta.duckdb_extension"
         if not ext.exists():
