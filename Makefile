@@ -26,7 +26,10 @@ $(VENV)/pyvenv.cfg:
 
 $(STAMP): $(VENV)/pyvenv.cfg pyproject.toml requirements.txt
 	@echo "installing into $(VENV): Airflow, Spark and the test tools, about 1.7 GB; the first time takes 2-5 minutes"
-	$(PY) -m pip install -q -e '.[test,airflow,spark]' -r requirements.txt
+	$(PY) -m pip install -q -e '.[test,docs,all]' -r requirements.txt
+	@# setuptools leaves the build's metadata in include/, which is on sys.path: a second delta-mirror
+	@# distribution whose entry points Airflow would load again ("Plugin 'delta_mirror' already registered")
+	rm -rf include/delta_mirror.egg-info
 	$(PY) -m pip install -q --no-deps $(SPARK_PROVIDER)
 	touch $@
 
