@@ -11,11 +11,25 @@ MVN ?= mvn
 # delta-kernel-java as an independent reader (see `kernel-jar` below)
 KERNEL_JAR := include/delta_mirror/jobs/validate/jars/delta-mirror-kernel-reader.jar
 KERNEL_SRC := jvm/kernel-reader/pom.xml $(shell find jvm/kernel-reader/src -type f 2>/dev/null)
+# The package's version (pyproject.toml), also the jars' Maven version (`-Drevision`, jvm/*/pom.xml):
+# `make jar`/`make kernel-jar` install them as $(MAVEN_GROUP):<artifact>:$(PACKAGE_VERSION) into the
+# local Maven repository M2_REPO, which is also Maven's cache for the builds (e.g.
+# `make jar M2_REPO=$$HOME/.m2/repository`, where Spark's --packages looks; docs/spark-jars.md).
+PACKAGE_VERSION := $(shell sed -n 's/^version *= *"\([^"]*\)".*/\1/p' pyproject.toml | head -n 1)
+M2_REPO ?= $(CURDIR)/.cache/m2
+MAVEN_GROUP := io.github.deltamirror
+M2_DIR = $(abspath $(M2_REPO))/$(subst .,/,$(MAVEN_GROUP))/$(1)/$(PACKAGE_VERSION)/$(1)-$(PACKAGE_VERSION).jar
+LOGSTORE_M2 := $(call M2_DIR,delta-mirror-logstore)
+KERNEL_M2 := $(call M2_DIR,delta-mirror-kernel-reader)
+# The version the jars in include/ were built with: a new one rebuilds them (the file changes only then)
+JAR_VERSION := .cache/jar-version
+# The wheel and sdist of `make dist`
+DIST_DIR ?= dist
 # The apache-spark provider (SparkSubmitOperator) goes in with --no-deps: it requires pyspark-client,
 # which installs a client-only `pyspark` package over the full pyspark 4.2.0 we need (README, Spark).
 SPARK_PROVIDER := apache-airflow-providers-apache-spark==6.3.4
 
-.PHONY: venv jar kernel-jar emulators services test lint docs demo airflow print-local-env cluster cluster-down cluster-status cluster-chaos bench bench-cluster chaos clean distclean
+.PHONY: venv jar kernel-jar dist emulators services test lint docs demo airflow print-local-env cluster cluster-down cluster-status cluster-chaos bench bench-cluster chaos clean distclean
 
 # Re-installs only when pyproject.toml or requirements.txt changed (or the venv is new).
 # Also builds the LogStore and kernel reader jars, so `make test` and `make demo` have them.
@@ -36,31 +50,70 @@ $(STAMP): $(VENV)/pyvenv.cfg pyproject.toml requirements.txt
 # The Delta LogStore of Spark writers through the SQL authority (jvm/logstore, docs/commit-service.md),
 # built with Maven (its JUnit tests run) only when its sources changed; Maven's repository is cached in
 # .cache/m2. Without Maven or javac the jar is not built and the tests that need it are skipped.
-jar: $(LOGSTORE_JAR)
+# Then installed into the local Maven repository (M2_REPO, above) when that lacks this build.
+jar: $(LOGSTORE_JAR) $(LOGSTORE_M2)
 
-$(LOGSTORE_JAR): $(LOGSTORE_SRC)
+$(JAR_VERSION): FORCE
+	@test -n "$(PACKAGE_VERSION)" || { echo "error: no version = \"...\" in pyproject.toml" >&2; exit 1; }
+	@mkdir -p $(@D); [ "$$(cat $@ 2>/dev/null)" = "$(PACKAGE_VERSION)" ] || echo "$(PACKAGE_VERSION)" > $@
+
+FORCE:
+
+# Install jar $(1) as $(MAVEN_GROUP):$(2):$(PACKAGE_VERSION) into M2_REPO with a pom of its own that
+# has no dependencies (the LogStore's are all provided by Spark, the kernel reader's are inside it);
+# touched, since Maven keeps the jar's time in milliseconds (older than the jar: installed again each
+# time). Nothing when the jar was not built (no Maven: the jar rule said so).
+MAVEN_INSTALL = if [ -f $(1) ]; then \
+	echo "installing $(1) into $(abspath $(M2_REPO)) as $(MAVEN_GROUP):$(2):$(PACKAGE_VERSION)"; \
+	pom=$$(mktemp) && printf '%s\n' '<?xml version="1.0" encoding="UTF-8"?>' \
+		'<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>' \
+		'<groupId>$(MAVEN_GROUP)</groupId><artifactId>$(2)</artifactId><version>$(PACKAGE_VERSION)</version>' \
+		'<packaging>jar</packaging><name>$(3)</name></project>' > $$pom && \
+	$(MVN) -B -q -Dstyle.color=never -Dmaven.repo.local=$(abspath $(M2_REPO)) \
+		org.apache.maven.plugins:maven-install-plugin:3.1.2:install-file -Dfile=$(1) -DpomFile=$$pom; \
+	status=$$?; rm -f $$pom; [ $$status -ne 0 ] || touch $@; exit $$status; \
+	fi
+
+$(LOGSTORE_M2): $(LOGSTORE_JAR)
+	@$(call MAVEN_INSTALL,$<,delta-mirror-logstore,delta-mirror LogStore)
+
+$(LOGSTORE_JAR): $(LOGSTORE_SRC) $(JAR_VERSION)
 	@if ! command -v $(MVN) >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then \
 		echo "warning: $@ not built: it needs Maven and a JDK 17 (apt-get install maven openjdk-17-jdk-headless); the tests that need it are skipped" >&2; \
 	else \
 		echo "building $@ (mvn package, tests included)"; \
-		(cd jvm/logstore && $(MVN) -B -q -Dstyle.color=never -Dmaven.repo.local=$(CURDIR)/.cache/m2 package) && \
+		(cd jvm/logstore && $(MVN) -B -q -Dstyle.color=never -Dmaven.repo.local=$(abspath $(M2_REPO)) \
+			-Drevision=$(PACKAGE_VERSION) package) && \
 		mkdir -p $(@D) && cp jvm/logstore/target/delta-mirror-logstore.jar $@.tmp && mv -f $@.tmp $@; \
 	fi
 
 # delta-kernel-java (the kernel Trino and Flink build on) as a reader for `validate --reader kernel-java`
 # and the corpus tests (jvm/kernel-reader): one shaded jar with the kernel, its default engine and the
 # Hadoop client, built like the LogStore jar (JUnit tests run; .cache/m2; skipped without Maven/javac).
-kernel-jar: $(KERNEL_JAR)
+kernel-jar: $(KERNEL_JAR) $(KERNEL_M2)
+
+$(KERNEL_M2): $(KERNEL_JAR)
+	@$(call MAVEN_INSTALL,$<,delta-mirror-kernel-reader,delta-mirror kernel reader)
 
 # After the LogStore jar (order only): two Maven builds must not fill .cache/m2 at once (`make -j`).
-$(KERNEL_JAR): $(KERNEL_SRC) | $(LOGSTORE_JAR)
+$(KERNEL_JAR): $(KERNEL_SRC) $(JAR_VERSION) | $(LOGSTORE_JAR)
 	@if ! command -v $(MVN) >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then \
 		echo "warning: $@ not built: it needs Maven and a JDK 17 (apt-get install maven openjdk-17-jdk-headless); the kernel-java reader and its tests are skipped" >&2; \
 	else \
 		echo "building $@ (mvn package, tests included)"; \
-		(cd jvm/kernel-reader && $(MVN) -B -q -Dstyle.color=never -Dmaven.repo.local=$(CURDIR)/.cache/m2 package) && \
+		(cd jvm/kernel-reader && $(MVN) -B -q -Dstyle.color=never -Dmaven.repo.local=$(abspath $(M2_REPO)) \
+			-Drevision=$(PACKAGE_VERSION) package) && \
 		mkdir -p $(@D) && cp jvm/kernel-reader/target/delta-mirror-kernel-reader.jar $@.tmp && mv -f $@.tmp $@; \
 	fi
+
+# The wheel and the sdist into DIST_DIR, both with the two jars inside (package data: built, never
+# committed; the build fails without them). `python -m build` (the `build` package in the venv)
+# builds the sdist, then the wheel from it, in an isolated environment with pyproject's setuptools.
+dist: $(LOGSTORE_JAR) $(KERNEL_JAR)
+	@for jar in $^; do [ -f $$jar ] || { echo "error: $$jar is not built: make dist needs Maven and a JDK 17" >&2; exit 1; }; done
+	@$(PY) -c "import build" 2>/dev/null || { echo "error: make dist needs the build package: $(PY) -m pip install build" >&2; exit 1; }
+	@# the sdist step writes include/delta_mirror.egg-info, which must not stay on sys.path (see $(STAMP))
+	$(PY) -m build --outdir $(DIST_DIR) .; status=$$?; rm -rf include/delta_mirror.egg-info; exit $$status
 
 # A service install that failed: under CI=true the run fails with the reason (every test must run
 # there); elsewhere a warning, and the tests that need the service skip with the reason.
