@@ -5,7 +5,8 @@ shows the traceback. Exit codes: 0 ok, 1 failure or validation problems, 2 usage
 4 invalid data, 5 transient (safe to retry).
 
 The commands live by topic: ``tables`` (init, import, commit), ``publishing`` (mirror, sync,
-checkpoint, validate, reconcile, resume), ``monitoring`` (status, health), ``service`` (serve).
+checkpoint, validate, reconcile, resume), ``monitoring`` (status, health), ``service`` (serve),
+``jars`` (jar: where the jars shipped in the package are).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 
 import click
 
-from delta_mirror.cli import monitoring, publishing, service, tables
+from delta_mirror.cli import jars, monitoring, publishing, service, tables
 from delta_mirror.cli.common import EXIT_CODES, Ctx, end_process, process_start
 from delta_mirror.version import __version__
 
@@ -52,6 +53,7 @@ for _command in (
     monitoring.status,
     monitoring.health,
     service.serve,
+    jars.jar,
 ):
     cli.add_command(_command)
 del _command
