@@ -46,6 +46,8 @@ tables:
     schedule: event
     poll_interval: 5s
     priority_weight: 10
+    asset_uri: null                # the URI of the table's Airflow asset (docs/assets.md);
+                                   # null: x-delta-mirror://<store_conn_id or default>/<table>
 ```
 """
 
@@ -175,6 +177,8 @@ class TableConfig:
     # who publishes an event-driven table's commits: its watcher (triggerer) or its DAG run (task);
     # None: by schedule, see ``publisher``
     publish_in: str | None = None
+    # the URI of the table's Airflow asset (None: x-delta-mirror://<store>/<table>, airflow/assets.py)
+    asset_uri: str | None = None
 
     @property
     def event_driven(self) -> bool:
@@ -449,6 +453,7 @@ _TABLE_VALUES: dict[str, Callable[[Any, str], Any]] = {
         "null: single for `schedule: event` tables, steps otherwise",
     ),
     "validate_every": parse_duration,
+    "asset_uri": _optional_str,
     "publish_in": _one_of(
         PUBLISH_IN,
         optional=True,
@@ -526,6 +531,11 @@ def parse_config(text: str, source: str = "<string>") -> MirrorConfig:
             hint="allowed: defaults, tables, reconcile, monitor",
         )
     defaults = _apply(TableConfig(name="*"), raw.get("defaults"), f"{source}: defaults")
+    if defaults.asset_uri is not None:
+        raise ConfigError(
+            f"{source}: defaults.asset_uri: an asset URI names one table's asset",
+            hint="set asset_uri under the table it names (docs/assets.md)",
+        )
     raw_tables = raw.get("tables") or {}
     if not isinstance(raw_tables, dict):
         raise ConfigError(f"{source}: tables must be a mapping of table name to settings")

@@ -32,6 +32,7 @@ SHARED = {
     "delta_mirror_maintenance",
     "delta_mirror_example_spark_ingest",  # manual; ingest → publish → validate (airflow/examples.py)
     "delta_mirror_example_spark_pipeline",  # manual; Delta-Spark job → publish → validate (examples.py)
+    "delta_mirror_example_table_consumer",  # on the tables' assets; reads the versions (examples.py)
 }
 
 

@@ -4,7 +4,8 @@
   the store), with retries, a ``DeadlineAlert`` and failure notifications; ``tasks: single`` (the
   default for event-driven tables) runs one ``sync`` task (publish, checkpoint when due, validate
   on the table's cadence, lag sample: one task start-up per run), ``tasks: steps`` runs
-  publish → checkpoint → validate → metrics as separate tasks;
+  publish → checkpoint → validate → metrics as separate tasks; the publishing task (``publish``
+  or ``sync``) has the table's asset as its outlet (``assets``: an event when it published);
 - ``delta_mirror_reconcile``: re-drives failed/stuck/lagging versions; escalates persistent failures;
 - ``delta_mirror_backfill``: manual, a ``Param`` form (table, version range, steps);
 - ``delta_mirror_monitor``: lag metrics and lag-SLO breach emails; ``validate``: the tables published
@@ -31,6 +32,7 @@ from airflow.sdk import (  # type: ignore[attr-defined]  # airflow/sdk/__init__.
     task,
 )
 
+from delta_mirror.airflow.assets import asset_for, table_assets
 from delta_mirror.airflow.dag_defaults import (
     BASE_TAGS,
     JUST_PUBLISHED_FROM,
@@ -164,7 +166,10 @@ def _doc(cfg: TableConfig) -> str:
     )
 
 
-def table_dag(cfg: TableConfig) -> DAG:
+def table_dag(cfg: TableConfig, asset: Asset | None = None) -> DAG:
+    """The table's DAG; its publishing task (``publish`` or ``sync``) has the table's ``asset``
+    (None: ``assets.asset_for(cfg)``) as its outlet."""
+    asset = asset or asset_for(cfg)
     deadline = None
     if cfg.deadline is not None:
         deadline = DeadlineAlert(
@@ -186,13 +191,13 @@ def table_dag(cfg: TableConfig) -> DAG:
         deadline=deadline,
         doc_md=_doc(cfg),
     ) as dag:
-        tasks = _single_tasks(cfg) if cfg.task_layout == "single" else _step_tasks(cfg)
+        tasks = _single_tasks(cfg, asset) if cfg.task_layout == "single" else _step_tasks(cfg, asset)
         for upstream, downstream in itertools.pairwise(tasks):
             upstream >> downstream
     return dag
 
 
-def _single_tasks(cfg: TableConfig) -> list[Any]:
+def _single_tasks(cfg: TableConfig, asset: Asset) -> list[Any]:
     """One ``sync`` task; with the Spark engine its spark-submit checkpoint task follows."""
     engine = cfg.checkpoint.engine
     sync = DeltaMirrorSyncOperator(
@@ -203,12 +208,13 @@ def _single_tasks(cfg: TableConfig) -> list[Any]:
         reader=cfg.reader,
         lag_history_retention=cfg.lag_history_retention.total_seconds(),
         publish_in=cfg.publisher,  # triggerer: a lease its trigger holds is waited for
+        outlets=[asset],
         **conn_args(cfg),
     )
     return [sync, _checkpoint_task(cfg)] if engine == CheckpointEngine.SPARK else [sync]
 
 
-def _step_tasks(cfg: TableConfig) -> list[Any]:
+def _step_tasks(cfg: TableConfig, asset: Asset) -> list[Any]:
     """publish → checkpoint → validate (the versions just published) → metrics."""
     engine = cfg.checkpoint.engine
     # with another engine the publish step leaves the cadence's checkpoints to the next step
@@ -216,6 +222,7 @@ def _step_tasks(cfg: TableConfig) -> list[Any]:
         task_id="publish",
         table=cfg.name,
         cadence_checkpoints=engine == CheckpointEngine.LOCAL,
+        outlets=[asset],
         **conn_args(cfg),
     )
     tasks: list[Any] = [publish, _checkpoint_task(cfg)]
@@ -489,11 +496,12 @@ def build_dags(config: MirrorConfig | None = None) -> dict[str, DAG]:
     """
     config = config or load_config()
     airflow_dag_settings.cache_clear()  # Airflow's config as it is at this parse
+    assets = table_assets(config)  # two tables with one asset URI: refused before any DAG is built
     wanted = _task_dag_id()
     for cfg in config.tables.values():
         if cfg.dag_id == wanted:
-            return {cfg.dag_id: table_dag(cfg)}
-    dags = [table_dag(cfg) for _, cfg in sorted(config.tables.items())]
+            return {cfg.dag_id: table_dag(cfg, assets[cfg.name])}
+    dags = [table_dag(cfg, assets[name]) for name, cfg in sorted(config.tables.items())]
     dags += [reconcile_dag(config), backfill_dag(config), monitor_dag(config), maintenance_dag(config)]
     dags += example_dags(config)
     return {dag.dag_id: dag for dag in dags}

@@ -5,8 +5,11 @@
   validate with deltalake and with Delta-Spark. Needs a running ``delta-mirror serve``.
 - ``delta_mirror_example_spark_ingest``: PySpark ingest → publish → validate (the no-JVM-LogStore
   path: our ingest function commits through the store itself).
+- ``delta_mirror_example_table_consumer``: a downstream DAG scheduled on the tables' assets
+  (``airflow.assets``): each run reads which versions became readable from its triggering events
+  and reads each table at its last one (docs/assets.md).
 
-Manual (no schedule); the ``Param`` form picks the table, the source files and how to read them.
+The Spark examples are manual (no schedule); the ``Param`` form picks the table, the source files and how to read them.
 The defaults ingest the sample ``examples/events.csv`` of the repository into
 ``$DELTA_MIRROR_HOME/tables/events_example``, partitioned by ``country``. Owner, retries and failure
 notifications come from the config's ``defaults``, like every other delta-mirror DAG.
@@ -18,8 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, AssetAny, Param, task
 
+from delta_mirror.airflow.assets import table_assets
 from delta_mirror.airflow.dag_defaults import JUST_PUBLISHED_FROM, JUST_PUBLISHED_TO, conn_args, fleet_dag
 from delta_mirror.airflow.operators import (
     DeltaMirrorPublishOperator,
@@ -32,6 +36,7 @@ from delta_mirror.table_config import MirrorConfig
 
 DAG_ID = "delta_mirror_example_spark_ingest"
 PIPELINE_DAG_ID = "delta_mirror_example_spark_pipeline"
+CONSUMER_DAG_ID = "delta_mirror_example_table_consumer"
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "events.csv"
 SAMPLE_SCHEMA = "event_id BIGINT, user STRING, country STRING, ts TIMESTAMP, amount DECIMAL(12,2), day DATE"
 
@@ -157,12 +162,69 @@ def spark_pipeline_dag(config: MirrorConfig) -> DAG:
     return dag
 
 
+def table_consumer_dag(config: MirrorConfig) -> DAG:
+    tables = table_assets(config)
+    with fleet_dag(
+        CONSUMER_DAG_ID,
+        config.defaults,
+        tags=["example", "assets"],
+        schedule=AssetAny(*tables.values()) if tables else None,
+        doc_md="Example downstream DAG: scheduled on every configured table's **asset** (an event when "
+        "a table's versions were published), it reads from its triggering asset events which versions "
+        "of which table became readable and reads each table at the last of them. Airflow coalesces "
+        "events: one run may cover several publishes, i.e. a version range per table. Starts paused "
+        "like every DAG: unpause it to try it. A real consumer schedules on one table: "
+        "`schedule=[table_asset('orders')]` (docs/assets.md).",
+    ) as dag:
+
+        @task(task_id="read_published_versions")
+        def read_published_versions(triggering_asset_events: Any = None) -> dict[str, Any]:
+            """Per table in this run's events: first..last version published (over all its
+            events), the newest checkpoint among them, and the row count at the last version."""
+            from deltalake import DeltaTable
+
+            from delta_mirror.airflow.assets import published_range
+            from delta_mirror.airflow.hooks import DeltaMirrorHook
+            from delta_mirror.table_config import load_config
+
+            cfg = load_config()
+            out: dict[str, Any] = {}
+            for asset in triggering_asset_events or {}:
+                versions = published_range(triggering_asset_events, asset.name)
+                if versions is None:
+                    continue
+                table = cfg.settings_for(asset.name)
+                hook = DeltaMirrorHook(store_conn_id=table.store_conn_id, aws_conn_id=table.aws_conn_id)
+                location = hook.store.get_table(asset.name).location
+                delta = DeltaTable(
+                    location, version=versions.last_version, storage_options=hook.storage_options or None
+                )
+                out[asset.name] = {**versions.to_json(), "rows": delta.to_pyarrow_dataset().count_rows()}
+            return out
+
+        read_published_versions()
+    return dag
+
+
 #: Every example DAG builder; a new example is one more entry here.
-EXAMPLES: tuple[Callable[[MirrorConfig], DAG], ...] = (spark_ingest_dag, spark_pipeline_dag)
+EXAMPLES: tuple[Callable[[MirrorConfig], DAG], ...] = (
+    spark_ingest_dag,
+    spark_pipeline_dag,
+    table_consumer_dag,
+)
 
 
 def example_dags(config: MirrorConfig) -> list[Any]:
     return [build(config) for build in EXAMPLES]
 
 
-__all__ = ["DAG_ID", "EXAMPLES", "PIPELINE_DAG_ID", "example_dags", "spark_ingest_dag", "spark_pipeline_dag"]
+__all__ = [
+    "CONSUMER_DAG_ID",
+    "DAG_ID",
+    "EXAMPLES",
+    "PIPELINE_DAG_ID",
+    "example_dags",
+    "spark_ingest_dag",
+    "spark_pipeline_dag",
+    "table_consumer_dag",
+]

@@ -232,6 +232,97 @@ class StoreCommitTrigger(BaseEventTrigger):
         return self._target[1], self._target[2]
 
 
+class PublishedVersionsTrigger(StoreCommitTrigger):
+    """Fires whenever the table's published version moves past the last one it fired for: the
+    watcher of a ``publish_in: triggerer`` table's asset (``airflow.assets``), whose events would
+    otherwise come from no task (the trigger that publishes is the commits asset's, and its events
+    start the table's DAG). It reads the shared stream of the table's ``StoreCommitTrigger`` (same
+    connection and interval: no poll of its own) and fires for any publisher: the triggerer, the
+    DAG's ``sync``, reconcile, a backfill, the CLI.
+
+    The payload is the asset event's extra (``airflow.assets.event_extra``): table, first and last
+    version, the newest checkpoint among them. The watermark starts at the published version of
+    the first report that knows the table, so versions published while no triggerer ran this
+    trigger get no event of their own; the next event starts after them.
+
+    :param table: the table whose publishing it reports.
+    :param store_conn_id: as ``StoreCommitTrigger``'s (with ``poll_interval``, the shared stream).
+    :param poll_interval: as ``StoreCommitTrigger``'s.
+    :param watermark: the last version already reported (None: see above).
+    """
+
+    def __init__(
+        self,
+        table: str,
+        store_conn_id: str | None = None,
+        poll_interval: float = 5.0,
+        watermark: int | None = None,
+    ) -> None:
+        super().__init__(table, store_conn_id, poll_interval, watermark)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            "delta_mirror.airflow.triggers.PublishedVersionsTrigger",
+            {
+                "table": self.table,
+                "store_conn_id": self.store_conn_id,
+                "poll_interval": self.poll_interval,
+                "watermark": self.watermark,
+            },
+        )
+
+    async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
+        latest = _Latest(self.table)
+        follower = asyncio.create_task(
+            latest.follow(shared_stream), name=f"delta-mirror published {self.table}"
+        )
+        watermark = self.watermark
+        try:
+            with _watched(self.shared_stream_key()).watching(self.table):
+                while True:
+                    await latest.wait()
+                    if follower.done():  # the shared stream ended: its failure is the trigger's
+                        follower.result()
+                        raise RuntimeError(f"the shared stream of {self.table} ended")
+                    found = latest.versions
+                    if found is None or found.latest is None:
+                        continue  # not in the store (or not watched) yet
+                    published = -1 if found.published is None else found.published
+                    if watermark is None:
+                        watermark = published
+                    if published <= watermark:
+                        continue
+                    first, watermark = watermark + 1, published
+                    checkpoint = await asyncio.to_thread(self._checkpoint_among, latest.url, first, published)
+                    from delta_mirror.airflow.assets import event_extra
+
+                    extra = event_extra(
+                        self.table, (first, published), () if checkpoint is None else (checkpoint,)
+                    )
+                    yield TriggerEvent(extra)  # type: ignore[no-untyped-call]  # unannotated in Airflow
+        finally:
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
+
+    _store: tuple[str, Any] | None = None
+
+    def _checkpoint_among(self, url: str, first: int, last: int) -> int | None:
+        """On a worker thread: the table's newest checkpoint when it is within ``first..last``
+        (None: none there, or the store could not say; the event goes anyway)."""
+        try:
+            if self._store is None or self._store[0] != url:
+                from delta_mirror.store.sql_store import SqlStore
+
+                self._store = (url, SqlStore(url, shared_engine=True))
+            store = self._store[1]
+            version = store.last_checkpoint_version(store.get_table(self.table).id)
+        except Exception as exc:
+            self._store = None
+            self.log.warning("the newest checkpoint of %s: %s", self.table, str(exc)[:300])
+            return None
+        return version if version is not None and first <= version <= last else None
+
+
 def _key(store_conn_id: str | None, poll_interval: float) -> Hashable:
     return (STREAM, store_conn_id, float(poll_interval))
 

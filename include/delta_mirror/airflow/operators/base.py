@@ -95,6 +95,24 @@ class DeltaMirrorTableOperator(DeltaMirrorBaseOperator):
     def run(self, context: Any) -> Any:
         raise NotImplementedError
 
+    def emit_asset_event(self, context: Any, extra: dict[str, Any] | None) -> None:
+        """Give this try's event of each ``Asset`` outlet (the table's, ``airflow.assets``) the
+        ``extra``; None: this try published nothing, so it emits no event at all.
+
+        Airflow registers an event for every ``Asset`` in a successful task's ``outlets`` as they
+        are when the task ends (``task_runner._handle_current_task_success``), so a try that
+        published nothing drops them from its own copy of the task: the DAG still declares them
+        (lineage, the asset graph), a consumer is not started for nothing.
+        """
+        from airflow.sdk import Asset
+
+        if extra is None:
+            self.outlets = [o for o in self.outlets if not isinstance(o, Asset)]
+            return
+        for outlet in self.outlets:
+            if isinstance(outlet, Asset):
+                context["outlet_events"][outlet].extra = extra
+
     def publisher_factory(self, engine: str) -> Callable[..., Any]:
         """``publisher_for`` bound to this table and checkpoint ``engine``: the one place that chooses
         the checkpoint builder and the lease it needs (``spark.checkpoint_choice``); call it with

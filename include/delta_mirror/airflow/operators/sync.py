@@ -15,6 +15,8 @@ from delta_mirror.table_config import CheckpointEngine
 class DeltaMirrorSyncOperator(DeltaMirrorTableOperator):
     """Publish every pending version of ``table`` and do the run's follow-up work in the same task
     (``jobs.sync.sync_table``): checkpoint when due, validate on the table's cadence, lag sample.
+    Its ``Asset`` outlets get an event only when it published some (never with ``publish_in:
+    triggerer``: the asset's watcher reports those).
 
     :param checkpoint_engine: ``local`` / ``auto`` checkpoint here when due (``auto`` with Spark in
         this worker from the table's file threshold on, under the long lease); ``spark`` leaves it
@@ -89,6 +91,16 @@ class DeltaMirrorSyncOperator(DeltaMirrorTableOperator):
             self.log.warning("%s: checkpoint %s", self.table, result.checkpoint_text())
         if result.report is not None:
             judge_report(self.log, self.table, result.report)
+        from delta_mirror.airflow.assets import event_extra
+
+        # publish_in: triggerer: the table's asset has a watcher that reports every publish (this
+        # one's too), so an event from here would be the same versions twice
+        versions = (
+            []
+            if self.publish_in == "triggerer"
+            else [*result.publish.published, *result.publish.already_present]
+        )
+        self.emit_asset_event(context, event_extra(str(self.table), versions, result.checkpoints))
         return summary
 
 

@@ -44,7 +44,8 @@ def judge_report(log: Any, table: str, report: Any, *, strict: bool = False) -> 
 
 
 class DeltaMirrorPublishOperator(DeltaMirrorTableOperator):
-    """Publish the table's pending versions (up to ``to_version``) as ``_delta_log`` commits.
+    """Publish the table's pending versions (up to ``to_version``) as ``_delta_log`` commits; its
+    ``Asset`` outlets (the table's, ``airflow.assets``) get an event only when it published some.
 
     :param to_version: the last version to publish; None: every committed one. Templated.
     :param cadence_checkpoints: write the checkpoints the table's cadence asks for while
@@ -77,6 +78,11 @@ class DeltaMirrorPublishOperator(DeltaMirrorTableOperator):
             self.table,
             result.last_published,
         )
+        from delta_mirror.airflow.assets import event_extra
+
+        # versions another writer had already put there became readable by this publish too
+        versions = [*result.published, *result.already_present]
+        self.emit_asset_event(context, event_extra(str(self.table), versions, result.checkpoints))
         return dict(result.to_json())
 
 
