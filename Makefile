@@ -95,8 +95,9 @@ kernel-jar: $(KERNEL_JAR) $(KERNEL_M2)
 $(KERNEL_M2): $(KERNEL_JAR)
 	@$(call MAVEN_INSTALL,$<,delta-mirror-kernel-reader,delta-mirror kernel reader)
 
-# After the LogStore jar (order only): two Maven builds must not fill .cache/m2 at once (`make -j`).
-$(KERNEL_JAR): $(KERNEL_SRC) $(JAR_VERSION) | $(LOGSTORE_JAR)
+# After the LogStore jar (order only), and after its install when `make jar` runs too: two Maven
+# processes must not fill the same local repository at once (`make -j`).
+$(KERNEL_JAR): $(KERNEL_SRC) $(JAR_VERSION) | $(LOGSTORE_JAR) $(if $(filter jar,$(MAKECMDGOALS)),$(LOGSTORE_M2))
 	@if ! command -v $(MVN) >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then \
 		echo "warning: $@ not built: it needs Maven and a JDK 17 (apt-get install maven openjdk-17-jdk-headless); the kernel-java reader and its tests are skipped" >&2; \
 	else \
