@@ -40,8 +40,8 @@ DOCKERFILE = ROOT / "docker" / "Dockerfile.airflow"
 EXAMPLE_CONFIG = ROOT / "docker" / "delta_mirror.compose.yaml"
 POSTGRES_INIT = ROOT / "docker" / "postgres-init"
 INIT_SCRIPT = ROOT / "docker" / "airflow-init.sh"
-README = ROOT / "README.md"
-README_SECTION = "## Docker Compose stack"
+README = ROOT / "docs" / "docker-compose.md"  # the Compose page (README.md before issue 37)
+README_SECTION = "# Docker Compose stack"
 
 # docker/stack.yaml + docker/stack.env through the launcher's own parser: the services both launchers
 # start (a replicated service is <name>-1, <name>-2, ...).
