@@ -9,13 +9,17 @@ api-server, LocalExecutor) running the project's DAG file against a SQLite store
 4. a fleet of 50 event-driven tables, all published, shares one watcher: a commit to one of them
    starts exactly one run of that table's DAG and none of the 49 others;
 5. a ``publish_in: triggerer`` table is published by its watcher in the triggerer: its commits
-   become readable with no DAG run at all.
+   become readable with no DAG run at all;
+6. asset events: a table's commits, published by its ``sync`` task or in the triggerer, start the
+   example consumer DAG (scheduled on the tables' assets), whose runs read the published version
+   ranges from their triggering events and the table at the last one.
 
 One Airflow instance serves the whole module; it is stopped (process group and stragglers) at the end.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -40,6 +44,8 @@ from delta_mirror.store.sql_store import SqlStore
 pytestmark = [pytest.mark.airflow_e2e, pytest.mark.timeout(420)]
 
 LATE, EVENTS, BACKFILL, IN_TRIGGERER = "late", "events", "bf", "trig"
+CONSUMED, CONSUMED_TRIG = "consumed", "consumed_trig"  # followed by the example consumer only
+CONSUMER_DAG = "delta_mirror_example_table_consumer"
 FLEET = [f"fleet{i:02d}" for i in range(50)]
 BACKFILL_DAG = "delta_mirror_backfill"
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
@@ -70,9 +76,14 @@ tables:
     schedule: event
     poll_interval: 1s
     publish_in: triggerer
+  {CONSUMED}: {{schedule: event, poll_interval: 1s, publish_in: task, validate: false}}
+  {CONSUMED_TRIG}: {{schedule: event, poll_interval: 1s, publish_in: triggerer, validate: false}}
 """ + "".join(f"  {t}: {{schedule: event, poll_interval: 1s, publish_in: task}}\n" for t in FLEET)
-DAG_IDS = {f"delta_mirror__{t}" for t in (LATE, EVENTS, BACKFILL, IN_TRIGGERER, *FLEET)} | {
+DAG_IDS = {
+    f"delta_mirror__{t}" for t in (LATE, EVENTS, BACKFILL, IN_TRIGGERER, CONSUMED, CONSUMED_TRIG, *FLEET)
+} | {
     BACKFILL_DAG,
+    CONSUMER_DAG,
     "delta_mirror_reconcile",
     "delta_mirror_monitor",
     "delta_mirror_maintenance",
@@ -159,6 +170,8 @@ def airflow(request: pytest.FixtureRequest, smtp: SmtpServer, e2e_dir: Path) -> 
     env.commit(BACKFILL)
     env.commit(BACKFILL)
     env.commit(IN_TRIGGERER, create=True)  # pending at start: the triggerer publishes it, no run
+    env.commit(CONSUMED, create=True)  # pending at start: its sync publishes it, an asset event
+    env.commit(CONSUMED_TRIG, create=True)
     store = env.store()
     try:  # the fleet starts with nothing pending: its watchers must fire nothing until a commit
         for name in FLEET:
@@ -399,3 +412,108 @@ def test_backfill_rejects_bad_input(airflow: Env) -> None:
         lambda m: "task check_params failed" in str(m["subject"]), timeout=load_scaled(30)
     )
     assert msg is not None, airflow.smtp.mailbox.subjects()
+
+
+# --------------------------------------------------------------------------------------------------
+# 6. asset events → the example consumer DAG
+
+
+def consumed_ranges(stack: AirflowStack, table: str) -> list[dict[str, Any]]:
+    """What the consumer's successful runs read for ``table`` (its XCom), in run order."""
+    out = []
+    for run in stack.dag_runs(CONSUMER_DAG):
+        if run["state"] != "success":
+            continue
+        r = stack.api(
+            "GET",
+            f"/api/v2/dags/{CONSUMER_DAG}/dagRuns/{run['dag_run_id']}/taskInstances/"
+            "read_published_versions/xcomEntries/return_value",
+        )
+        if r.status_code != 200:
+            continue
+        value = r.json()["value"]
+        value = json.loads(value) if isinstance(value, str) else value
+        if table in value:
+            out.append({**value[table], "run_type": run["run_type"]})
+    return out
+
+
+def reported_through(stack: AirflowStack, table: str, version: int) -> bool:
+    ranges = consumed_ranges(stack, table)
+    return bool(ranges) and ranges[-1]["last_version"] >= version
+
+
+def assert_each_version_reported_once_in_order(ranges: list[dict[str, Any]], first: int, last: int) -> None:
+    """The consumer's runs cover ``first..last``: contiguous ranges, none twice (events coalesce:
+    one run may cover several publishes)."""
+    assert ranges, "no consumer run"
+    assert all(r["run_type"] == "asset_triggered" for r in ranges), ranges
+    assert ranges[0]["first_version"] <= first, ranges
+    for before, after in itertools.pairwise(ranges):
+        assert after["first_version"] == before["last_version"] + 1, ranges
+    assert ranges[-1]["last_version"] == last, ranges
+
+
+def test_a_commit_published_by_its_sync_task_runs_the_consumer_with_its_versions(airflow: Env) -> None:
+    stack = airflow.stack
+    # version 0 was pending at start: its sync published it and the consumer read it
+    _wait(lambda: reported_through(stack, CONSUMED, 0), 120, f"the consumer run for {CONSUMED} v0", 0.5)
+    t0 = time.monotonic()
+    assert airflow.commit(CONSUMED) == 1
+    assert airflow.commit(CONSUMED) == 2  # back to back: one publish of 1..2 or two, coalesced or not
+    _wait(lambda: reported_through(stack, CONSUMED, 2), 120, f"the consumer run for {CONSUMED} v2", 0.5)
+    airflow.figures["consumer_after_commit_s"] = time.monotonic() - t0
+    ranges = consumed_ranges(stack, CONSUMED)
+    assert_each_version_reported_once_in_order(ranges, 0, 2)
+    assert ranges[0]["first_version"] == 0
+    assert ranges[-1]["rows"] == 6  # the consumer read the table at version 2: three commits of 2 rows
+    assert all(r["checkpoint_version"] is None for r in ranges)  # interval 10: none written
+    # the sync runs' events carried those versions (Airflow's own record of them)
+    r = stack.api("GET", "/api/v2/assets/events", params={"limit": 100, "order_by": "timestamp"})
+    r.raise_for_status()
+    extras = [e["extra"] for e in r.json()["asset_events"] if (e.get("extra") or {}).get("table") == CONSUMED]
+    assert sorted(v for e in extras for v in range(e["first_version"], e["last_version"] + 1)) == [0, 1, 2]
+    assert {e["source_task_id"] for e in r.json()["asset_events"] if e["extra"] in extras} == {"sync"}
+
+
+def _watcher_started(stack: AirflowStack, table: str) -> bool:
+    """Whether the triggerer started the watcher of ``table``'s asset (its trigger id from the
+    REST API, its start line from the triggerer's log)."""
+    r = stack.api("GET", "/api/v2/assets", params={"name_pattern": table, "limit": 100})
+    r.raise_for_status()
+    ids = [w["trigger_id"] for a in r.json()["assets"] if a["name"] == table for w in a.get("watchers", [])]
+    text = stack.log_path.read_text(errors="replace")
+    return any(f"trigger ID {i} starting" in text for i in ids)
+
+
+def test_a_commit_published_in_the_triggerer_runs_the_consumer_with_its_versions(airflow: Env) -> None:
+    stack, dag_id = airflow.stack, f"delta_mirror__{CONSUMED_TRIG}"
+    _wait(lambda: airflow.log_file(CONSUMED_TRIG, 0).exists(), 90, f"version 0 of {CONSUMED_TRIG}")
+    # the asset's watcher reports publishes from when it runs (its first report sets its watermark)
+    _wait(lambda: _watcher_started(stack, CONSUMED_TRIG), 90, f"the watcher of {CONSUMED_TRIG}'s asset", 0.5)
+    time.sleep(2.0)  # two poll intervals: its first report
+    t0 = time.monotonic()
+    assert airflow.commit(CONSUMED_TRIG) == 1
+    _wait(
+        lambda: reported_through(stack, CONSUMED_TRIG, 1), 120, f"the consumer run for {CONSUMED_TRIG}", 0.5
+    )
+    airflow.figures["consumer_after_triggerer_commit_s"] = time.monotonic() - t0
+    ranges = consumed_ranges(stack, CONSUMED_TRIG)
+    # version 0 is reported too when the watcher ran before the triggerer published it
+    assert_each_version_reported_once_in_order(ranges, 1, 1)
+    assert ranges[-1]["rows"] == 4
+    assert stack.dag_runs(dag_id) == []  # published in the triggerer: still no run of the table's DAG
+    r = stack.api("GET", "/api/v2/assets/events", params={"limit": 100, "order_by": "timestamp"})
+    r.raise_for_status()
+    mine = [
+        e
+        for e in r.json()["asset_events"]
+        if (e.get("extra") or {}).get("payload", {}).get("table") == CONSUMED_TRIG
+    ]
+    assert mine and all(e["extra"]["from_trigger"] is True for e in mine), mine
+    assert mine[-1]["extra"]["payload"] == {
+        "table": CONSUMED_TRIG,
+        "first_version": 1,
+        "last_version": 1,
+        "checkpoint_version": None,
+    }
