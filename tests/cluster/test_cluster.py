@@ -22,6 +22,9 @@ skip the module, or fail it under ``CI=true``.
 
 from __future__ import annotations
 
+import inspect
+import re
+import shlex
 import shutil
 import signal
 import tempfile
@@ -30,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.cluster import ClusterRun, CommitFlow, start_cluster
+from support.cluster import ClusterRun, CommitFlow, start_cluster, table_config
 from support.services import skip_or_fail
 from support.waiting import load_scaled, wait_until
 
@@ -41,6 +44,31 @@ SPARK_TABLE = "sales"  # the commit service names a new table after the root's l
 LAG_SLO_S = 60.0  # table_config(lag_slo="60s")
 # docker/stack.env: a triggerer silent for 30 s loses its triggers; then the next assignment loop
 HEARTBEAT_THRESHOLD_S = 30.0
+#: docs/cluster.md, "A walk-through": the same steps as commands; its blocks are read here
+CLUSTER_PAGE = Path(__file__).resolve().parents[2] / "docs" / "cluster.md"
+
+
+def page_block(name: str) -> str:
+    """The cluster page's block marked ``<!-- docs-test: name -->``."""
+    text = CLUSTER_PAGE.read_text(encoding="utf-8")
+    m = re.search(rf"<!-- docs-test: {re.escape(name)} -->\n```[^\n]*\n(.*?)\n```", text, re.S)
+    assert m, f"{CLUSTER_PAGE.name} has no block marked docs-test: {name}"
+    return m.group(1)
+
+
+def page_command(prefix: str) -> list[str]:
+    """The words of the walk-through's one command line starting with ``prefix``."""
+    lines = [line for line in page_block("cluster").splitlines() if line.startswith(prefix)]
+    assert len(lines) == 1, f"one '{prefix}' line in the cluster page's walk-through"
+    return shlex.split(lines[0])
+
+
+def page_options(words: list[str]) -> dict[str, str]:
+    return {w: words[i + 1] for i, w in enumerate(words) if w.startswith("--") and i + 1 < len(words)}
+
+
+#: the page's Spark job options (``--rounds``, ``--rows``): the job the first test submits
+SPARK_JOB = page_options(page_command("python -m delta_mirror.dev.spark_writer submit"))
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +102,28 @@ def run() -> Iterator[ClusterRun]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def test_the_cluster_page_shows_the_config_options_and_job_this_module_runs() -> None:
+    """docs/cluster.md's walk-through is this module's run (no cluster needed to check it)."""
+    from delta_mirror.dev.cluster.__main__ import parser
+
+    tables = [*EVENT_TABLES, SPARK_TABLE]
+    assert page_block("cluster-config") == table_config(tables).rstrip("\n")
+    make = page_command("make cluster ")
+    up = parser().parse_args(["up", *shlex.split(make[2].removeprefix("CLUSTER_ARGS="))])
+    defaults = {k: p.default for k, p in inspect.signature(start_cluster).parameters.items()}
+    assert up.table_config == Path("cluster-tables.yaml")
+    assert (up.triggerers, up.workers, up.commit_replicas) == tuple(
+        defaults[k] for k in ("triggerers", "workers", "commit_replicas")
+    )
+    assert tuple(up.skip) == defaults["skip"]
+    loop = page_command("for t in ")
+    assert " ".join(loop[3 : 3 + len(tables)]) == " ".join(tables) + ";" and "delta_mirror__$t;" in loop
+    assert SPARK_JOB["--master"] == "$SPARK_MASTER"
+    assert SPARK_JOB["--commit-url"] == "$DELTA_MIRROR_COMMIT_URLS"  # ClusterRun.commit_urls
+    # ClusterRun.location(name) on the bucket of DELTA_MIRROR_BUCKET
+    assert SPARK_JOB["--table"] == f"s3://$DELTA_MIRROR_BUCKET/tables/{SPARK_TABLE}"
+
+
 def _lag_under_slo(run: ClusterRun, names: list[str]) -> bool:
     return all(row["lag_seconds"] <= LAG_SLO_S for row in run.status(names).values())
 
@@ -89,8 +139,8 @@ def test_a_spark_job_submitted_to_the_master_commits_through_the_replicas_and_is
         run.location(SPARK_TABLE),
         run.commit_urls,
         env={**run.env},
-        rounds=1,
-        rows=60,
+        rounds=int(SPARK_JOB["--rounds"]),
+        rows=int(SPARK_JOB["--rows"]),
         timeout=load_scaled(600),
         log=run.cluster.root / "logs" / "spark-writer.log",
     )
