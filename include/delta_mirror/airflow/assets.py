@@ -13,32 +13,32 @@ The asset: name = the table's name; URI = ``x-delta-mirror://<store>/<table>`` (
 table's ``store_conn_id``, ``default`` without one), or the table's ``asset_uri`` from the config
 when it names one (e.g. its location, ``s3://lake/orders``, for consumers already scheduled on
 that). The ``x-`` scheme is Airflow's mark for a URI it keeps as written: any other scheme makes a
-process's first ``Asset`` load every provider's URI handlers (about 1.4 s of each DAG-file parse
+process's first ``Asset`` load every provider's URI handlers (0.8-1.4 s of each DAG-file parse
 and task start-up). docs/assets.md says why this URI and not the table's location.
 
-An event's ``extra`` (``EXTRA_KEYS``): ``table``, ``first_version`` and ``last_version`` published,
-``checkpoint_version`` (the newest checkpoint written with them, or None). Events of a
-``publish_in: triggerer`` table come from the triggerer (``PublishedVersionsTrigger``), which
-Airflow wraps as ``{"from_trigger": true, "payload": {<the same keys>}}``; ``published_range``
-reads both.
+An event's ``extra`` (``EXTRA_KEYS``, written by ``event_extra``): ``table``, ``first_version``
+and ``last_version`` published, ``checkpoint_version`` (the newest checkpoint written with them,
+or None). Events of a ``publish_in: triggerer`` table come from the triggerer
+(``PublishedVersionsTrigger``), which Airflow wraps as ``{"from_trigger": true, "payload": {<the
+same keys>}}``; ``published_range`` reads both.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 from airflow.sdk import Asset
 
+from delta_mirror.airflow.asset_extra import EXTRA_KEYS, event_extra
 from delta_mirror.table_config import ConfigError, MirrorConfig, TableConfig, load_config
 
 SCHEME = "x-delta-mirror"
 #: The ``<store>`` of a table without ``store_conn_id`` (``DELTA_MIRROR_STORE`` or the embedded store).
 DEFAULT_STORE = "default"
-EXTRA_KEYS = ("table", "first_version", "last_version", "checkpoint_version")
 
 
 def asset_uri(cfg: TableConfig) -> str:
@@ -106,22 +106,6 @@ def table_asset(table: str, config: MirrorConfig | str | os.PathLike[str] | None
     if table in config.tables:
         return table_assets(config)[table]  # a clashing config fails here too, not only in the DAG file
     return asset_for(config.settings_for(table))
-
-
-def event_extra(
-    table: str, versions: Iterable[int], checkpoints: Iterable[int] = ()
-) -> dict[str, Any] | None:
-    """The ``extra`` of the event for ``versions`` published (None: nothing was, no event)."""
-    published = sorted(versions)
-    if not published:
-        return None
-    written = list(checkpoints)
-    return {
-        "table": table,
-        "first_version": published[0],
-        "last_version": published[-1],
-        "checkpoint_version": max(written) if written else None,
-    }
 
 
 @dataclass(frozen=True)

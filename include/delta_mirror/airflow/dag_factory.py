@@ -496,11 +496,11 @@ def build_dags(config: MirrorConfig | None = None) -> dict[str, DAG]:
     """
     config = config or load_config()
     airflow_dag_settings.cache_clear()  # Airflow's config as it is at this parse
-    assets = table_assets(config)  # two tables with one asset URI: refused before any DAG is built
     wanted = _task_dag_id()
     for cfg in config.tables.values():
-        if cfg.dag_id == wanted:
-            return {cfg.dag_id: table_dag(cfg, assets[cfg.name])}
+        if cfg.dag_id == wanted:  # its asset alone: the DAG processor refuses a config with a clash
+            return {cfg.dag_id: table_dag(cfg)}
+    assets = table_assets(config)  # two tables with one asset URI: refused before any DAG is built
     dags = [table_dag(cfg, assets[name]) for name, cfg in sorted(config.tables.items())]
     dags += [reconcile_dag(config), backfill_dag(config), monitor_dag(config), maintenance_dag(config)]
     dags += example_dags(config)

@@ -29,6 +29,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
+from delta_mirror.airflow.asset_extra import event_extra
 from delta_mirror.store.watch import CommitWatcher, TableVersions, VersionsReport, wait_at_most
 
 log = logging.getLogger(__name__)
@@ -294,8 +295,6 @@ class PublishedVersionsTrigger(StoreCommitTrigger):
                         continue
                     first, watermark = watermark + 1, published
                     checkpoint = await asyncio.to_thread(self._checkpoint_among, latest.url, first, published)
-                    from delta_mirror.airflow.assets import event_extra
-
                     extra = event_extra(
                         self.table, (first, published), () if checkpoint is None else (checkpoint,)
                     )

@@ -91,7 +91,7 @@ class DeltaMirrorSyncOperator(DeltaMirrorTableOperator):
             self.log.warning("%s: checkpoint %s", self.table, result.checkpoint_text())
         if result.report is not None:
             judge_report(self.log, self.table, result.report)
-        from delta_mirror.airflow.assets import event_extra
+        from delta_mirror.airflow.asset_extra import event_extra
 
         # publish_in: triggerer: the table's asset has a watcher that reports every publish (this
         # one's too), so an event from here would be the same versions twice

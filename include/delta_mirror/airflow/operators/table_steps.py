@@ -78,7 +78,7 @@ class DeltaMirrorPublishOperator(DeltaMirrorTableOperator):
             self.table,
             result.last_published,
         )
-        from delta_mirror.airflow.assets import event_extra
+        from delta_mirror.airflow.asset_extra import event_extra
 
         # versions another writer had already put there became readable by this publish too
         versions = [*result.published, *result.already_present]
