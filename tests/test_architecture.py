@@ -101,7 +101,7 @@ TIERS: tuple[tuple[str, ...], ...] = (
     ("health",),
     ("jobs",),
     ("spark",),
-    ("cli", "commit_service", "commit_http", "airflow", "dev"),
+    ("cli", "service", "airflow", "dev"),
 )
 
 

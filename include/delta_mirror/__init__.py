@@ -2,7 +2,7 @@
 
 The package is tiered (``docs/architecture.md``): ``delta`` (the protocol model, no SQL),
 ``store`` (the SQL authority), ``jobs`` (publish, import, reconcile, maintain, validate),
-``health`` (status, monitoring, breakers), then the shells: ``cli``, ``commit_service``,
+``health`` (status, monitoring, breakers), then the shells: ``cli``, ``service`` (the commit service),
 ``spark`` and ``airflow``. The core library (everything but ``delta_mirror.airflow``) never
 imports Airflow.
 

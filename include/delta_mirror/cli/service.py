@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
+import functools
 import sys
-from typing import Any
 
 import click
 
@@ -43,6 +42,11 @@ ALLOW_ROOTS_ENV = "DELTA_MIRROR_COMMIT_ALLOW_ROOTS"
     help="Service processes sharing the port (the service is stateless: the store decides races).",
 )
 @click.option("--access-log", is_flag=True, help="Log one line per request (off: it costs CPU per commit).")
+@click.option(
+    "--metrics-bind",
+    metavar="HOST:PORT",
+    help="Serve GET /metrics (Prometheus) on this address instead of the commit port.",
+)
 @store_option
 @click.pass_obj
 def serve(
@@ -54,6 +58,7 @@ def serve(
     no_auth: bool,
     workers: int,
     access_log: bool,
+    metrics_bind: str | None,
 ) -> None:
     """Run the commit service (docs/commit-service.md): writers POST their exact commit bytes."""
     import os
@@ -78,11 +83,23 @@ def serve(
                 store_url(ctx.store_url),
                 f"`serve --workers {workers}` would open it from {workers} processes",
             )
-        import uvicorn
+        from delta_mirror.extras import require
 
-        from delta_mirror.commit_http import CommitProtocol
-        from delta_mirror.commit_service import KEEP_ALIVE_SECONDS, SERVE_SETTINGS_ENV, create_app
+        require("uvicorn", "service", "`delta-mirror serve` (the commit service)")
+        require("starlette", "service", "`delta-mirror serve` (the commit service)")
+        from delta_mirror.service.server import ServeOptions, parse_bind, run
+        from delta_mirror.storage import normalize_commit_root
 
+        options = ServeOptions(
+            host=host,
+            port=port,
+            allowed_roots=tuple(roots),
+            max_body_bytes=max_body_bytes,
+            workers=workers,
+            access_log=access_log,
+            debug=ctx.debug,
+            metrics_bind=parse_bind(metrics_bind) if metrics_bind is not None else None,
+        )
         store = ctx.store(initialised=False)
         try:
             store.ensure_initialised()
@@ -90,42 +107,17 @@ def serve(
             click.echo(
                 f"warning: {one_line(exc.message)}; answering 503 until the store is reachable", err=True
             )
-        app = create_app(store, token=token, allowed_roots=roots, max_body_bytes=max_body_bytes)
-        click.echo(
+        announce = functools.partial(
+            click.echo,
             f"commit service on http://{host}:{port} for the store {store.display_url}"
-            f" (tables may be created under: {', '.join(app.state.service.allowed_roots) or 'no root'};"
+            f" (tables may be created under: {', '.join(map(normalize_commit_root, roots)) or 'no root'};"
             f" authentication {'on' if token else 'OFF'}"
             + (f"; {workers} worker processes" if workers > 1 else "")
+            + (f"; metrics on http://{metrics_bind}/metrics" if metrics_bind else "; metrics on /metrics")
             + ")",
             err=True,
         )
-        options: dict[str, Any] = {
-            "host": host,
-            "port": port,
-            "log_level": "debug" if ctx.debug else "info",
-            "access_log": access_log,
-            "lifespan": "on",
-            "timeout_keep_alive": KEEP_ALIVE_SECONDS,
-            # uvicorn's httptools protocol, answering POST /v1/commits/<v> without ASGI (commit_http)
-            "http": CommitProtocol,
-        }
-        if workers == 1:
-            uvicorn.run(app, **options)
-            return
-        # Each worker builds its own app and store (a uvicorn factory) from these settings.
-        store.close()
-        os.environ[SERVE_SETTINGS_ENV] = json.dumps(
-            {
-                "store": store.url,
-                "auth": token is not None,
-                "allowed_roots": roots,
-                "max_body_bytes": max_body_bytes,
-                "debug": ctx.debug,
-            }
-        )
-        uvicorn.run(
-            "delta_mirror.commit_service:app_from_environment", factory=True, workers=workers, **options
-        )
+        run(store, options, token=token, announce=announce)
 
 
 __all__ = ["ALLOW_ROOTS_ENV", "TOKEN_ENV", "serve"]
