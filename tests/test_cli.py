@@ -155,7 +155,9 @@ def test_commit_creates_the_table_and_prints_each_new_version(store_url: str, tm
 
 def test_status_lists_tables_and_reports_one_as_json(store_url: str, tmp_path: Path) -> None:
     init_store(store_url)
-    empty = invoke(["--store", store_url, "status"])
+    # without a table config (tests/test_cli_coverage.py: with one, which tables a DAG publishes)
+    no_config = clean_env(DELTA_MIRROR_CONFIG=str(tmp_path / "absent.yaml"))
+    empty = CliRunner().invoke(cli, ["--store", store_url, "status"], env=no_config)
     assert (empty.exit_code, empty.stdout) == (0, "no tables\n")
     for name in ("alpha", "beta"):
         r = run(
@@ -174,18 +176,18 @@ def test_status_lists_tables_and_reports_one_as_json(store_url: str, tmp_path: P
         invoke(["--store", store_url, "commit", "beta", "--actions", "-"], lines(add("b.parquet"))).stdout
         == "1\n"
     )
-    text = run("--store", store_url, "status")
+    text = run("--store", store_url, "status", env=no_config)
     assert text.returncode == 0, text.stderr
     assert text.stdout.splitlines()[0].split()[:3] == ["TABLE", "STATE", "COMMITTED"]
     assert [line.split()[0] for line in text.stdout.splitlines()[1:]] == ["alpha", "beta"]
-    one = run("--store", store_url, "status", "beta", "--json")
+    one = run("--store", store_url, "status", "beta", "--json", env=no_config)
     assert one.returncode == 0, one.stderr
     report = json.loads(one.stdout)
     assert report["table"] == "beta" and report["state"] == "ACTIVE"
     assert report["latest_committed"] == 1
     assert report["last_published"] is None
     assert report["pending"] == 2 and report["versions_behind"] == 2
-    every = json.loads(run("status", "--json", "--store", store_url).stdout)
+    every = json.loads(run("status", "--json", "--store", store_url, env=no_config).stdout)
     assert [r["table"] for r in every] == ["alpha", "beta"]
 
 

@@ -116,7 +116,15 @@ def test_status_health_and_lag_step_send_as_many_statements_for_30_tables_as_for
 
     # --limit: the first tables by name, and the text says how many there are.
     assert [r["table"] for r in _cli(store_url, "status", "--json", "--limit", "2")()] == ["t000", "t001"]  # type: ignore[attr-defined]
-    text_out = CliRunner().invoke(cli, ["--store", store_url, "status", "--limit", "2"]).output
+    text_out = (
+        CliRunner()
+        .invoke(
+            cli,
+            ["--store", store_url, "status", "--limit", "2"],
+            env={"DELTA_MIRROR_CONFIG": "/nonexistent/delta_mirror.yaml"},
+        )
+        .output
+    )
     assert "t001" in text_out and "t002" not in text_out and "(2 of 30 tables shown: --limit 2)" in text_out
 
     # The lag step stored one sample per table per run (two runs above).

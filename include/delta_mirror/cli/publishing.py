@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from delta_mirror.cli.common import Ctx, emit, errors, progress, store_option
-from delta_mirror.errors import DataError
+from delta_mirror.errors import DataError, TableNotFoundError
 from delta_mirror.jobs.validate.readers import reader_names
 from delta_mirror.store.states import TableState
 from delta_mirror.table_config import CheckpointEngine
@@ -49,6 +50,20 @@ def _table_config(config_path: str | None, name: str) -> TableConfig | None:
     return load_config(path).settings_for(name)
 
 
+@contextmanager
+def _in_store(name: str, config_path: str | None) -> Iterator[None]:
+    """A table the store lacks is the one line that says whether the table config (this command's
+    ``--config``) lists it and what to do; the publisher refuses it before writing anything."""
+    try:
+        yield
+    except TableNotFoundError as exc:
+        if exc.table != name:
+            raise
+        from delta_mirror.health.coverage import effective_config, not_in_store_error
+
+        raise not_in_store_error(name, effective_config(config_path)) from None
+
+
 def _checkpoint_settings(config_path: str | None, name: str) -> CheckpointSettings | None:
     """The table's ``checkpoint`` settings from the table config, when there is one."""
     cfg = _table_config(config_path, name)
@@ -68,7 +83,7 @@ def mirror(
     """Publish pending versions (and checkpoints when due) to the table's location."""
     from delta_mirror.spark.checkpoint_choice import engines_used, publisher_for
 
-    with errors(ctx, name):
+    with errors(ctx, name), _in_store(name, config_path):
         # Spark starts only if a checkpoint is due
         publisher = publisher_for(ctx.store(), name, engine, settings=_checkpoint_settings(config_path, name))
         result = publisher.publish(name, to_version, progress=progress(f"publishing {name}"))
@@ -112,7 +127,7 @@ def sync(ctx: Ctx, name: str, as_json: bool, engine: str | None, config_path: st
     from delta_mirror.spark.checkpoint_choice import publisher_for
     from delta_mirror.table_config import TableConfig
 
-    with errors(ctx, name):
+    with errors(ctx, name), _in_store(name, config_path):
         cfg = _table_config(config_path, name) or TableConfig(name=name)
         store = ctx.store()
         result = sync_table(
@@ -154,7 +169,7 @@ def checkpoint(ctx: Ctx, name: str, version: int | None, engine: str | None, con
     """Write a checkpoint (default: at the last published version)."""
     from delta_mirror.spark.checkpoint_choice import last_engine, publisher_for
 
-    with errors(ctx, name):
+    with errors(ctx, name), _in_store(name, config_path):
         publisher = publisher_for(ctx.store(), name, engine, settings=_checkpoint_settings(config_path, name))
         v = publisher.checkpoint(name, version)
         click.echo(f"checkpoint written for '{name}' at version {v} ({last_engine(publisher)} engine)")

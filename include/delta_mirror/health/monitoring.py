@@ -7,6 +7,8 @@
   its lag SLO (``lag_slo``, default 15 minutes), when it is halted, when it has failed or
   conflicting versions, or when its publish attempts have kept failing past the failure grace
   (``failure_grace`` / ``failure_grace_attempts``, default 5 minutes or 2 attempts in a row).
+  A table the table config does not list (no DAG publishes it) and a listed table the store lacks
+  are not judged by lag: each gets a warning, its ``note`` (``health.coverage``).
 - Latency is per version, from the store (``store/latency.py``): the percentiles per window, the
   table page's chart (commit-to-readable seconds per version, versions behind over time) and the
   overview's sparkline; the lag samples only say how far behind a table was when measured.
@@ -20,10 +22,13 @@ from datetime import timedelta
 from typing import Any
 
 from delta_mirror.delta.protocol import now_ms
-from delta_mirror.health.status import TableStatus, fleet_status, table_status
+from delta_mirror.errors import TableNotFoundError
+from delta_mirror.health.coverage import Coverage, coverage_of, not_in_store_error
+from delta_mirror.health.status import TableStatus, fleet_status, not_in_store_status, table_status
 from delta_mirror.store.latency import versions_behind_series
 from delta_mirror.store.sql_store import SqlStore, TableInfo
 from delta_mirror.store.states import Artifact, CircuitState, TableState
+from delta_mirror.table_config import MirrorConfig
 
 DEFAULT_LAG_SLO = timedelta(minutes=15)
 DEFAULT_LAG_RETENTION = timedelta(days=14)
@@ -147,7 +152,8 @@ def judge(
     now: int | None = None,
 ) -> TableHealth:
     """Healthy unless lag > SLO, halted, an open circuit breaker, failed / conflicting versions, or
-    publish attempts failing past the failure grace (within it: a warning)."""
+    publish attempts failing past the failure grace (within it: a warning). The lag of a table no
+    DAG publishes (``TableStatus.lag_judged``) is not judged: its note is a warning."""
     slo = lag_slo.total_seconds()
     problems: list[str] = []
     warnings: list[str] = []
@@ -166,7 +172,9 @@ def judge(
         problems.append(
             f"circuit breaker {status.breaker}: publishing paused after repeated transient failures"
         )
-    if status.lag_seconds > slo:
+    if not status.lag_judged:
+        warnings.append(status.note or "not judged by lag")
+    elif status.lag_seconds > slo:
         problems.append(
             f"lag {status.lag_seconds:.0f} s breaches the lag SLO of {slo:.0f} s "
             f"({status.versions_behind} version(s) behind)"
@@ -207,22 +215,42 @@ def failure_grace_for(config: Any, name: str) -> FailureGrace:
     return FailureGrace(cfg.failure_grace, cfg.failure_grace_attempts)
 
 
+def resolve_tables(
+    store: SqlStore, names: Sequence[str | TableInfo], config: MirrorConfig | None
+) -> list[TableInfo]:
+    """``names`` (names or ``TableInfo``s) as the store's tables; a name the store lacks is the
+    one-line ``TableNotFoundError`` that says whether the table config lists it."""
+    out = []
+    for n in names:
+        if isinstance(n, TableInfo):
+            out.append(n)
+            continue
+        try:
+            out.append(store.get_table(n))
+        except TableNotFoundError:
+            raise not_in_store_error(n, config) from None
+    return out
+
+
 def health_report(
     store: SqlStore,
     names: Sequence[str | TableInfo] | None = None,
     config: Any = None,
     *,
     grace: Callable[[str], FailureGrace] | None = None,
+    not_in_store: bool = True,
 ) -> HealthReport:
     """Health of every table in the store (or of ``names``: names or ``TableInfo``s), SLOs and
     failure graces from ``config`` (a ``MirrorConfig``) unless ``grace`` says otherwise; with the
-    latency percentiles; a constant number of queries for any number of tables."""
-    tables = (
-        [n if isinstance(n, TableInfo) else store.get_table(n) for n in names]
-        if names
-        else store.list_tables()
-    )
-    statuses = fleet_status(store, tables, latency=True)
+    latency percentiles; a constant number of queries for any number of tables. With ``config``
+    and no ``names``, ``not_in_store`` adds the tables it lists that the store lacks (healthy,
+    with a warning)."""
+    tables = resolve_tables(store, names, config) if names else store.list_tables()
+    coverage = coverage_of(config)
+    statuses = fleet_status(store, tables, latency=True, coverage=coverage)
+    if coverage is not None and not names and not_in_store:
+        missing = [not_in_store_status(n, config) for n in coverage.missing(t.name for t in tables)]
+        statuses = sorted([*statuses, *missing], key=lambda st: st.table)
     grace_of = grace or (lambda name: failure_grace_for(config, name))
     now = now_ms()
     return HealthReport(
@@ -245,16 +273,17 @@ def overview_row(
     table: TableInfo,
     lag_slo: timedelta = DEFAULT_LAG_SLO,
     grace: FailureGrace = DEFAULT_FAILURE_GRACE,
+    coverage: Coverage | None = None,
 ) -> dict[str, Any]:
     """One row of the UI overview: versions, lag, latency, checkpoint, state, failures, what to do."""
-    return overview_row_of(fleet_status(store, [table], latency=True)[0], lag_slo, grace)
+    return overview_row_of(fleet_status(store, [table], latency=True, coverage=coverage)[0], lag_slo, grace)
 
 
 def overview_rows(store: SqlStore, tables: Sequence[TableInfo], config: Any = None) -> list[dict[str, Any]]:
     """The overview rows of ``tables`` (their order) from a constant number of statements."""
     return [
         overview_row_of(st, lag_slo_for(config, st.table), failure_grace_for(config, st.table))
-        for st in fleet_status(store, tables, latency=True)
+        for st in fleet_status(store, tables, latency=True, coverage=coverage_of(config))
     ]
 
 
@@ -289,7 +318,11 @@ def overview_row_of(
         "healthy": health.healthy,
         "problems": health.problems,
         "warnings": health.warnings,
-        "dag_id": f"delta_mirror__{st.table}",
+        "dag_id": None if st.configured is False else f"delta_mirror__{st.table}",  # no config entry: no DAG
+        "configured": st.configured,
+        "in_store": st.in_store,
+        "lag_judged": st.lag_judged,  # False: the note instead of the lag ("not configured: ...")
+        "note": st.note,
     }
 
 
@@ -358,13 +391,14 @@ def table_detail(
     window: str = "24h",
     checkpoints: int = 50,
     grace: FailureGrace = DEFAULT_FAILURE_GRACE,
+    coverage: Coverage | None = None,
 ) -> dict[str, Any]:
     """The UI table page: overview row, per-version latency over the window, the latest ``versions``
     versions (failures, retries), the latest ``checkpoints`` checkpoints (with their ``writes``: a
     commit file is written once unless retried, a checkpoint also on request); ``versions_total`` /
     ``checkpoints_total`` count them all, so a long history shows "latest 200 of 1,000,000" and reads
     only what it shows. ``lag_history``: the lag samples (how far behind when measured)."""
-    row = overview_row(store, table, lag_slo, grace)
+    row = overview_row(store, table, lag_slo, grace, coverage)
     latest = row["latest_committed"]
     since = None if latest is None else max(table.first_version, int(latest) - versions + 1)
     json_rows = store.status_rows(table.id, artifact=Artifact.JSON, from_version=since)
@@ -436,6 +470,7 @@ __all__ = [
     "overview_rows",
     "record_lag_sample",
     "record_lag_samples",
+    "resolve_tables",
     "table_detail",
     "version_latency",
 ]

@@ -40,6 +40,7 @@ from delta_mirror.errors import (
     MirrorError,
     PermanentError,
     PublishConflictError,
+    TableNotFoundError,
     TransientError,
     first_line,
 )
@@ -237,7 +238,7 @@ class Publisher:
     def publish(
         self, name: str, to_version: int | None = None, progress: Callable[[int, int], None] | None = None
     ) -> PublishResult:
-        table = self.store.get_table(name)
+        table = self._table_to_publish(name)
         if table.state == TableState.HALTED:
             raise PermanentError(
                 f"the table is halted: {table.halted_reason}",
@@ -266,6 +267,16 @@ class Publisher:
             breakers.record_success(key)
         self.store.clear_table_failure(table.id)
         return result
+
+    def _table_to_publish(self, name: str) -> TableInfo:
+        """The table; one the store lacks is, before anything is written, the one-line
+        ``TableNotFoundError`` that says whether the table config lists it and what to do."""
+        try:
+            return self.store.get_table(name)
+        except TableNotFoundError:
+            from delta_mirror.health.coverage import not_in_store_here
+
+            raise not_in_store_here(name) from None
 
     def _record_table_failure(self, table: TableInfo, exc: Exception) -> None:
         """The attempt failed, whatever failed (location, listing, credentials, store, a put): the
