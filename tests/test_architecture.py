@@ -94,6 +94,7 @@ TIERS: tuple[tuple[str, ...], ...] = (
         "version",
         "lazy",
         "failpoints",
+        "extras",
         "spark_session",
         "s3a",
     ),
