@@ -134,7 +134,7 @@ def _import_and_checkpoint(bench: Bench, backend: str, url: str, source: Path, p
 
 
 def _side_by_side(out: dict[str, Any], only: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    """One line per backend: the three rates (``None`` where it failed), for the README's table."""
+    """One line per backend: the three rates (``None`` where it failed), for docs/configuration.md's table."""
     rows: dict[str, dict[str, Any]] = {}
     for backend in only:
         fig = out.get(backend)

@@ -475,7 +475,7 @@ def test_table_names_with_sql_metacharacters_are_refused_and_the_store_is_intact
         ["import", str(tmp / "delta-table"), "--table", name],
     ):
         result = invoke(["--store", url, *args], CREATE)
-        assert result.exit_code == 2, (args, result.stderr, result.exception)  # usage, as README says
+        assert result.exit_code == 2, (args, result.stderr, result.exception)  # usage, as docs/cli.md says
         assert_one_error_line(result.stderr, "invalid table name")
     assert state(url) == before
     assert state(url)["tables"] == ["t"]

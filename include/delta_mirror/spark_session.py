@@ -168,7 +168,7 @@ def governed(spark: Any, authority: AuthorityConfig, token: str | None = None) -
         raise PermanentError(
             "this Spark session was started without the delta-mirror LogStore",
             hint="start it with get_spark(authority=AuthorityConfig(...)) or the spark-submit flags "
-            "in the README (Writing from Spark)",
+            "in docs/writing-from-spark.md",
         )
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     values = {

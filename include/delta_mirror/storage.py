@@ -31,7 +31,7 @@ S3_SCHEMES = ("s3", "s3a")
 AZURE_SCHEMES = ("az", "abfs", "abfss")
 GCS_SCHEMES = ("gs",)
 # Credentials and endpoints read from the environment, as object_store / deltalake name them
-# (docs: README, Storage). AZURITE_BLOB_STORAGE_URL is read by object_store itself with
+# (docs/storage.md). AZURITE_BLOB_STORAGE_URL is read by object_store itself with
 # AZURE_STORAGE_USE_EMULATOR=true.
 AZURE_ENV = (
     "AZURE_STORAGE_ACCOUNT_NAME",

@@ -226,7 +226,7 @@ def test_without_a_mail_connection_an_alert_is_one_log_line_not_a_traceback(
     assert lines == [
         "no mail connection 'smtp_nowhere': the alert \"[delta-mirror] t1: task publish failed\" to "
         "oncall@dm-tests.example, data@dm-tests.example was not sent (set AIRFLOW_CONN_SMTP_NOWHERE to an "
-        "SMTP URL, README: Alerts)"
+        "SMTP URL, docs/airflow.md: Alerts)"
     ]
     assert "Traceback" not in caplog.text
 

@@ -3,7 +3,7 @@ time from the store, drawn where it happened and at its height; a table that can
 
 The plugin's data functions and the chart are checked here against a real store (SQLite and
 PostgreSQL); the page in a real browser, after a burst of commits whose publishing was delayed, in
-``test_ui_plugin.py``'s Airflow (its fixtures and browser set-up), with the README's screenshots.
+``test_ui_plugin.py``'s Airflow (its fixtures and browser set-up), with the docs' screenshots (docs/airflow.md).
 """
 
 from __future__ import annotations
@@ -191,10 +191,10 @@ def test_overview_and_table_data_carry_per_version_percentiles_and_the_failure(
 # -- in a real browser, in the Airflow that ``make airflow`` starts -------------------------------
 
 #: The tables live here while the test runs: the pages show their locations, and a screenshot in
-#: the README must not show a machine's paths (no /work, no /tmp).
+#: the docs must not show a machine's paths (no /work, no /tmp).
 LAKE = Path("/dev/shm/delta-mirror-lake")
 SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui_latency"
-#: DELTA_MIRROR_UPDATE_SCREENSHOTS=1 also copies the screenshots to the README's docs/images/.
+#: DELTA_MIRROR_UPDATE_SCREENSHOTS=1 also copies the screenshots to docs/images/ (docs/airflow.md).
 README_IMAGES = {"overview.png": "ui-overview.png", "table.png": "ui-table.png"}
 BURST, DELAY = 8, 8.0  # versions committed at once, and how long their publishing waits
 

@@ -36,8 +36,8 @@ from delta_mirror.store import SqlStore
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts" / "ui_plugin"
 LAKE = ARTIFACTS / "lake"
-#: DELTA_MIRROR_UPDATE_SCREENSHOTS=1 also copies the screenshots to the README's docs/images/.
-#: (The README's two screenshots come from test_ui_latency.py: a lag spike and a failing table.)
+#: DELTA_MIRROR_UPDATE_SCREENSHOTS=1 also copies the screenshots to docs/images/ (docs/airflow.md).
+#: (The docs' two screenshots come from test_ui_latency.py: a lag spike and a failing table.)
 README_IMAGES: dict[str, str] = {}
 #: Variables of the outer environment that must not reach the test's Airflow.
 FOREIGN = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__", "AWS_", "DELTA_MIRROR_")
@@ -176,7 +176,7 @@ def api_server(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     """One Airflow for the module: ``airflow standalone`` costs tens of seconds to start."""
     root = tmp_path_factory.mktemp("ui-plugin")
     url = f"sqlite:///{root / 'store.db'}"
-    # The tables' folders are shown on the table pages: a stable path for the README's screenshots.
+    # The tables' folders are shown on the table pages: a stable path for the docs' screenshots.
     shutil.rmtree(LAKE, ignore_errors=True)
     LAKE.mkdir(parents=True)
     _fill_store(url, LAKE)

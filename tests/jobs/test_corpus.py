@@ -43,12 +43,12 @@ from delta_mirror.jobs.validate.spark_reader import input_files
 from delta_mirror.storage import local_path, normalize_location, open_store, storage_options_for
 from delta_mirror.store import SqlStore
 
-# Tables refused for a documented, protocol-level reason (README: "Unsupported tables").
+# Tables refused for a documented, protocol-level reason (docs/compatibility.md: "Unsupported tables").
 REFUSED = {
     "kernel-rs/uc-catalog_managed_0": "catalogManaged",
     "delta-rs/simple_table_features": "blahabl",
     "kernel-rs/crc-malformed": "not a Delta table",
-    # version 0's metaData has no schemaString: no reader can reconstruct it (README, the rule for
+    # version 0's metaData has no schemaString: no reader can reconstruct it (docs/compatibility.md, the rule for
     # invalid logs); deltalake refuses to load that version of the source too
     "delta-rs/delta-live-table": "schemaString",
 }

@@ -27,7 +27,7 @@ NO_CORPUS = f"shared Delta corpus not found at {CORPUS} (set DELTA_MIRROR_CORPUS
 
 CATALOG_MANAGED = "kernel-rs/uc-catalog_managed_0"
 MAY_BE_REFUSED = {"kernel-rs/table-with-geo"}
-# Logs Delta readers cannot reconstruct at some version (README: "Import: logs readers cannot
+# Logs Delta readers cannot reconstruct at some version (docs/compatibility.md: "Import: logs readers cannot
 # reconstruct"): version 0 of the DLT table has a metaData action without schemaString.
 UNRECONSTRUCTABLE = {"delta-rs/delta-live-table": "schemaString"}
 

@@ -142,7 +142,7 @@ def spark_pipeline_dag(config: MirrorConfig) -> DAG:
         "the commit service, which commits Spark's exact bytes into the SQL store (the authority); then "
         "**publish** (the commit files are already there: nothing to write, only checkpoints) and "
         "**validate** the job's versions with deltalake and with Delta-Spark. Needs a running "
-        "`delta-mirror serve` (README, Writing from Spark). A retried job does not append twice "
+        "`delta-mirror serve` (docs/writing-from-spark.md). A retried job does not append twice "
         "(`txnAppId`/`txnVersion`).",
     ) as dag:
         job = DeltaMirrorSparkPipelineOperator(

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 def _not_sent(notify: Notify, subject: str) -> None:
     log.warning(
         "no mail connection '%s': the alert \"%s\" to %s was not sent (set AIRFLOW_CONN_%s to an SMTP URL, "
-        "README: Alerts)",
+        "docs/airflow.md: Alerts)",
         notify.smtp_conn_id,
         subject,
         ", ".join(notify.email),

@@ -69,7 +69,7 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 
 def canonical_json(line: Mapping[str, Any]) -> str:
     """The canonical text of one log line (every key of it, in order): compact separators, UTF-8
-    kept unescaped, as Delta-Spark (Jackson) writes commit files (README, "How it works")."""
+    kept unescaped, as Delta-Spark (Jackson) writes commit files (docs/how-it-works.md)."""
     obj = line if isinstance(line, dict) else dict(line)
     try:
         return _ENCODER.encode(obj)

@@ -52,7 +52,7 @@ KNOWN_READER_FEATURES: frozenset[str] = frozenset(
 )
 
 #: Features that hand commit authority to a catalog: plain filesystem readers can no longer read
-#: the table, which defeats the purpose of mirroring (README, "How it works").
+#: the table, which defeats the purpose of mirroring (docs/how-it-works.md).
 CATALOG_FEATURES: frozenset[str] = frozenset({"catalogManaged", "catalogOwned-preview"})
 COORDINATED_COMMITS_PREFIX = "delta.coordinatedCommits."
 

@@ -31,7 +31,7 @@ from delta_mirror.errors import DataError, UnsupportedTableError
 
 _FIX_HINT = (
     "repair the source log with a Delta writer (or restore the file from a backup), then import again; "
-    "README: 'Import: logs readers cannot reconstruct'"
+    "docs/compatibility.md: 'Import: logs readers cannot reconstruct'"
 )
 
 
@@ -87,7 +87,7 @@ def require_state(protocol: Any, metadata: Any, *, table: str, version: int, whe
 
 
 def check_supported(protocol: Mapping[str, Any], metadata: Mapping[str, Any] | None, *, table: str) -> None:
-    """Refuse tables whose protocol we cannot carry unchanged, naming the feature (README, "Unsupported tables")."""
+    """Refuse tables whose protocol we cannot carry unchanged, naming the feature (docs/compatibility.md, "Unsupported tables")."""
     problems = unsupported_reasons(protocol, metadata)
     if problems:
         raise UnsupportedTableError(

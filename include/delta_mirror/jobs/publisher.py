@@ -1,6 +1,6 @@
 """Publishing: committed versions → ``_delta_log/<v>.json``, in order, then checkpoints.
 
-Invariants kept here (README, "How it works"):
+Invariants kept here (docs/how-it-works.md):
 1. ``v.json`` is written only after ``v-1.json`` is SUCCESS: versions go out one table at a time,
    ascending, under the table's lease.
 2. Never overwrite: commits use put-if-absent. An existing identical file is an idempotent

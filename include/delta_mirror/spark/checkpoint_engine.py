@@ -1,6 +1,6 @@
 """The Spark checkpoint engine: a table's checkpoint built by Spark from the store's active file set.
 
-For tables too big for one process (README, "Spark checkpoint engine"). It produces what the local engine
+For tables too big for one process (docs/spark.md, "Spark checkpoint engine"). It produces what the local engine
 (``delta_mirror.delta.checkpoint``) produces — same Parquet schema, same rows, same multi-part split, same
 V2 layout — and hands the files to the publisher, which commits them exactly as it commits local
 ones: put-if-absent into ``_delta_log/``, only after the version's commit is published, then

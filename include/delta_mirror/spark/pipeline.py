@@ -16,8 +16,8 @@ Steps, each one Delta commit (a step with nothing to do commits nothing):
 4. ``delete`` - rows matching ``delete_where``;
 5. ``optimize`` - bin-packing compaction of the small files the steps above wrote.
 
-Run it under ``spark-submit`` (the authority's ``--jars``/``--conf`` flags are in the README,
-"Writing from Spark") or as ``python -m delta_mirror.spark.pipeline --location L --source S``.
+Run it under ``spark-submit`` (the authority's ``--jars``/``--conf`` flags are in
+docs/writing-from-spark.md) or as ``python -m delta_mirror.spark.pipeline --location L --source S``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Validation with Delta-Spark as the reader (``validate --reader spark``; README, "Spark").
+"""Validation with Delta-Spark as the reader (``validate --reader spark``; docs/spark.md).
 
 For each version of the range, delta-spark opens the published table (``versionAsOf``) and its view
 is compared with the store's:
