@@ -154,6 +154,12 @@ def test_the_publishing_tasks_have_the_table_asset_as_outlet(dm_config: Callable
     for table, task_id in (("steps", "publish"), ("single", "sync"), ("trig", "sync")):
         task = bag.dags[f"delta_mirror__{table}"].get_task(task_id)
         assert task.outlets == [table_asset(table)], table
+        # the watchers too (an Asset compares by name and URI): a consumer's file must not drop them
+        (outlet,) = task.outlets
+        assert [w.trigger.serialize() for w in outlet.watchers] == [
+            w.trigger.serialize() for w in table_asset(table).watchers
+        ]
+        assert len(outlet.watchers) == (table == "trig")
     others = [t for t in bag.dags["delta_mirror__steps"].tasks if t.task_id != "publish"]
     assert all(t.outlets == [] for t in others)
     consumer = bag.dags["delta_mirror_example_table_consumer"]
