@@ -331,3 +331,16 @@ def test_the_watcher_fires_for_each_publish_past_the_version_it_started_at(t1: S
     url = t1.url
     assert trig._checkpoint_among(url, 1, 3) == 3  # once written, it is reported
     assert trig._checkpoint_among(url, 4, 4) is None  # not among these versions
+
+
+def test_table_asset_reads_the_config_named_by_path_or_by_delta_mirror_config(
+    dm_config: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from delta_mirror.airflow.assets import table_asset
+
+    path = dm_config({"orders": {"store_conn_id": "pg_main"}})
+    assert table_asset("orders").uri == "x-delta-mirror://pg_main/orders"  # DELTA_MIRROR_CONFIG
+    monkeypatch.delenv("DELTA_MIRROR_CONFIG")
+    assert table_asset("orders", str(path)).uri == "x-delta-mirror://pg_main/orders"
+    with pytest.raises(ConfigError, match=r"cannot read the table config .*nope\.yaml"):
+        table_asset("orders", tmp_path / "nope.yaml")
