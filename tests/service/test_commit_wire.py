@@ -18,33 +18,14 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from support.builders import action, add_body, log_line, metadata_body, protocol_body
-from support.commit_service import CommitService
+from support.commit_service import FIRST_COMMIT as V0
+from support.commit_service import CommitService, commit_file
+from support.commit_service import add_line as add
 from support.waiting import load_scaled
 
 from delta_mirror.store import SqlStore
 
 MAX_BODY = 64 * 1024
-
-
-def commit_file(*actions: str) -> bytes:
-    info = log_line(action("commitInfo", {"timestamp": 1700000000000, "operation": "WRITE"}))
-    return "".join(f"{x}\n" for x in (info, *actions)).encode()
-
-
-def add(path: str) -> str:
-    return log_line(action("add", add_body(path, size=10, modificationTime=1700000000000)))
-
-
-V0 = commit_file(
-    log_line(action("protocol", protocol_body(1, 2))),
-    log_line(
-        action(
-            "metaData", metadata_body(id="a6b9e1c2-0000-4000-8000-000000000000", created_time=1700000000000)
-        )
-    ),
-    add("part-0.parquet"),
-)
 
 
 @dataclass
@@ -139,6 +120,23 @@ def service(store: SqlStore, lake: Path, tmp_path: Path) -> Iterator[CommitServi
     svc.stop()
     assert svc.token not in svc.log(), "the token must never be logged"
     assert "Traceback" not in svc.log()
+
+
+def pipelined(wire: Wire, batch: list[bytes], *, read_after: float = 0.0) -> list[Reply]:
+    """Send ``batch`` in one write from a thread (more than the socket buffers hold), start reading
+    after ``read_after`` seconds, and return the replies in order."""
+    sender = threading.Thread(target=wire.sock.sendall, args=(b"".join(batch),))
+    try:
+        sender.start()
+        time.sleep(read_after)
+        return [wire.reply() for _ in batch]
+    finally:
+        sender.join(load_scaled(60))
+        wire.close()
+
+
+def versions(replies: list[Reply]) -> list[tuple[int, int]]:
+    return [(r.status, int(re.findall(rb'"version":(\d+)', r.body)[0])) for r in replies]
 
 
 def root_of(lake: Path, name: str = "t") -> str:
@@ -236,17 +234,7 @@ def test_three_hundred_pipelined_commits_on_one_connection_land_in_order(
     batch += [
         post(root, v, commit_file(add(f"part-{v:05d}.parquet" + "x" * 900)), token) for v in range(1, 300)
     ]
-    wire = Wire(service.port)
-    sender = threading.Thread(target=wire.send, args=(b"".join(batch),))
-    try:
-        sender.start()
-        replies = [wire.reply() for _ in batch]
-    finally:
-        sender.join(load_scaled(60))
-        wire.close()
-    assert [(r.status, int(re.findall(rb'"version":(\d+)', r.body)[0])) for r in replies] == [
-        (201, v) for v in range(300)
-    ]
+    assert versions(pipelined(Wire(service.port), batch)) == [(201, v) for v in range(300)]
 
 
 def test_expect_100_continue_is_answered_only_when_the_checks_pass(
@@ -343,15 +331,5 @@ def test_answers_wait_while_a_writer_does_not_read_them_and_all_arrive_in_order(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.settimeout(load_scaled(60))
     sock.connect(("127.0.0.1", service.port))
-    wire = Wire(0, sock=sock)
-    sender = threading.Thread(target=sock.sendall, args=(b"".join(batch),))
-    try:
-        sender.start()
-        time.sleep(2)  # reading nothing meanwhile
-        replies = [wire.reply() for _ in batch]
-    finally:
-        sender.join(load_scaled(60))
-        sock.close()
-    assert [(r.status, int(re.findall(rb'"version":(\d+)', r.body)[0])) for r in replies] == [
-        (201, v) for v in range(200)
-    ]
+    replies = pipelined(Wire(0, sock=sock), batch, read_after=2.0)
+    assert versions(replies) == [(201, v) for v in range(200)]

@@ -21,9 +21,10 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine
-from support.builders import action, add_body, log_line, metadata_body, protocol_body
 from support.cli import assert_one_error_line
-from support.commit_service import TOKEN_ENV, CommitService
+from support.commit_service import FIRST_COMMIT as V0
+from support.commit_service import TOKEN_ENV, CommitService, commit_file
+from support.commit_service import add_line as add
 from support.commit_service import cli_path as cli
 from support.race import race
 from support.services import free_port
@@ -38,26 +39,6 @@ COMMITS_PER_WRITER = 12
 SAMPLE = re.compile(
     r'(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*"'
     r'(?:,[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*")*)\})? (?P<value>[-+]?(?:[0-9.]+(?:e[-+]?[0-9]+)?|Inf|NaN))'
-)
-
-
-def commit_file(*actions: str) -> bytes:
-    info = log_line(action("commitInfo", {"timestamp": 1700000000000, "operation": "WRITE"}))
-    return "".join(f"{x}\n" for x in (info, *actions)).encode()
-
-
-def add(path: str) -> str:
-    return log_line(action("add", add_body(path, size=10, modificationTime=1700000000000)))
-
-
-V0 = commit_file(
-    log_line(action("protocol", protocol_body(1, 2))),
-    log_line(
-        action(
-            "metaData", metadata_body(id="a6b9e1c2-0000-4000-8000-000000000000", created_time=1700000000000)
-        )
-    ),
-    add("part-0.parquet"),
 )
 
 

@@ -22,10 +22,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from support.builders import action, add_body, log_line, metadata_body, protocol_body
 from support.services import free_port
 from support.waiting import load_scaled
 
 TOKEN_ENV = "DELTA_MIRROR_COMMIT_TOKEN"
+
+
+def commit_file(*actions: str) -> bytes:
+    """A ``<v>.json`` as Delta-Spark writes it: a ``commitInfo`` line, then ``actions``, each ending in \\n."""
+    info = log_line(action("commitInfo", {"timestamp": 1700000000000, "operation": "WRITE"}))
+    return "".join(f"{x}\n" for x in (info, *actions)).encode()
+
+
+def add_line(path: str) -> str:
+    """One ``add`` action line for ``path``."""
+    return log_line(action("add", add_body(path, size=10, modificationTime=1700000000000)))
+
+
+#: Version 0 of a table: protocol, metaData and one file.
+FIRST_COMMIT = commit_file(
+    log_line(action("protocol", protocol_body(1, 2))),
+    log_line(
+        action(
+            "metaData", metadata_body(id="a6b9e1c2-0000-4000-8000-000000000000", created_time=1700000000000)
+        )
+    ),
+    add_line("part-0.parquet"),
+)
 
 
 def cli_path() -> str:
