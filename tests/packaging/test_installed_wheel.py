@@ -21,6 +21,8 @@ import json
 import os
 import secrets
 import subprocess
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -74,18 +76,32 @@ def constraints(work: Path) -> Path:
     return dev_constraints(work)
 
 
-@pytest.fixture(scope="module")
-def airflow_venv(work: Path, wheel: Path, constraints: Path) -> Venv:
-    venv = Venv(work / "airflow-venv")
-    venv.pip("install", "-q", "-c", str(constraints), AIRFLOW, f"{wheel}[airflow]")
+def _installed(path: Path, constraints: Path, *requirements: str) -> Venv:
+    venv = Venv(path)
+    venv.pip("install", "-q", "-c", str(constraints), *requirements)
     return venv
 
 
 @pytest.fixture(scope="module")
-def base_venv(work: Path, wheel: Path, constraints: Path) -> Venv:
-    venv = Venv(work / "base-venv")
-    venv.pip("install", "-q", "-c", str(constraints), str(wheel))
-    return venv
+def venvs(work: Path, wheel: Path, constraints: Path) -> Iterator[dict[str, Future[Venv]]]:
+    """Both venvs, installed side by side (pip waits on its cache and the network as much as on a core)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        yield {
+            "airflow": pool.submit(
+                _installed, work / "airflow-venv", constraints, AIRFLOW, f"{wheel}[airflow]"
+            ),
+            "base": pool.submit(_installed, work / "base-venv", constraints, str(wheel)),
+        }
+
+
+@pytest.fixture(scope="module")
+def airflow_venv(venvs: dict[str, Future[Venv]]) -> Venv:
+    return venvs["airflow"].result()
+
+
+@pytest.fixture(scope="module")
+def base_venv(venvs: dict[str, Future[Venv]]) -> Venv:
+    return venvs["base"].result()
 
 
 @pytest.fixture(scope="module")
