@@ -142,3 +142,67 @@ def test_every_text_from_the_store_is_escaped_on_the_pages(sqlite_store: str, tm
         assert page.count("<script>") == 1, which  # the page's own script only
     assert pages["table"].count("&lt;script&gt;") >= 5  # halt, error, location, validation
     store.close()
+
+
+def test_the_pages_say_not_configured_instead_of_a_lag_and_list_configured_tables_the_store_lacks(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table the table config does not name has no DAG: "not configured: no DAG publishes it"
+    where its lag and sparkline would be, and it is not unhealthy however old its commits; a
+    configured table no store has is listed once, with what to do (health/coverage.py)."""
+    from sqlalchemy import update
+
+    from delta_mirror.airflow.ui_render import error_html, overview_html, table_html
+    from delta_mirror.delta.protocol import now_ms
+    from delta_mirror.errors import TableNotFoundError
+    from delta_mirror.health.coverage import NOT_CONFIGURED
+    from delta_mirror.health.pages import PageStores, health_data, overview_data, table_data
+    from delta_mirror.store.schema import dl_commits
+
+    config = tmp_path / "delta_mirror.yaml"
+    config.write_text("defaults: {lag_slo: 5m}\ntables:\n  sales: {}\n  orders: {}\n", encoding="utf-8")
+    monkeypatch.setenv("DELTA_MIRROR_CONFIG", str(config))
+    monkeypatch.setenv("DELTA_MIRROR_STORE", store_url)
+    store = SqlStore(store_url)
+    store.init()
+    for name in ("sales", "events"):
+        create_data_table(store, tmp_path / name, name)
+    with store.engine.begin() as conn:  # an hour old, unpublished: twelve times the SLO
+        conn.execute(update(dl_commits).values(committed_at=now_ms() - 3_600_000))
+    Publisher(store).publish("sales")
+    stores = PageStores()
+
+    data = overview_data(stores)
+    rows = {r["table"]: r for r in data["tables"]}
+    assert (rows["events"]["lag_judged"], rows["events"]["configured"]) == (False, False)
+    assert rows["events"]["healthy"] and rows["events"]["problems"] == []
+    assert (data["healthy"], data["unhealthy"], data["total"]) == (True, 0, 2)
+    assert [t["table"] for t in data["not_in_store"]] == ["orders"]
+    page = overview_html(data)
+    events_row = page[page.index("/tables/events'") : page.index("</tr>", page.index("/tables/events'"))]
+    assert "<td colspan='2' class='muted not-configured'" in events_row
+    assert f">{NOT_CONFIGURED}</td>" in events_row and "<svg" not in events_row  # no lag, no sparkline
+    assert "no DAG</span>" in events_row  # and no link to a DAG that does not exist
+    sales_row = page[page.index("/tables/sales'") : page.index("</tr>", page.index("/tables/sales'"))]
+    assert NOT_CONFIGURED not in sales_row and "<svg" in sales_row
+    missing = page[page.index("<ul id='not-in-store'>") :]
+    assert f"<b>orders</b>: <span class='err'>not in store: configured in {config}, but the store" in missing
+    assert "/dags/delta_mirror__orders" in missing
+
+    table_page = table_html(table_data(stores, "events"))
+    assert f"<span class='not-configured'>{NOT_CONFIGURED}</span> (1 not published)" in table_page
+    assert f"list it under `tables:` in {config}" in table_page
+
+    with pytest.raises(TableNotFoundError) as missing_table:
+        table_data(stores, "orders")  # the app answers 404 with this line (ui_app._call)
+    assert f"table 'orders': not in store: configured in {config}" in missing_table.value.message
+    assert "`delta-mirror import &lt;root&gt; --table orders`" in error_html(
+        "No such table", missing_table.value.message
+    )
+
+    health = {t["table"]: t for t in health_data(stores)["tables"]}
+    assert health_data(stores)["healthy"] is True and list(health) == ["events", "sales", "orders"]
+    assert health["events"]["warnings"][0].startswith(NOT_CONFIGURED)
+    assert health["orders"]["healthy"] and "not in store" in health["orders"]["warnings"][0]
+    stores.close()
+    store.close()

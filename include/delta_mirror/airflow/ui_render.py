@@ -20,6 +20,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from jinja2.ext import Extension
 from markupsafe import Markup
 
+from delta_mirror.health.coverage import NOT_CONFIGURED, NOT_IN_STORE
 from delta_mirror.health.monitoring import failure_text
 from delta_mirror.health.pages import OVERVIEW_PAGE
 from delta_mirror.health.status import LATENCY_WINDOWS
@@ -75,6 +76,8 @@ def _env() -> Environment:
         css=_static("delta_mirror.css"),
         js=_static("delta_mirror.js"),
         failure_text=failure_text,
+        not_configured=NOT_CONFIGURED,
+        not_in_store=NOT_IN_STORE,
         sparkline=sparkline,
         lag_chart_svg=lag_chart_svg,
     )

@@ -16,14 +16,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from delta_mirror.errors import TableNotFoundError
+from delta_mirror.health.coverage import coverage_of, not_in_store_error, without_table
 from delta_mirror.health.monitoring import (
     failure_grace_for,
     health_report,
+    judge,
     lag_slo_for,
     overview_row_of,
     table_detail,
 )
-from delta_mirror.health.status import LATENCY_TABLES, LATENCY_WINDOWS, fleet_status
+from delta_mirror.health.status import LATENCY_TABLES, LATENCY_WINDOWS, fleet_status, not_in_store_status
 from delta_mirror.store import SqlStore
 from delta_mirror.store.sql_store import TableInfo
 from delta_mirror.table_config import ConfigError, MirrorConfig, default_config_path, load_config
@@ -83,14 +85,15 @@ class PageStores:
         return [self.store(i) for i in dict.fromkeys(ids)]
 
     def find(self, name: str, config: MirrorConfig | None) -> tuple[SqlStore, TableInfo]:
-        """The table's store (its config entry's, else the first store that has it) and the table."""
+        """The table's store (its config entry's, else the first store that has it) and the table;
+        none: the one line that says whether the config lists it (``not_in_store_error``)."""
         cfg = config.tables.get(name) if config else None
         for store in [self.store(cfg.store_conn_id)] if cfg else self.of(config):
             try:
                 return store, store.get_table(name)
             except TableNotFoundError:
                 continue
-        raise TableNotFoundError(f"no table named '{name}' in the store", table=name)
+        raise not_in_store_error(name, config)
 
     def close(self) -> None:
         with self._lock:
@@ -99,18 +102,33 @@ class PageStores:
             self._stores.clear()
 
 
+def _not_in_store(config: MirrorConfig | None, present: set[str], visible: Visible) -> list[dict[str, Any]]:
+    """The tables ``config`` lists that no store has (those ``visible`` accepts): name, DAG, the line."""
+    coverage = coverage_of(config)
+    if config is None or coverage is None:
+        return []
+    return [
+        {"table": n, "dag_id": config.tables[n].dag_id, "note": without_table(not_in_store_error(n, config))}
+        for n in coverage.missing(present)
+        if visible is None or visible(n)
+    ]
+
+
 def overview_data(
     stores: PageStores, page: int = 1, per_page: int = OVERVIEW_PAGE, visible: Visible = None
 ) -> dict[str, Any]:
     """One page of tables by name, each row with its 24 h sparkline; the verdict and the unhealthy
     count cover every table. A constant number of queries per store whatever the number of tables
-    (``fleet_status``, the latency of the page's tables only)."""
+    (``fleet_status``, the latency of the page's tables only). A table the config does not list is
+    "not configured" instead of a lag; ``not_in_store``: the listed tables no store has."""
     config = page_config()
+    coverage = coverage_of(config)
     per_page = max(1, min(int(per_page), OVERVIEW_MAX_PAGE))
     found: dict[str, int] = {}  # name -> the first store that has it
     in_stores = stores.of(config)
+    everything = [s.list_tables() for s in in_stores]
     # only the tables the user may read: rows, verdict and counts alike
-    listed = [[t for t in s.list_tables() if visible is None or visible(t.name)] for s in in_stores]
+    listed = [[t for t in tables if visible is None or visible(t.name)] for tables in everything]
     for i, tables in enumerate(listed):
         for t in tables:
             found.setdefault(t.name, i)
@@ -134,7 +152,7 @@ def overview_data(
             if len(page_ids) <= LATENCY_TABLES
             else {}
         )
-        for table, st in zip(tables, fleet_status(store, tables), strict=True):
+        for table, st in zip(tables, fleet_status(store, tables, coverage=coverage), strict=True):
             row = overview_row_of(st, lag_slo_for(config, table.name), failure_grace_for(config, table.name))
             unhealthy += not row["healthy"]
             if table.name in shown:
@@ -151,6 +169,7 @@ def overview_data(
         "pages": pages,
         "per_page": per_page,
         "tables": [rows[n] for n in sorted(rows)],
+        "not_in_store": _not_in_store(config, {t.name for tables in everything for t in tables}, visible),
     }
 
 
@@ -167,6 +186,7 @@ def table_data(
         window=window,
         versions=max(1, min(versions, MAX_TABLE_VERSIONS)),
         grace=failure_grace_for(config, name),
+        coverage=coverage_of(config),
     )
 
 
@@ -174,11 +194,16 @@ def health_data(stores: PageStores, visible: Visible = None) -> dict[str, Any]:
     """The health of the tables ``visible`` accepts (all without it)."""
     config = page_config()
     out: dict[str, Any] = {"healthy": True, "tables": []}
+    present: set[str] = set()
     for store in stores.of(config):
-        report = health_report(store, None, config)
+        # the tables the config lists that no store has: once, below, not once per store
+        report = health_report(store, None, config, not_in_store=False)
+        present.update(t.table for t in report.tables)
         tables = [t for t in report.tables if visible is None or visible(t.table)]
         out["healthy"] = out["healthy"] and all(t.healthy for t in tables)
         out["tables"] += [t.to_json() for t in tables]
+    for missing in _not_in_store(config, present, visible):
+        out["tables"].append(judge(not_in_store_status(missing["table"], config)).to_json())
     return out
 
 
