@@ -11,8 +11,11 @@ from __future__ import annotations
 import http.client
 import os
 import re
+import shutil
+import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -30,7 +33,7 @@ from support.race import race
 from support.services import free_port
 from support.waiting import load_scaled
 
-from delta_mirror.service.metrics import BUCKETS, CONTENT_TYPE, OUTCOMES, metric_names
+from delta_mirror.service.metrics import BUCKETS, CONTENT_TYPE, OUTCOMES, Metrics, metric_names
 from delta_mirror.store import SqlStore
 
 P = "delta_mirror_service_"
@@ -280,3 +283,47 @@ def test_every_series_the_docs_and_dashboards_may_name_is_exported(store: SqlSto
         svc.stop()
     assert names == set(metric_names())
     assert len(OUTCOMES) == len({c for _, c in OUTCOMES})  # one outcome per status code
+
+
+def created_by(worker_file: Path, alone: Path) -> float:
+    """The commits one worker created, read from its file alone (a folder of its own)."""
+    alone.mkdir()
+    shutil.copy(worker_file, alone / worker_file.name)
+    return commits(parse(Metrics(alone, record=False).exposition()))[("created", "201")]
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+def test_a_worker_killed_and_restarted_keeps_its_commits_in_the_totals(
+    store: SqlStore, lake: Path, tmp_path: Path
+) -> None:
+    """The counters are summed over every worker that ran in the service: one that uvicorn replaces
+    after a SIGKILL takes nothing away from them."""
+    svc = CommitService(
+        store.url, [f"file:{lake}/"], extra_args=["--workers", "2"], log_path=tmp_path / "serve.log"
+    ).start()
+    try:
+        folder = Path(tempfile.gettempdir()) / f"delta-mirror-serve-{svc.port}-metrics-{os.getuid()}"
+        deadline = time.monotonic() + load_scaled(60)
+        while len(workers := sorted(folder.glob("worker-*.slots"))) < 2:
+            assert time.monotonic() < deadline, workers
+            time.sleep(0.1)
+        for n in range(10):  # a connection each: the kernel hands them to either worker
+            assert svc.post(f"file:{lake}/t{n}", 0, V0).status == 201
+        assert commits(scrape(svc.port))[("created", "201")] == 10
+        own = {path: created_by(path, tmp_path / path.stem) for path in workers}
+        victim = max(own, key=lambda p: own[p])
+        assert own[victim] > 0 and sum(own.values()) == 10
+        os.kill(int(victim.stem.removeprefix("worker-")), signal.SIGKILL)
+        while len(list(folder.glob("worker-*.slots"))) < 3:  # uvicorn started a new worker
+            assert time.monotonic() < deadline + load_scaled(60)
+            time.sleep(0.1)
+        while (after := scrape(svc.port))[(f"{P}worker_processes", ())] != 2:
+            assert time.monotonic() < deadline + load_scaled(90), after
+            time.sleep(0.1)
+        assert svc.post(f"file:{lake}/t10", 0, V0).status == 201
+        after = scrape(svc.port)
+    finally:
+        svc.stop()
+    assert commits(after)[("created", "201")] == 11
+    assert after[(f"{P}commit_duration_seconds_count", ())] == 11
+    assert after[(f"{P}commits_in_flight", ())] == 0
