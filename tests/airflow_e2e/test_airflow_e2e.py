@@ -11,8 +11,10 @@ api-server, LocalExecutor) running the project's DAG file against a SQLite store
 5. a ``publish_in: triggerer`` table is published by its watcher in the triggerer: its commits
    become readable with no DAG run at all;
 6. asset events: a table's commits, published by its ``sync`` task or in the triggerer, start the
-   example consumer DAG (scheduled on the tables' assets), whose runs read the published version
-   ranges from their triggering events and the table at the last one.
+   example consumer DAG (scheduled on the tables' assets) and a user's consumer DAG in a file of
+   its own, whose runs read the published version ranges from their triggering events.
+
+The dags folder holds the repository's DAG file (a link) and that user's file.
 
 One Airflow instance serves the whole module; it is stopped (process group and stragglers) at the end.
 """
@@ -30,7 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from airflow_e2e_stack import AirflowStack, SmtpServer, body_text, metadata_url, save_artifacts
+from airflow_e2e_stack import REPO, AirflowStack, SmtpServer, body_text, metadata_url, save_artifacts
 from support.builders import metadata_body, protocol_body
 from support.waiting import load_scaled, wait_until
 
@@ -46,6 +48,29 @@ pytestmark = [pytest.mark.airflow_e2e, pytest.mark.timeout(420)]
 LATE, EVENTS, BACKFILL, IN_TRIGGERER = "late", "events", "bf", "trig"
 CONSUMED, CONSUMED_TRIG = "consumed", "consumed_trig"  # followed by the example consumer only
 CONSUMER_DAG = "delta_mirror_example_table_consumer"
+# a downstream DAG in a file of its own, as a user writes it (docs/assets.md)
+USER_CONSUMER_DAG = "user_consumer"
+USER_CONSUMER_FILE = f"""\
+from datetime import datetime
+
+from airflow.sdk import DAG, task
+
+from delta_mirror.airflow.assets import published_range, table_asset
+
+with DAG(
+    dag_id="{USER_CONSUMER_DAG}",
+    schedule=[table_asset("{CONSUMED_TRIG}")],
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+):
+
+    @task
+    def read_published_versions(triggering_asset_events=None):
+        versions = published_range(triggering_asset_events, "{CONSUMED_TRIG}")
+        return {{"{CONSUMED_TRIG}": versions.to_json()}} if versions else {{}}
+
+    read_published_versions()
+"""
 FLEET = [f"fleet{i:02d}" for i in range(50)]
 BACKFILL_DAG = "delta_mirror_backfill"
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
@@ -84,6 +109,7 @@ DAG_IDS = {
 } | {
     BACKFILL_DAG,
     CONSUMER_DAG,
+    USER_CONSUMER_DAG,
     "delta_mirror_reconcile",
     "delta_mirror_monitor",
     "delta_mirror_maintenance",
@@ -152,9 +178,15 @@ def airflow(request: pytest.FixtureRequest, smtp: SmtpServer, e2e_dir: Path) -> 
     store.close()
     tables = e2e_dir / "tables"
     tables.mkdir()
+    dags = e2e_dir / "dags"  # the repository's DAG file and a user's consumer DAG file beside it
+    dags.mkdir()
+    for path in (REPO / "dags").glob("*.py"):
+        (dags / path.name).symlink_to(path)
+    (dags / "user_consumer.py").write_text(USER_CONSUMER_FILE)
     stack = AirflowStack(
         e2e_dir / "airflow-home",
         {
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
             "DELTA_MIRROR_CONFIG": str(config),
             "DELTA_MIRROR_STORE": store_url,
             "AIRFLOW_CONN_SMTP_DEFAULT": smtp.connection_json(),
@@ -416,15 +448,15 @@ def test_backfill_rejects_bad_input(airflow: Env) -> None:
 # 6. asset events → the example consumer DAG
 
 
-def consumed_ranges(stack: AirflowStack, table: str) -> list[dict[str, Any]]:
+def consumed_ranges(stack: AirflowStack, table: str, dag_id: str = CONSUMER_DAG) -> list[dict[str, Any]]:
     """What the consumer's successful runs read for ``table`` (its XCom), in run order."""
     out = []
-    for run in stack.dag_runs(CONSUMER_DAG):
+    for run in stack.dag_runs(dag_id):
         if run["state"] != "success":
             continue
         r = stack.api(
             "GET",
-            f"/api/v2/dags/{CONSUMER_DAG}/dagRuns/{run['dag_run_id']}/taskInstances/"
+            f"/api/v2/dags/{dag_id}/dagRuns/{run['dag_run_id']}/taskInstances/"
             "read_published_versions/xcomEntries/return_value",
         )
         if r.status_code != 200:
@@ -436,8 +468,8 @@ def consumed_ranges(stack: AirflowStack, table: str) -> list[dict[str, Any]]:
     return out
 
 
-def reported_through(stack: AirflowStack, table: str, version: int) -> bool:
-    ranges = consumed_ranges(stack, table)
+def reported_through(stack: AirflowStack, table: str, version: int, dag_id: str = CONSUMER_DAG) -> bool:
+    ranges = consumed_ranges(stack, table, dag_id)
     return bool(ranges) and ranges[-1]["last_version"] >= version
 
 
@@ -504,6 +536,18 @@ def test_a_commit_published_in_the_triggerer_runs_the_consumer_with_its_versions
     assert_each_version_reported_once_in_order(ranges, 1, 1)
     assert ranges[-1]["rows"] == 4
     assert stack.dag_runs(dag_id) == []  # published in the triggerer: still no run of the table's DAG
+    # the user's consumer, in its own file, scheduled on table_asset(): the same events (its file's
+    # copy of the asset carries the same watcher, so the DAG processor's parses of the two files,
+    # every 30 s since the start, kept it)
+    _wait(
+        lambda: reported_through(stack, CONSUMED_TRIG, 1, USER_CONSUMER_DAG),
+        120,
+        f"the user consumer's run for {CONSUMED_TRIG}",
+        0.5,
+    )
+    user = consumed_ranges(stack, CONSUMED_TRIG, USER_CONSUMER_DAG)
+    assert_each_version_reported_once_in_order(user, 1, 1)
+    assert "rows" not in user[-1]
     r = stack.api("GET", "/api/v2/assets/events", params={"limit": 100, "order_by": "timestamp"})
     r.raise_for_status()
     mine = [
