@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import subprocess
+import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -103,7 +105,7 @@ def test_the_provider_info_follows_airflows_schema_and_names_this_distribution()
         e for e in entry_points(group="apache_airflow_provider") if e.dist and e.dist.name == "delta-mirror"
     ]
     info = ep.load()()
-    _create_provider_info_schema_validator().validate(info)
+    _create_provider_info_schema_validator().validate(info)  # type: ignore[no-untyped-call]
     assert info["package-name"] == ep.dist.name  # type: ignore[union-attr]  # Airflow refuses another name
     from delta_mirror.version import __version__
 
@@ -130,3 +132,26 @@ def test_the_plugin_file_defines_nothing_when_the_entry_point_registers_the_page
 
     module = runpy.run_path(str(Path(__file__).resolve().parents[2] / "plugins" / "delta_mirror_plugin.py"))
     assert "DeltaMirrorPlugin" not in module
+
+
+def test_the_development_layout_registers_the_page_once_without_import_errors(tmp_path: Path) -> None:
+    """``make airflow``'s plugins folder (the repository's ``plugins/``) beside the editable install's
+    entry point: one ``delta_mirror`` plugin and no plugin import error (a second copy, or a second
+    ``delta_mirror.egg-info`` on the path, is reported as "Plugin 'delta_mirror' already registered")."""
+    code = (
+        "import json\nfrom airflow import plugins_manager\n"
+        "plugins, errors = plugins_manager._get_plugins()\n"  # what the API server's /plugins shows
+        "print(json.dumps([[str(p.source) for p in plugins if p.name == 'delta_mirror'], errors]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
+    env.update(
+        AIRFLOW_HOME=str(tmp_path),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__CORE__PLUGINS_FOLDER=str(Path(__file__).resolve().parents[2] / "plugins"),
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    sources, errors = json.loads(out.stdout.splitlines()[-1])
+    assert errors == {}
+    (source,) = sources
+    assert "EntryPoint(name='delta_mirror'" in source
