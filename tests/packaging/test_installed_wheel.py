@@ -380,6 +380,13 @@ def test_the_base_install_has_no_extra_and_its_cli_works_on_sqlite(base_venv: Ve
             out.stderr, f"{what} needs the {extra} extra", f"pip install 'delta-mirror[{extra}]'"
         )
     assert not (work / "x.duckdb").exists()
+    for command, extra, what in (
+        (("validate", "events", "--reader", "duckdb"), "duckdb", "the duckdb reader"),
+        (("checkpoint", "events", "--engine", "spark"), "spark", "Spark"),
+    ):
+        out = base_venv.run(*dm, *command, env=env)
+        assert out.returncode == 1, out
+        assert_one_error_line(out.stderr, f"{what} needs the {extra} extra", f"delta-mirror[{extra}]")
     serve = base_venv.run(*dm, "serve", "--no-auth", env=env)
     assert serve.returncode == 1, serve
     assert_one_error_line(serve.stderr, "needs the service extra", "delta-mirror[service]")
