@@ -524,7 +524,7 @@ def test_a_commit_published_in_the_triggerer_runs_the_consumer_with_its_versions
     _wait(lambda: airflow.log_file(CONSUMED_TRIG, 0).exists(), 90, f"version 0 of {CONSUMED_TRIG}")
     # the asset's watcher reports publishes from when it runs (its first report sets its watermark)
     _wait(lambda: _watcher_started(stack, CONSUMED_TRIG), 90, f"the watcher of {CONSUMED_TRIG}'s asset", 0.5)
-    time.sleep(2.0)  # two poll intervals: its first report
+    time.sleep(load_scaled(2.0))  # two poll intervals (more under load): its first report
     t0 = time.monotonic()
     assert airflow.commit(CONSUMED_TRIG) == 1
     _wait(
