@@ -181,7 +181,7 @@ def health(
         store = ctx.store(read_only=not record)
         grace = _grace(config, grace_text, failure_grace_attempts)
         tables = resolve_tables(store, [name], config) if name else store.list_tables()
-        report = health_report(store, tables if name else None, config, grace=grace)
+        report = health_report(store, tables, config, grace=grace, not_in_store=not name)
         if record:
 
             def retention(table: str) -> Any:

@@ -40,14 +40,10 @@ def engine_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _table_config(config_path: str | None, name: str) -> TableConfig | None:
     """The table's settings from the table config (its defaults if unlisted), when there is one."""
-    from pathlib import Path
+    from delta_mirror.health.coverage import effective_config
 
-    from delta_mirror.table_config import default_config_path, load_config
-
-    path = Path(config_path) if config_path else default_config_path()
-    if not (config_path or path.is_file()):
-        return None
-    return load_config(path).settings_for(name)
+    config = effective_config(config_path)
+    return None if config is None else config.settings_for(name)
 
 
 @contextmanager

@@ -238,17 +238,17 @@ def health_report(
     config: Any = None,
     *,
     grace: Callable[[str], FailureGrace] | None = None,
-    not_in_store: bool = True,
+    not_in_store: bool | None = None,
 ) -> HealthReport:
     """Health of every table in the store (or of ``names``: names or ``TableInfo``s), SLOs and
     failure graces from ``config`` (a ``MirrorConfig``) unless ``grace`` says otherwise; with the
-    latency percentiles; a constant number of queries for any number of tables. With ``config``
-    and no ``names``, ``not_in_store`` adds the tables it lists that the store lacks (healthy,
-    with a warning)."""
+    latency percentiles; a constant number of queries for any number of tables. With ``config``,
+    ``not_in_store`` (default: when ``names`` are not given) adds the tables it lists that are not
+    among them (healthy, with a warning)."""
     tables = resolve_tables(store, names, config) if names else store.list_tables()
     coverage = coverage_of(config)
     statuses = fleet_status(store, tables, latency=True, coverage=coverage)
-    if coverage is not None and not names and not_in_store:
+    if coverage is not None and (not names if not_in_store is None else not_in_store):
         missing = [not_in_store_status(n, config) for n in coverage.missing(t.name for t in tables)]
         statuses = sorted([*statuses, *missing], key=lambda st: st.table)
     grace_of = grace or (lambda name: failure_grace_for(config, name))

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from delta_mirror.errors import TableNotFoundError
-from delta_mirror.health.coverage import coverage_of, not_in_store_error, without_table
+from delta_mirror.health.coverage import coverage_of, effective_config, not_in_store_error, without_table
 from delta_mirror.health.monitoring import (
     failure_grace_for,
     health_report,
@@ -28,7 +28,7 @@ from delta_mirror.health.monitoring import (
 from delta_mirror.health.status import LATENCY_TABLES, LATENCY_WINDOWS, fleet_status, not_in_store_status
 from delta_mirror.store import SqlStore
 from delta_mirror.store.sql_store import TableInfo
-from delta_mirror.table_config import ConfigError, MirrorConfig, default_config_path, load_config
+from delta_mirror.table_config import ConfigError, MirrorConfig
 
 OVERVIEW_PAGE = 100  # tables per overview page (``per_page`` up to ``OVERVIEW_MAX_PAGE``)
 OVERVIEW_MAX_PAGE = 1000
@@ -42,8 +42,7 @@ Visible = Callable[[str], bool] | None
 
 def page_config() -> MirrorConfig | None:
     """The table config, read at each request (edits show without a restart); none without a file."""
-    path = default_config_path()
-    return load_config(path) if path.is_file() else None
+    return effective_config()
 
 
 class PageStores:
