@@ -5,10 +5,11 @@ and the Makefile's Spark provider. A pin changed without the page fails here."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from docs_kit import DOCS, REPO
 
-PAGE = DOCS / "compatibility.md"
+PAGE: Path = DOCS / "compatibility.md"
 #: requirements.txt names whose pinned version the matrix states (name as pinned, extras dropped)
 PINNED = [
     "apache-airflow",
