@@ -200,6 +200,12 @@ def test_the_pages_say_not_configured_instead_of_a_lag_and_list_configured_table
         "No such table", missing_table.value.message
     )
 
+    # who may not read the DAG of orders does not see it listed either (ui_app.TableAccess.visible)
+    assert overview_data(stores, visible=lambda n: n != "orders")["not_in_store"] == []
+    assert [t["table"] for t in health_data(stores, visible=lambda n: n != "orders")["tables"]] == [
+        "events",
+        "sales",
+    ]
     health = {t["table"]: t for t in health_data(stores)["tables"]}
     assert health_data(stores)["healthy"] is True and list(health) == ["events", "sales", "orders"]
     assert health["events"]["warnings"][0].startswith(NOT_CONFIGURED)
