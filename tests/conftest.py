@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 from support.services import PG_ENV, PgServer, S3Server, corpus_path, session_service
+from support.stores import init_store
 
 from delta_mirror.store import SqlStore
 
@@ -53,7 +55,66 @@ _SERVICE_MARKERS = {
     "s3": "s3",
     "s3_env": "s3",
     "corpus_dir": "corpus",
+    "spark": "spark",
+    "logstore_loaded": "spark",
+    "_needs_spark": "spark",
+    "azurite": "emulator",
+    "fake_gcs": "emulator",
+    "minio": "emulator",
+    "cloud": "emulator",
+    "container": "emulator",
+    "api_server": "airflow_server",
+    "latency_server": "airflow_server",
+    "fab": "airflow_server",
 }
+
+#: The markers of tests that need a server, a JVM or a cluster: each also gets ``service``, which
+#: ``make check`` deselects (``-m "not service"``); a test is marked by the fixtures it requests, so
+#: a new test on ``pg_url`` or ``spark`` leaves the inner loop by itself.
+_NEEDS_A_SERVICE = {
+    "postgres",
+    "mysql",
+    "s3",
+    "emulator",
+    "spark",
+    "airflow_server",
+    "airflow_e2e",
+    "cluster",
+    "packaging",
+}
+#: Test folders (relative to tests/) whose every test needs a service, whatever its fixtures.
+_SERVICE_DIRS = ("airflow_e2e", "cluster", "chaos", "packaging")
+
+_NEW_MARKERS = (
+    "spark: needs a SparkSession (a JVM; the session's one local[2] Spark)",
+    "emulator: needs a storage emulator (Azurite, fake-gcs-server, MinIO)",
+    "airflow_server: starts an Airflow API server (airflow standalone or api-server) for the module",
+    "service: needs any server, JVM or cluster (set by tests/conftest.py); `make check` runs the rest",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in _NEW_MARKERS:
+        config.addinivalue_line("markers", line)
+
+
+def _service_marks(item: pytest.Item) -> set[str]:
+    """The service markers a test gets from the fixtures it requests and its store or location param."""
+    names = set(getattr(item, "fixturenames", ()))
+    marks = {m for f, m in _SERVICE_MARKERS.items() if f in names}
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:
+        backend = _backend_of(item)
+        if backend in {"postgres", "mysql", "duckdb"}:
+            marks.add(backend)
+        if callspec.params.get("table_location") == "s3":
+            marks.add("s3")
+    have = {mk.name for mk in item.iter_markers()}
+    rel = Path(str(item.path)).resolve().relative_to(Path(__file__).resolve().parent)
+    if (marks | have) & _NEEDS_A_SERVICE or (rel.parts and rel.parts[0] in _SERVICE_DIRS):
+        marks.add("service")
+    return marks - have
+
 
 #: The backends that run only in the suites about the store (the rest stay on sqlite/postgres).
 _STORE_ONLY_BACKENDS = {"mysql", "duckdb"}
@@ -91,18 +152,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         kept = set(map(id, items)) - set(map(id, dropped))
         items[:] = [i for i in items if id(i) in kept]
     for item in items:
-        names = set(getattr(item, "fixturenames", ()))
-        marks = {m for f, m in _SERVICE_MARKERS.items() if f in names}
-        callspec = getattr(item, "callspec", None)
-        if callspec is not None:
-            backend = _backend_of(item)
-            if backend in {"postgres", "mysql", "duckdb"}:
-                marks.add(backend)
-            if callspec.params.get("table_location") == "s3":
-                marks.add("s3")
-        for m in sorted(marks):
-            if m not in {mk.name for mk in item.iter_markers()}:
-                item.add_marker(m)
+        for m in sorted(_service_marks(item)):
+            item.add_marker(m)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest) -> None:
+    """A service fixture reached by a test not marked ``service`` (``request.getfixturevalue`` at run
+    time, which collection cannot see) fails that test, so ``make check`` never starts a server."""
+    if fixturedef.argname not in _SERVICE_MARKERS or _SERVICE_MARKERS[fixturedef.argname] == "corpus":
+        return
+    item = getattr(request, "_pyfuncitem", None)
+    if item is not None and item.get_closest_marker("service") is None:
+        pytest.fail(
+            f"{item.nodeid} requests the service fixture {fixturedef.argname!r} at run time: "
+            "mark it (tests/conftest.py's _SERVICE_MARKERS) so `make check` deselects it"
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -228,10 +293,8 @@ def module_store_url(
 @pytest.fixture
 def store(store_url: str) -> Iterator[SqlStore]:
     """An initialised ``SqlStore`` on ``store_url`` (so on every backend it is parametrized with), closed after."""
-    s = SqlStore(store_url)
-    s.init()
-    yield s
-    s.close()
+    with closing(init_store(store_url)) as s:
+        yield s
 
 
 @pytest.fixture(params=["local", "s3"])

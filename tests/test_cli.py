@@ -88,17 +88,22 @@ def test_init_is_idempotent_and_says_where_the_store_is(store_url: str) -> None:
     assert state(store_url)["counts"]["dl_tables"] == 0
 
 
-@pytest.mark.all_backends(but="duckdb")  # DuckDB: test_concurrent_init_on_one_duckdb_file_...
-def test_concurrent_init_processes_all_succeed(store_url: str) -> None:
-    procs = [
+def _concurrent_inits(store_url: str, n: int = 3) -> list[subprocess.Popen[bytes]]:
+    """``n`` ``delta-mirror init`` processes on one store, started at once."""
+    return [
         subprocess.Popen(
             [*executable(), "--store", store_url, "init"],
             env=clean_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        for _ in range(3)
+        for _ in range(n)
     ]
+
+
+@pytest.mark.all_backends(but="duckdb")  # DuckDB: test_concurrent_init_on_one_duckdb_file_...
+def test_concurrent_init_processes_all_succeed(store_url: str) -> None:
+    procs = _concurrent_inits(store_url)
     for p in procs:
         _out, err = p.communicate(timeout=60)
         assert p.returncode == 0, err.decode()
@@ -113,15 +118,7 @@ def test_concurrent_init_on_one_duckdb_file_succeeds_or_says_in_one_line_that_it
     another fails with one line naming the reason, never a lock error's traceback, and the store
     ends initialised."""
     url = f"duckdb:///{tmp_path / 'store.duckdb'}"
-    procs = [
-        subprocess.Popen(
-            [*executable(), "--store", url, "init"],
-            env=clean_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for _ in range(3)
-    ]
+    procs = _concurrent_inits(url)
     codes = []
     for p in procs:
         _out, err = p.communicate(timeout=60)

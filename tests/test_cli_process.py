@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from delta_mirror.store import SqlStore
+from support.stores import sqlite_store
 
 # Run as ``delta-mirror``: main() from a fresh interpreter, then what the process is left with.
 _PROBE = """
@@ -36,9 +35,7 @@ def _run(*argv: str) -> dict[str, object]:
 
 
 def _store_with_table_t(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    store = SqlStore(url)
-    store.init()
+    url, store = sqlite_store(tmp_path)
     store.create_table("t", (tmp_path / "t").as_uri())
     store.close()
     return url
@@ -115,9 +112,7 @@ def test_a_local_checkpoint_starts_the_store_read_before_it_loads_arrow(
 
     from delta_mirror.jobs.publisher import Publisher
 
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    store = SqlStore(url)
-    store.init()
+    url, store = sqlite_store(tmp_path)
     store.create_table("t", (tmp_path / "t").as_uri())
     store.commit("t", [(k, b) for a in (PROTOCOL, METADATA, add("a.parquet")) for k, b in a.items()])
     store.update_table(store.get_table("t").id, checkpoint_interval=1000)

@@ -322,9 +322,11 @@ def _render(op: Any, **params: Any) -> Any:
 
 
 def test_every_operator_renders_its_template_fields() -> None:
+    """Spark's ingest operator too (its module imports no Spark until it runs)."""
     from airflow.sdk import DAG
 
     from delta_mirror.airflow import operators as ops
+    from delta_mirror.airflow.operators.spark import DeltaMirrorSparkIngestOperator, as_dict, as_list
 
     with DAG("templates"):
         publish = ops.DeltaMirrorPublishOperator(
@@ -354,6 +356,17 @@ def test_every_operator_renders_its_template_fields() -> None:
         maintenance = ops.DeltaMirrorMaintenanceOperator(
             task_id="cleanup", table="{{ params.table }}", cleanup_dry_run="{{ params.dry }}"
         )
+        ingest = DeltaMirrorSparkIngestOperator(
+            task_id="ingest",
+            table="{{ params.table }}",
+            source="{{ params.source }}",
+            source_format="{{ params.format }}",
+            location="{{ params.location }}",
+            partition_by="{{ params.partition_by | join(',') }}",
+            mode="{{ params.mode }}",
+            schema="{{ params.schema }}",
+            options="{{ params.options }}",
+        )
     params = {
         "table": "sales",
         "to": 7,
@@ -365,8 +378,15 @@ def test_every_operator_renders_its_template_fields() -> None:
         "strict": True,
         "strategy": "incremental",
         "dry": False,
+        "source": "/in/*.csv",
+        "format": "json",
+        "location": "/lake/events",
+        "partition_by": ["country", "day"],
+        "mode": "overwrite",
+        "schema": None,
+        "options": {"multiLine": "true"},
     }
-    for op in (publish, checkpoint, validate, reconcile, lag, maintenance):
+    for op in (publish, checkpoint, validate, reconcile, lag, maintenance, ingest):
         _render(op, **params)
 
     assert (publish.table, publish.to_version, publish.enabled) == ("sales", "7", "True")
@@ -383,6 +403,16 @@ def test_every_operator_renders_its_template_fields() -> None:
     assert (reconcile.tables, reconcile.strategy) == (["sales", "other"], "incremental")
     assert lag.tables == ["sales"]
     assert (maintenance.table, maintenance.cleanup_dry_run) == ("sales", "False")
+    assert (ingest.table, ingest.source, ingest.source_format, ingest.location, ingest.mode) == (
+        "sales",
+        "/in/*.csv",
+        "json",
+        "/lake/events",
+        "overwrite",
+    )
+    assert as_list(ingest.partition_by) == ["country", "day"] and ingest.schema == "None"
+    assert as_dict(ingest.options) == {"multiLine": "true"}
+    assert as_list("") is None and as_list("['a']") == ["a"] and as_dict("") == {}
     expected: dict[ops.DeltaMirrorBaseOperator, set[str]] = {
         publish: {"table", "enabled", "store_conn_id", "aws_conn_id", "to_version"},
         checkpoint: {"table", "enabled", "store_conn_id", "aws_conn_id", "version"},
@@ -399,6 +429,19 @@ def test_every_operator_renders_its_template_fields() -> None:
         reconcile: {"store_conn_id", "aws_conn_id", "tables", "strategy"},
         lag: {"store_conn_id", "aws_conn_id", "tables"},
         maintenance: {"table", "enabled", "store_conn_id", "aws_conn_id", "cleanup_dry_run"},
+        ingest: {
+            "table",
+            "enabled",
+            "store_conn_id",
+            "aws_conn_id",
+            "source",
+            "source_format",
+            "location",
+            "partition_by",
+            "mode",
+            "schema",
+            "options",
+        },
     }
     for operator, fields in expected.items():
         assert set(operator.template_fields) == fields, operator.task_id

@@ -12,6 +12,7 @@ from typing import Any
 
 from chaos_harness import CheckpointWatch, ProxyProcess, check_all, recover, validate_all
 from chaos_invariants import Verdict
+from support.stores import init_store
 
 from delta_mirror.store import SqlStore
 
@@ -100,9 +101,7 @@ class CommitWatch(CheckpointWatch):
 
 
 def new_store(url: str) -> SqlStore:
-    store = SqlStore(url)
-    store.init()
-    return store
+    return init_store(url)
 
 
 def finish(

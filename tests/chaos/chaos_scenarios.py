@@ -77,14 +77,7 @@ def s3_faults(svc: Services, scale: Scale) -> ScenarioResult:
     stop = threading.Event()
     writer = Writer(store_url, names, scale.s3_versions, pace=0.01)
     schedulers = [Scheduler(env, [n], stop) for n in names]  # waits on faults, not CPU
-    writer.start()
-    for s in schedulers:
-        s.start()
-    writer.join()
-    _wait_published(store, names, timeout=600)
-    stop.set()
-    for s in schedulers:
-        s.join()
+    _run_until_published(store, names, writer, schedulers, stop, timeout=600)
     tail = _failing_tail(svc, store, names, env)
     stats = svc.proxy.configure(rate=0)
     result = ScenarioResult("s3_faults", stats["faults_total"], stats["faults"])
@@ -116,6 +109,26 @@ def _failing_tail(svc: Services, store: SqlStore, names: list[str], env: dict[st
         for t in map(store.get_table, names)
     )
     return {"failed_runs": sum(1 for rc in exits if rc != 0), "unpublished_versions": pending}
+
+
+def _run_until_published(
+    store: SqlStore,
+    names: list[str],
+    writer: Writer,
+    loops: list[Scheduler],
+    stop: threading.Event,
+    timeout: float,
+) -> None:
+    """Start the writer and the loops; once the writer is done and every table published (or
+    ``timeout`` passed), stop the loops and wait for them."""
+    writer.start()
+    for s in loops:
+        s.start()
+    writer.join()
+    _wait_published(store, names, timeout=timeout)
+    stop.set()
+    for s in loops:
+        s.join()
 
 
 def _wait_published(store: SqlStore, names: list[str], timeout: float) -> None:
@@ -275,18 +288,11 @@ def race(svc: Services, scale: Scale, publishers: int, store_url: str | None = N
     watch.start()
     stop = threading.Event()
     writer = Writer(store_url, names, scale.race_versions, pace=0.1)
-    writer.start()
     loops = [Scheduler(env, names if i % 2 else names[::-1], stop) for i in range(publishers)]
     loops.append(
         Scheduler(env, names, stop, lambda e, _n: cli(e, "reconcile", "--strategy", "smart").returncode)
     )
-    for s in loops:
-        s.start()
-    writer.join()
-    _wait_published(store, names, timeout=300)
-    stop.set()
-    for s in loops:
-        s.join()
+    _run_until_published(store, names, writer, loops, stop, timeout=300)
     tail = _failing_tail(svc, store, names, env) if big else None
     stats = svc.proxy.configure(rate=0) if big else None
     faults = stats["faults_total"] if stats else 0

@@ -53,7 +53,16 @@ def test_an_error_in_the_producer_is_raised_after_the_items_before_it() -> None:
     assert seen == [1, 2]
 
 
-def test_a_consumer_that_stops_early_closes_the_producer_in_its_thread() -> None:
+@pytest.mark.parametrize(
+    ("eager", "reads"),
+    [
+        pytest.param(False, 1, id="a-consumer-that-stops-early"),
+        pytest.param(True, 0, id="an-eager-read-closed-unread"),  # the build failed first
+    ],
+)
+def test_a_closed_read_stops_its_thread_and_closes_the_producer_in_it(eager: bool, reads: int) -> None:
+    """The consumer gives up (after one item, or an eager read before any): the thread must end
+    and the generator be closed, in that thread."""
     closed_in: list[str] = []
 
     def produce() -> Iterator[int]:
@@ -62,11 +71,12 @@ def test_a_consumer_that_stops_early_closes_the_producer_in_its_thread() -> None
         finally:
             closed_in.append(threading.current_thread().name)
 
-    items = read_ahead(produce(), depth=1, name="producer-y")
-    assert next(items) == 0
-    items.close()  # the consumer gives up: the thread must end and the generator be closed
-    assert closed_in == ["producer-y"]
-    assert not any(t.name == "producer-y" for t in threading.enumerate())
+    name = f"producer-{eager}"
+    items = read_ahead(produce(), depth=1, name=name, eager=eager)
+    assert [next(items) for _ in range(reads)] == list(range(reads))
+    items.close()
+    assert closed_in == [name]
+    assert not any(t.name == name for t in threading.enumerate())
 
 
 def test_an_eager_read_starts_before_the_first_item_is_asked_for() -> None:
@@ -83,18 +93,3 @@ def test_an_eager_read_starts_before_the_first_item_is_asked_for() -> None:
     assert started.wait(30)  # eager: the producer runs before anything is read
     assert list(items) == [0, 1, 2, 3, 4]
     assert not any(t.name == "producer-eager" for t in threading.enumerate())
-
-
-def test_an_eager_read_closed_unread_stops_its_thread_and_closes_the_producer() -> None:
-    closed_in: list[str] = []
-
-    def produce() -> Iterator[int]:
-        try:
-            yield from range(1000)
-        finally:
-            closed_in.append(threading.current_thread().name)
-
-    items = read_ahead(produce(), depth=1, name="producer-z", eager=True)
-    items.close()  # never read (the build failed first): the thread must still end
-    assert closed_in == ["producer-z"]
-    assert not any(t.name == "producer-z" for t in threading.enumerate())

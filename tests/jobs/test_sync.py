@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from support.stores import init_store, sqlite_store
 
 from delta_mirror.delta.log_path import LOG_DIR, commit_name
 from delta_mirror.dev.datafiles import create_table_actions, write_data_file
@@ -34,8 +35,7 @@ def _commit(store: SqlStore, root: Path, n: int) -> None:
 @pytest.fixture
 def table(store_url: str, tmp_path: Path) -> tuple[SqlStore, Path]:
     """Table ``t`` with versions 0..1 committed, none published, a checkpoint every 3 versions."""
-    store = SqlStore(store_url)
-    store.init()
+    store = init_store(store_url)
     root = tmp_path / "t"
     root.mkdir()
     store.create_table("t", root.as_uri())
@@ -135,9 +135,7 @@ def test_the_cli_syncs_with_the_table_config_and_exits_1_on_a_problem(
 
     from delta_mirror.cli import cli
 
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    store = SqlStore(url)
-    store.init()
+    url, store = sqlite_store(tmp_path)
     root = tmp_path / "t"
     root.mkdir()
     store.create_table("t", root.as_uri())

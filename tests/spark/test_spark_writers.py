@@ -20,6 +20,7 @@ from authority_kit import WriterProcess, go, governed, spark_root
 from support.builders import action, protocol_body
 from support.commit_service import cli_path, commit_service
 from support.services import skip_or_fail
+from support.stores import sqlite_store
 from support.waiting import load_scaled
 
 from delta_mirror.jobs.publisher import Publisher
@@ -42,14 +43,6 @@ SAMPLE = REPO / "examples" / "events.csv"
 
 # ------------------------------------------------------------------------------------------------
 # helpers
-
-
-def sqlite_store(tmp_path: Path) -> tuple[str, SqlStore]:
-    """A fresh, initialised SQLite store under ``tmp_path``: its URL and the store."""
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    store = SqlStore(url)
-    store.init()
-    return url, store
 
 
 def log_dir(location: Path) -> Path:
