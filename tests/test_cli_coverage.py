@@ -219,3 +219,22 @@ def test_the_real_executable_refuses_a_configured_table_the_store_lacks(fleet: t
     )
     assert proc.returncode == 1 and proc.stdout == ""
     _missing_line(proc.stderr, config)
+
+
+def test_the_triggerers_sync_refuses_a_configured_table_the_store_lacks_with_the_same_line(
+    fleet: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The triggerer's path (``publish_in="triggerer"``) looks the table up before the publisher
+    does: the same line as every other command, not the store's generic one."""
+    from delta_mirror.errors import TableNotFoundError
+    from delta_mirror.jobs.sync import sync_table
+
+    url, config = fleet
+    monkeypatch.setenv("DELTA_MIRROR_CONFIG", str(config))
+    store = SqlStore(url)
+    before = store_state(store)
+    with pytest.raises(TableNotFoundError) as raised:
+        sync_table(store, "orders", publish_in="triggerer")
+    assert f"configured in {config}" in str(raised.value)
+    assert store_state(store) == before
+    store.close()

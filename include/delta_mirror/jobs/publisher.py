@@ -238,7 +238,7 @@ class Publisher:
     def publish(
         self, name: str, to_version: int | None = None, progress: Callable[[int, int], None] | None = None
     ) -> PublishResult:
-        table = self._table_to_publish(name)
+        table = self.table_to_publish(name)
         if table.state == TableState.HALTED:
             raise PermanentError(
                 f"the table is halted: {table.halted_reason}",
@@ -268,7 +268,7 @@ class Publisher:
         self.store.clear_table_failure(table.id)
         return result
 
-    def _table_to_publish(self, name: str) -> TableInfo:
+    def table_to_publish(self, name: str) -> TableInfo:
         """The table; one the store lacks is, before anything is written, the one-line
         ``TableNotFoundError`` that says whether the table config lists it and what to do."""
         try:
