@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import pkgutil
-import subprocess
-import sys
+
+from support.processes import fresh_python
 
 import delta_mirror
 
@@ -23,8 +23,7 @@ def test_every_core_module_imports_without_pulling_in_airflow() -> None:
         "    importlib.import_module(name)\n"
         "print(json.dumps(sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.'))))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout) == []
+    assert json.loads(fresh_python(code)) == []
     assert "delta_mirror.jobs.publisher" in CORE_MODULES and "delta_mirror.store.sql_store" in CORE_MODULES
 
 
@@ -47,8 +46,7 @@ def test_the_public_api_is_reexported_from_the_package_and_loaded_lazily() -> No
         "missing = [n for n in delta_mirror.__all__ if getattr(delta_mirror, n, None) is None]\n"
         "print(json.dumps([heavy, missing]))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout) == [[], []]
+    assert json.loads(fresh_python(code)) == [[], []]
     assert {"SqlStore", "Publisher", "import_table", "validate_table", "reconcile"} <= set(
         delta_mirror.__all__
     )
@@ -66,5 +64,4 @@ def test_the_checkpoint_package_and_its_model_load_without_arrow() -> None:
         "from delta_mirror.delta.checkpoint import build_checkpoint, spark_hash_partition\n"
         "print(json.dumps([before, 'pyarrow' in sys.modules]))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout) == [False, True]
+    assert json.loads(fresh_python(code)) == [False, True]

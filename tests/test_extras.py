@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import assert_one_error_line, clean_env
+from support.processes import fresh_python
 
 from delta_mirror.errors import ErrorClass, PermanentError
 from delta_mirror.extras import MissingExtraError, installed, require
@@ -67,8 +68,7 @@ def test_require_passes_an_installed_module_without_importing_it() -> None:
         "import sys\nfrom delta_mirror.extras import require\n"
         "require('duckdb', 'duckdb', 'the DuckDB store')\nprint('duckdb' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert fresh_python(code).strip() == "False"
 
 
 def test_a_module_set_to_none_in_sys_modules_counts_as_missing(monkeypatch: pytest.MonkeyPatch) -> None:

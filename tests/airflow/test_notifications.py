@@ -30,13 +30,18 @@ def subject_is(text: str) -> Any:
     return lambda m: str(m["subject"]).startswith(text)
 
 
+def _tables(store: SqlStore, root: Path, names: tuple[str, ...], *, versions: int) -> None:
+    """Tables ``names``, each in its own folder under ``root`` with ``versions`` versions, none published."""
+    for name in names:
+        (root / name).mkdir()
+        make_table(store, name, (root / name).as_uri(), versions=versions)
+
+
 def test_the_monitor_emails_a_lag_slo_breach_to_the_tables_contacts(
     dm_config: Callable[..., Path], sqlite_store: str, tmp_path: Path, mailbox: MailBox
 ) -> None:
     store = SqlStore(sqlite_store)
-    for name in ("late", "relaxed", "caught_up"):
-        (tmp_path / name).mkdir()
-        make_table(store, name, (tmp_path / name).as_uri(), versions=3)
+    _tables(store, tmp_path, ("late", "relaxed", "caught_up"), versions=3)
     Publisher(store).publish("caught_up")
     dm_config(
         {
@@ -66,9 +71,7 @@ def test_the_reconcile_dag_redrives_and_escalates_halted_and_persistently_failin
     dm_config: Callable[..., Path], sqlite_store: str, tmp_path: Path, mailbox: MailBox
 ) -> None:
     store = SqlStore(sqlite_store)
-    for name in ("healthy", "halted", "failing"):
-        (tmp_path / name).mkdir()
-        make_table(store, name, (tmp_path / name).as_uri(), versions=2)
+    _tables(store, tmp_path, ("healthy", "halted", "failing"), versions=2)
     # halted: a foreign commit file at version 1 (a conflict halts the table)
     (tmp_path / "halted" / "_delta_log").mkdir()
     (tmp_path / "halted" / "_delta_log" / "00000000000000000001.json").write_text('{"commitInfo":{}}\n')
