@@ -1,11 +1,11 @@
-"""Airflow DAG file: every delta-mirror DAG, generated from config/delta_mirror.yaml.
+"""Airflow DAG file: every delta-mirror DAG, generated from the table config (``DELTA_MIRROR_CONFIG``;
+``make airflow`` points it at config/delta_mirror.yaml).
 
-The factory re-reads the config at each parse, so table edits need no restart. The logic lives in
-the installed ``delta_mirror`` package (``pip install -e .``), not on Airflow's path.
+The same three lines a team puts in its own dags folder (docs/install.md). The factory re-reads the
+config at each parse, so table edits need no restart; the logic lives in the installed
+``delta_mirror`` package, not on Airflow's path.
 """
 
-from __future__ import annotations
+from delta_mirror.airflow import dags_from_config
 
-from delta_mirror.airflow.dag_factory import build_dags
-
-globals().update(build_dags())
+globals().update(dags_from_config())

@@ -25,6 +25,23 @@ def _normalized(line: str) -> str:
     return re.sub(r"^#{1,6} ", "", line.strip()).strip()
 
 
+# Old lines revised on purpose since the move, each with why: the fact it stated changed, and the
+# page says the new one. Every entry must start some line of the old README (checked below).
+REVISED = {
+    "| delta-mirror status NAME --json --limit N |": "cli.md: status gained --config and "
+    "the not-configured / not-in-store output (issue 37 item 8)",
+    "| delta-mirror serve --host H --port 8787 ": "cli.md: serve gained --metrics-bind (issue 37 item 5)",
+    "pip install -e '.airflow' (Airflow 3.3 with the smtp, postgres and amazon providers).": "airflow.md: "
+    "the airflow extra brings the SMTP provider only since the lean extras (issue 37 item 3)",
+    "holds one thin file; everything is built by delta_mirror.airflow.dag_factory": "airflow.md: the "
+    "same sentence, reflowed around the extras' change",
+}
+
+
+def _revised(line: str) -> bool:
+    return any(line.startswith(prefix) for prefix in REVISED)
+
+
 @pytest.fixture(scope="module")
 def old() -> str:
     text = old_readme()
@@ -51,8 +68,10 @@ def test_every_line_of_the_old_readme_is_on_a_docs_page(old: str) -> None:
         _normalized(line) for p in pages() for line in p.read_text(encoding="utf-8").split("\n")
     )
     lines = [_normalized(line) for line in old.split("\n")]
-    missing = [line for line in lines if line and line not in corpus]
+    missing = [line for line in lines if line and line not in corpus and not _revised(line)]
     assert not missing, f"{len(missing)} lines of the old README are on no docs page, e.g. {missing[:5]}"
+    stale = [prefix for prefix in REVISED if not any(line.startswith(prefix) for line in lines)]
+    assert not stale, f"REVISED names lines the old README never had: {stale}"
 
 
 def test_the_readmes_links_lead_to_files_and_headings_that_exist() -> None:

@@ -11,8 +11,8 @@ Without an argument the config is ``DELTA_MIRROR_CONFIG`` (docs/install.md).
 
 from __future__ import annotations
 
+import inspect
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,8 @@ def dags_from_config(path: str | os.PathLike[str] | None = None) -> dict[str, An
     """
     from delta_mirror.airflow.dag_factory import build_dags
 
-    caller = sys._getframe(1).f_globals.get("__file__")
+    frame = inspect.currentframe()
+    caller = frame.f_back.f_globals.get("__file__") if frame is not None and frame.f_back else None
     found = config_path(path, caller if isinstance(caller, str) else None)
     if found is not None:
         os.environ[CONFIG_ENV] = str(found)
