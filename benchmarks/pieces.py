@@ -350,7 +350,7 @@ PROFILE_PARTS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "writer": [
         ("put_if_absent (storage)", ("storage.py:put_if_absent",)),
         ("head read-back (storage)", ("storage.py:head",)),
-        ("lease renewal", ("publisher.py:_keep_lease",)),
+        ("lease renewal", ("publish_lease.py:keep",)),
     ],
 }
 

@@ -181,7 +181,8 @@ def test_a_step_that_may_build_with_spark_holds_the_long_lease(
     from airflow.sdk.exceptions import AirflowException
 
     from delta_mirror.airflow.operators import DeltaMirrorCheckpointOperator, DeltaMirrorSyncOperator
-    from delta_mirror.jobs.publisher import LEASE_TTL_ENV, Publisher
+    from delta_mirror.jobs.publish_lease import LEASE_TTL_ENV
+    from delta_mirror.jobs.publisher import Publisher
 
     monkeypatch.delenv(LEASE_TTL_ENV, raising=False)
     dm_config({"t1": {"checkpoint": {"engine": engine}}})

@@ -21,7 +21,7 @@ from support.builders import add_body
 
 from delta_mirror.dev.datafiles import create_table_actions
 from delta_mirror.errors import PermanentError
-from delta_mirror.jobs.publisher import DEFAULT_LEASE_TTL, LEASE_TTL_ENV, SPARK_LEASE_TTL
+from delta_mirror.jobs.publish_lease import DEFAULT_LEASE_TTL, LEASE_TTL_ENV, SPARK_LEASE_TTL
 from delta_mirror.spark.checkpoint_choice import (
     ConfiguredBuilder,
     choose_engine,

@@ -8,30 +8,22 @@ Invariants kept here (docs/how-it-works.md):
 3. The bytes are re-rendered from the store and must match the SHA-256 recorded at commit.
 4. A checkpoint for v is written only after ``v.json``; ``_last_checkpoint`` never moves back.
 5. SUCCESS is recorded only after the object is read back with the expected size.
+
+The lease is ``publish_lease.py``; a checkpoint's plan, local build and writes are
+``publish_checkpoint.py``; the commit writer thread is ``publish_pipeline.py``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import os
 import random
-import socket
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from delta_mirror.delta.actions import render_commit
-from delta_mirror.delta.protocol import (
-    DEFAULT_TOMBSTONE_RETENTION_MS,
-    DELETED_FILE_RETENTION,
-    CheckpointKind,
-    now_ms,
-    property_duration_ms,
-)
 from delta_mirror.delta.stored_commit import check_stored_commit
 from delta_mirror.errors import (
     DataError,
@@ -50,91 +42,27 @@ from delta_mirror.jobs.publish_cadence import (
     ReplayBytes,
     checkpoint_due,
 )
+from delta_mirror.jobs.publish_checkpoint import (
+    CheckpointBuilder,
+    CheckpointPlan,
+    local_checkpoint_builder,
+    move_last_checkpoint_forward,
+    plan_checkpoint,
+    put_checkpoint_file,
+)
+from delta_mirror.jobs.publish_lease import PublishLease, default_lease_ttl, default_owner
 from delta_mirror.jobs.publish_pipeline import CommitWriter, PreparedCommit, commit_digest, put_commit
-from delta_mirror.storage import ObjectExistsError, ObjectStore, open_store
-from delta_mirror.store.sql_store import CommitRow, Snapshot, SqlStore, TableInfo
+from delta_mirror.storage import ObjectStore, open_store
+from delta_mirror.store.sql_store import CommitRow, SqlStore, TableInfo
 from delta_mirror.store.states import Artifact, CommitSource, PublishState, TableState
 
 # The checkpoint and log-listing modules load pyarrow (0.2-0.3 s of a process start): they are
 # imported where a checkpoint is written; publishing commits alone never needs them.
 if TYPE_CHECKING:
-    from delta_mirror.delta.checkpoint.model import CheckpointInput, CheckpointResult
+    from delta_mirror.delta.checkpoint.model import CheckpointResult
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-DEFAULT_LEASE_TTL = 120.0
-LEASE_TTL_ENV = "DELTA_MIRROR_LEASE_TTL"
-#: The lease of a publisher whose checkpoints Spark may build: a big build takes minutes to an hour
-#: and the lease is not renewed during it (``spark.checkpoint_choice.publisher_for`` applies it).
-SPARK_LEASE_TTL = 3600.0
-
-
-def checkpoint_kind(table: TableInfo, protocol_line: str) -> CheckpointKind:
-    """The kind of the table's next checkpoint (the v2 rule: :meth:`CheckpointKind.for_table`)."""
-    return CheckpointKind.for_table(protocol_line, table.checkpoint_kind)
-
-
-@dataclass(frozen=True)
-class CheckpointPlan:
-    """Everything an engine needs to build the checkpoint of ``version`` (files come from the store)."""
-
-    table: TableInfo
-    version: int
-    snapshot: Snapshot
-    kind: str
-    part_size: int | None
-    checkpoint_id: str
-    modification_time_ms: int
-    min_deletion_timestamp: int  # tombstones older than this are past the retention
-
-    def header_input(self) -> CheckpointInput:
-        """The non-file state as a ``CheckpointInput`` (its ``adds``/``removes`` left empty)."""
-        from delta_mirror.delta.checkpoint.model import CheckpointInput
-
-        snap = self.snapshot
-        return CheckpointInput(
-            self.version, snap.protocol, snap.metadata, snap.txns, snap.domain_metadata, [], []
-        )
-
-
-#: Builds a checkpoint's files for a plan (the local engine when the publisher has none); the
-#: publisher then writes them with put-if-absent and moves ``_last_checkpoint``.
-CheckpointBuilder = Callable[[SqlStore, CheckpointPlan], "CheckpointResult"]
-
-
-def local_checkpoint_builder(store: SqlStore, plan: CheckpointPlan) -> CheckpointResult:
-    """The in-process engine: the active file set streamed from the store (O(active files))."""
-    from delta_mirror.delta.checkpoint.model import CheckpointInput
-    from delta_mirror.jobs.read_ahead import read_ahead
-
-    snap, table_id, version = plan.snapshot, plan.table.id, plan.version
-    removes = store.tombstone_lines(table_id, version, plan.min_deletion_timestamp)
-    # Blocks of lines, read a block ahead in a thread while the previous one is parsed; every
-    # layout reads them once, so at most three blocks are alive (not the whole active set). The
-    # read starts now: the server joins the file rows while pyarrow and the layouts are imported.
-    add_blocks = read_ahead(store.iter_active_add_blocks(table_id, version), depth=1, eager=True)
-    try:
-        from delta_mirror.delta.checkpoint.layouts import build_checkpoint
-
-        return build_checkpoint(
-            CheckpointInput(
-                version=version,
-                protocol=snap.protocol,
-                metadata=snap.metadata,
-                txns=snap.txns,
-                domain_metadata=snap.domain_metadata,
-                adds=[],
-                removes=removes,
-                add_blocks=add_blocks,
-            ),
-            kind=plan.kind,
-            part_size=plan.part_size,
-            checkpoint_id=plan.checkpoint_id,
-            modification_time_ms=plan.modification_time_ms,
-        )
-    finally:
-        add_blocks.close()  # the read stops (and its connection is returned) however the build ends
 
 
 @dataclass
@@ -190,18 +118,6 @@ class PublishResult:
         }
 
 
-def default_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def default_lease_ttl() -> float:
-    """``DELTA_MIRROR_LEASE_TTL`` seconds, else 120: how long a crashed publisher blocks its tables."""
-    try:
-        return max(1.0, float(os.environ.get(LEASE_TTL_ENV, DEFAULT_LEASE_TTL)))
-    except ValueError:
-        return DEFAULT_LEASE_TTL
-
-
 class Publisher:
     """Publishes a table's pending versions and checkpoints from the store to its location."""
 
@@ -221,18 +137,28 @@ class Publisher:
         lease_wait: float = 0.0,
     ) -> None:
         self.store = store
-        self.lease_wait = lease_wait  # seconds a held lease is waited for before LeaseHeldError
         self.checkpoint_builder = checkpoint_builder
         # False: publish() leaves the cadence's checkpoints to a separate step (e.g. a Spark job)
         self.cadence_checkpoints = cadence_checkpoints
         self.breaker_policy = breaker_policy
-        self.owner = owner or default_owner()
-        self.lease_ttl = default_lease_ttl() if lease_ttl is None else lease_ttl
-        self._lease_taken_at = 0.0
+        self.lease = PublishLease(
+            store,
+            owner or default_owner(),
+            default_lease_ttl() if lease_ttl is None else lease_ttl,
+            lease_wait,
+        )
         self.batch_size = batch_size
         self.retry = retry or RetryPolicy()
         self.storage_options = dict(storage_options or {})
         self.open_location = open_location or (lambda location: open_store(location, self.storage_options))
+
+    @property
+    def owner(self) -> str:
+        return self.lease.owner
+
+    @property
+    def lease_ttl(self) -> float:
+        return self.lease.ttl
 
     # -- publishing commits ----------------------------------------------------------------------
     def publish(
@@ -250,7 +176,7 @@ class Publisher:
         keys = [table_key(name), endpoint_key(table.location, self.storage_options)]
         for key in keys:
             breakers.check(key, table=name)
-        self._take_lease(table)
+        self.lease.take(table)
         try:
             self.store.reset_in_progress(table.id)
             result = self._publish(table, to_version, progress)
@@ -262,7 +188,7 @@ class Publisher:
                 self._record_table_failure(table, exc)
             raise
         finally:
-            self.store.release_lease(table.id, self.owner)
+            self.lease.release(table)
         for key in keys:
             breakers.record_success(key)
         self.store.clear_table_failure(table.id)
@@ -289,39 +215,6 @@ class Publisher:
             self.store.record_table_failure(table.id, error_class, first_line(exc, 1000))
         except Exception:  # the original error is the one to raise
             log.warning("table '%s': the failed attempt could not be recorded in the store", table.name)
-
-    def _take_lease(self, table: TableInfo, version: int | None = None) -> None:
-        """Take the lease, polling a held one for up to ``lease_wait`` seconds (50 ms doubling to
-        0.5 s: another publisher's run of one commit holds it for milliseconds)."""
-        deadline, pause = time.monotonic() + self.lease_wait, 0.05
-        while not self.store.acquire_lease(table.id, self.owner, self.lease_ttl):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise LeaseHeldError(
-                    "another publisher holds this table's lease",
-                    table=table.name,
-                    version=version,
-                    hint="it will be retried; a crashed publisher's lease expires by itself",
-                )
-            time.sleep(min(pause, left))
-            pause = min(2 * pause, 0.5)
-        self._lease_taken_at = time.monotonic()
-
-    def _keep_lease(self, table: TableInfo) -> None:
-        """Renew the lease once a third of its TTL has passed; stop at once if another owner took it.
-
-        Without renewal a run longer than the TTL (a backlog on slow storage) would be joined by a
-        second publisher, and ``_last_checkpoint`` (read, compare, replace) could move backwards.
-        """
-        if time.monotonic() - self._lease_taken_at < self.lease_ttl / 3:
-            return
-        if not self.store.acquire_lease(table.id, self.owner, self.lease_ttl):
-            raise LeaseHeldError(
-                "the publisher lease expired and another publisher took it",
-                table=table.name,
-                hint="the other publisher carries on; raise DELTA_MIRROR_LEASE_TTL if runs are slow",
-            )
-        self._lease_taken_at = time.monotonic()
 
     def _publish(
         self, table: TableInfo, to_version: int | None, progress: Callable[[int, int], None] | None
@@ -481,7 +374,7 @@ class Publisher:
 
     def _write_commit(self, table: TableInfo, objects: ObjectStore, commit: PreparedCommit) -> bool:
         """On the writer thread: keep the lease, put and read back (retried), then the failpoint."""
-        self._keep_lease(table)
+        self.lease.keep(table)
         present = self.retry.run(
             lambda: put_commit(table.name, objects, commit.version, commit.data, commit.digest)
         )
@@ -545,11 +438,11 @@ class Publisher:
                 version=version,
                 hint="checkpoints follow published commits; mirror first",
             )
-        self._take_lease(table, version)
+        self.lease.take(table, version)
         try:
             self._checkpoint(table, self.open_location(table.location), version, PublishResult(name))
         finally:
-            self.store.release_lease(table.id, self.owner)
+            self.lease.release(table)
         return version
 
     def _checkpoint(
@@ -561,16 +454,16 @@ class Publisher:
         try:
             in_log: list[tuple[str, bytes, bytes]] = []  # (path, built, in the log: another's if kept)
             for f in built.files:
-                self._keep_lease(table)
-                found = self.retry.run(lambda f=f: self._put_checkpoint_file(objects, f.path, f.data))  # type: ignore[misc]
+                self.lease.keep(table)
+                found = self.retry.run(lambda f=f: put_checkpoint_file(objects, f.path, f.data))  # type: ignore[misc]
                 in_log.append((f.path, f.data, f.data if found is None else found))
                 failpoint("checkpoint.after_part")
-            self._keep_lease(table)
+            self.lease.keep(table)
             failpoint("checkpoint.before_last_checkpoint")
             from delta_mirror.delta.last_checkpoint import pointer_for_files  # Arrow: only once one is due
 
             pointer = pointer_for_files(built.last_checkpoint, in_log)
-            self.retry.run(lambda: _move_last_checkpoint_forward(objects, version, pointer))
+            self.retry.run(lambda: move_last_checkpoint_forward(objects, version, pointer))
             failpoint("checkpoint.after_last_checkpoint")
         except LeaseHeldError:
             raise
@@ -590,46 +483,8 @@ class Publisher:
         )
         result.checkpoints.append(version)
 
-    def _committed_at(self, table: TableInfo, version: int) -> int:
-        rows = self.store.commit_rows(table.id, version, version)
-        return rows[0].committed_at if rows else 0
-
-    @staticmethod
-    def _put_checkpoint_file(objects: ObjectStore, path: str, data: bytes) -> bytes | None:
-        """Write one checkpoint file; ``None`` when written, else the bytes already there (written by
-        an earlier run, the source in place, or Spark itself: kept; validate checks its content)."""
-        try:
-            objects.put_if_absent(path, data)
-        except ObjectExistsError:
-            existing = objects.get(path)
-            if existing is not None:
-                return existing
-            try:  # it vanished: write it now; taken and unreadable twice is no file, no retry helps
-                objects.put_if_absent(path, data)
-            except ObjectExistsError:
-                raise PermanentError(
-                    f"{path} exists but is not a file that can be read (a folder where the checkpoint belongs?)",
-                    hint=f"remove or rename what is at {path} in the table's location, then mirror again",
-                ) from None
-        meta = objects.head(path)
-        if meta is None or meta.size != len(data):
-            raise TransientError(f"{path} is not durable after the write", hint="retried automatically")
-        return None
-
     def checkpoint_plan(self, table: TableInfo, version: int) -> CheckpointPlan:
-        snap = self.store.snapshot(table.id, version)
-        config = json.loads(snap.metadata)["metaData"].get("configuration") or {}
-        retention = property_duration_ms(config, DELETED_FILE_RETENTION, DEFAULT_TOMBSTONE_RETENTION_MS)
-        return CheckpointPlan(
-            table=table,
-            version=version,
-            snapshot=snap,
-            kind=checkpoint_kind(table, snap.protocol),
-            part_size=table.checkpoint_part_size,
-            checkpoint_id=f"{table.table_uuid}/{version}",
-            modification_time_ms=self._committed_at(table, version),
-            min_deletion_timestamp=now_ms() - retention,
-        )
+        return plan_checkpoint(self.store, table, version)
 
     def _build_checkpoint(self, table: TableInfo, version: int) -> CheckpointResult:
         """The checkpoint files of ``version`` from the store (O(active files), not history)."""
@@ -651,7 +506,7 @@ class Publisher:
         from delta_mirror.delta.log_listing import list_log, sidecar_refs
 
         table = self.store.get_table(name)
-        self._take_lease(table)
+        self.lease.take(table)
         try:
             objects = self.open_location(table.location)
             listing = list_log(objects)
@@ -664,22 +519,10 @@ class Publisher:
             in_log = [(f.path, f.data, objects.get(f.path) or f.data) for f in built.files]
             objects.put(LAST_CHECKPOINT_PATH, pointer_for_files(built.last_checkpoint, in_log))
         finally:
-            self.store.release_lease(table.id, self.owner)
-
-
-def _move_last_checkpoint_forward(objects: ObjectStore, version: int, data: bytes) -> None:
-    """Replace ``_last_checkpoint`` with ``data`` (the pointer at ``version``) unless the current
-    one names a newer checkpoint: it never moves backwards; an unreadable one is replaced."""
-    from delta_mirror.delta.last_checkpoint import LAST_CHECKPOINT_PATH, LastCheckpoint
-
-    current = LastCheckpoint.read(objects.get(LAST_CHECKPOINT_PATH))
-    if current is None or current.version <= version:
-        objects.put(LAST_CHECKPOINT_PATH, data)
+            self.lease.release(table)
 
 
 __all__ = [
-    "CheckpointBuilder",
-    "CheckpointPlan",
     "PublishResult",
     "Publisher",
     "RetryPolicy",

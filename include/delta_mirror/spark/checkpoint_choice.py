@@ -21,17 +21,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from delta_mirror.errors import PermanentError
-from delta_mirror.jobs.publisher import (
-    SPARK_LEASE_TTL,
-    CheckpointBuilder,
-    Publisher,
-    local_checkpoint_builder,
-)
+from delta_mirror.jobs.publish_checkpoint import CheckpointBuilder, local_checkpoint_builder
+from delta_mirror.jobs.publish_lease import SPARK_LEASE_TTL
+from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.table_config import CheckpointEngine, CheckpointSettings
 
 if TYPE_CHECKING:
     from delta_mirror.delta.checkpoint.model import CheckpointResult
-    from delta_mirror.jobs.publisher import CheckpointPlan
+    from delta_mirror.jobs.publish_checkpoint import CheckpointPlan
     from delta_mirror.store.sql_store import SqlStore
 
 

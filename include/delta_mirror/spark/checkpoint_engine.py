@@ -63,7 +63,7 @@ from delta_mirror.delta.log_path import LOG_DIR, checkpoint_name, multipart_chec
 from delta_mirror.errors import InvalidActionError, PermanentError
 
 if TYPE_CHECKING:
-    from delta_mirror.jobs.publisher import CheckpointPlan
+    from delta_mirror.jobs.publish_checkpoint import CheckpointPlan
     from delta_mirror.store.sql_store import SqlStore
 
 log = logging.getLogger(__name__)

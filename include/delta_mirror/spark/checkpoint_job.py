@@ -39,7 +39,8 @@ def _session(master: str | None) -> Any:
 
 
 def run(argv: list[str] | None = None) -> dict[str, Any]:
-    from delta_mirror.jobs.publisher import SPARK_LEASE_TTL, Publisher
+    from delta_mirror.jobs.publish_lease import SPARK_LEASE_TTL
+    from delta_mirror.jobs.publisher import Publisher
     from delta_mirror.table_config import CheckpointEngine
 
     parser = argparse.ArgumentParser(

@@ -1,0 +1,92 @@
+"""A publisher's lease on a table: one publisher per table at a time (invariant 1's "under the
+table's lease"), taken with a bounded wait, renewed during long runs, given back at the end.
+
+The store keeps the lease row (``acquire_lease`` / ``release_lease``); this is the holder's side:
+who it is (``default_owner``), how long a crashed holder blocks the table (``default_lease_ttl``)
+and when to renew.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+
+from delta_mirror.errors import LeaseHeldError
+from delta_mirror.store.sql_store import SqlStore, TableInfo
+
+DEFAULT_LEASE_TTL = 120.0
+LEASE_TTL_ENV = "DELTA_MIRROR_LEASE_TTL"
+#: The lease of a publisher whose checkpoints Spark may build: a big build takes minutes to an hour
+#: and the lease is not renewed during it (``spark.checkpoint_choice.publisher_for`` applies it).
+SPARK_LEASE_TTL = 3600.0
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def default_lease_ttl() -> float:
+    """``DELTA_MIRROR_LEASE_TTL`` seconds, else 120: how long a crashed publisher blocks its tables."""
+    try:
+        return max(1.0, float(os.environ.get(LEASE_TTL_ENV, DEFAULT_LEASE_TTL)))
+    except ValueError:
+        return DEFAULT_LEASE_TTL
+
+
+class PublishLease:
+    """The lease of one owner on the table it publishes (one table at a time)."""
+
+    def __init__(self, store: SqlStore, owner: str, ttl: float, wait: float = 0.0) -> None:
+        self.store = store
+        self.owner = owner
+        self.ttl = ttl
+        self.wait = wait  # seconds a held lease is waited for before LeaseHeldError
+        self._taken_at = 0.0
+
+    def take(self, table: TableInfo, version: int | None = None) -> None:
+        """Take the lease, polling a held one for up to ``wait`` seconds (50 ms doubling to 0.5 s:
+        another publisher's run of one commit holds it for milliseconds)."""
+        deadline, pause = time.monotonic() + self.wait, 0.05
+        while not self.store.acquire_lease(table.id, self.owner, self.ttl):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise LeaseHeldError(
+                    "another publisher holds this table's lease",
+                    table=table.name,
+                    version=version,
+                    hint="it will be retried; a crashed publisher's lease expires by itself",
+                )
+            time.sleep(min(pause, left))
+            pause = min(2 * pause, 0.5)
+        self._taken_at = time.monotonic()
+
+    def keep(self, table: TableInfo) -> None:
+        """Renew the lease once a third of its TTL has passed; stop at once if another owner took it.
+
+        Without renewal a run longer than the TTL (a backlog on slow storage) would be joined by a
+        second publisher, and ``_last_checkpoint`` (read, compare, replace) could move backwards.
+        """
+        if time.monotonic() - self._taken_at < self.ttl / 3:
+            return
+        if not self.store.acquire_lease(table.id, self.owner, self.ttl):
+            raise LeaseHeldError(
+                "the publisher lease expired and another publisher took it",
+                table=table.name,
+                hint="the other publisher carries on; raise DELTA_MIRROR_LEASE_TTL if runs are slow",
+            )
+        self._taken_at = time.monotonic()
+
+    def release(self, table: TableInfo) -> None:
+        self.store.release_lease(table.id, self.owner)
+
+
+__all__ = [
+    "DEFAULT_LEASE_TTL",
+    "LEASE_TTL_ENV",
+    "SPARK_LEASE_TTL",
+    "PublishLease",
+    "default_lease_ttl",
+    "default_owner",
+]
