@@ -1,5 +1,6 @@
 """A halted table takes no commits until ``delta-mirror resume``: native, verbatim and import alike
-refuse with ``TableHaltedError`` (the one type the commit service maps to 423), and change nothing."""
+refuse with ``TableHaltedError`` (the one type the commit service maps to 423), and change nothing;
+the publisher refuses it with the same error (``tables.refuse_if_halted``)."""
 
 from __future__ import annotations
 
@@ -70,4 +71,16 @@ def test_an_imported_version_into_a_halted_table_is_refused_with_the_same_error(
     with pytest.raises(TableHaltedError) as bulk, store.engine.begin() as conn:
         BulkImport(conn, table_id).version(1, [line], facts_of_lines([line], version=1))
     _refused(bulk)
+    assert state(store) == before
+
+
+def test_publishing_a_halted_table_is_refused_with_the_same_error(store: SqlStore, location: str) -> None:
+    from delta_mirror.jobs.publisher import Publisher
+
+    _halted(store, location)
+    before = state(store)
+    with pytest.raises(TableHaltedError) as info:
+        Publisher(store).publish("t")
+    _refused(info)
+    assert info.value.version == 1
     assert state(store) == before

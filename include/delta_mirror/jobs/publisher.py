@@ -54,7 +54,8 @@ from delta_mirror.jobs.publish_lease import PublishLease, default_lease_ttl, def
 from delta_mirror.jobs.publish_pipeline import CommitWriter, PreparedCommit, commit_digest, put_commit
 from delta_mirror.storage import ObjectStore, open_store
 from delta_mirror.store.sql_store import CommitRow, SqlStore, TableInfo
-from delta_mirror.store.states import Artifact, CommitSource, PublishState, TableState
+from delta_mirror.store.states import Artifact, CommitSource, PublishState
+from delta_mirror.store.tables import refuse_if_halted
 
 # The checkpoint and log-listing modules load pyarrow (0.2-0.3 s of a process start): they are
 # imported where a checkpoint is written; publishing commits alone never needs them.
@@ -165,13 +166,7 @@ class Publisher:
         self, name: str, to_version: int | None = None, progress: Callable[[int, int], None] | None = None
     ) -> PublishResult:
         table = self.table_to_publish(name)
-        if table.state == TableState.HALTED:
-            raise PermanentError(
-                f"the table is halted: {table.halted_reason}",
-                table=name,
-                version=table.halted_version,
-                hint="fix the cause, then run `delta-mirror resume " + name + "`",
-            )
+        refuse_if_halted(table, table.halted_version)  # the store's one halted check and error type
         breakers = CircuitBreakers(self.store, self.breaker_policy)
         keys = [table_key(name), endpoint_key(table.location, self.storage_options)]
         for key in keys:
