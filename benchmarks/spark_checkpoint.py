@@ -189,7 +189,7 @@ def p_local(a: dict[str, Any]) -> Callable[[], dict[str, Any]]:
 
 
 def _spark(tree: TreeRss) -> tuple[Any, float]:
-    from delta_mirror.spark_session import get_spark
+    from delta_mirror.spark.session import get_spark
 
     t0 = time.perf_counter()
     spark = get_spark(**SPARK_CONF)  # type: ignore[arg-type]  # **conf: Spark keys, never authority=

@@ -44,7 +44,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 def writer(mode: str, location: str, appends: int, url: str | None, root: str | None) -> dict[str, Any]:
     """One driver process: warm-up appends, then ``appends`` timed ones (runs in the child)."""
-    from delta_mirror.spark_session import AuthorityConfig, get_spark
+    from delta_mirror.spark.session import AuthorityConfig, get_spark
 
     conf = {"spark.databricks.delta.snapshotPartitions": "1", "spark.sql.shuffle.partitions": "1"}
     authority = AuthorityConfig(url=url, roots=(root,)) if mode == "authority" and url and root else None

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from delta_mirror.cli import cli
 from delta_mirror.jobs.validate.kernel_java import JAR_ENV as KERNEL_JAR_ENV
-from delta_mirror.spark_session import LOGSTORE_JAR_ENV, LogStoreJarMissing, logstore_jar
+from delta_mirror.spark.session import LOGSTORE_JAR_ENV, LogStoreJarMissing, logstore_jar
 
 
 def fake_jar(path: Path, artifact: str | None, version: str = "9.8.7") -> Path:

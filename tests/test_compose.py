@@ -1150,8 +1150,8 @@ def test_airflow_image_has_a_java_17_runtime() -> None:
 def test_airflow_image_builds_both_jars_from_jvm_and_the_package_finds_them(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from delta_mirror import spark_session as session
     from delta_mirror.jobs.validate import kernel_java
+    from delta_mirror.spark import session
 
     text = DOCKERFILE.read_text(encoding="utf-8")
     stage = re.search(r"^FROM\s+maven:3\.9-eclipse-temurin-17\s+AS\s+(\w+)", text, re.M)

@@ -143,7 +143,7 @@ def test_the_duckdb_reader_and_spark_name_their_extras(tmp_path: Path) -> None:
     code = """
     from delta_mirror.extras import MissingExtraError
     from delta_mirror.jobs.validate.duckdb_reader import connect
-    from delta_mirror.spark_session import get_spark
+    from delta_mirror.spark.session import get_spark
     for use in (connect, get_spark):
         try:
             use()

@@ -153,7 +153,7 @@ def spark() -> object:
     """The run's one SparkSession (``support.spark``) for DAGs whose tasks run Spark in-process."""
     from support.services import skip_or_fail
 
-    from delta_mirror.spark_session import spark_missing
+    from delta_mirror.spark.session import spark_missing
 
     why = spark_missing()
     if why is not None:

@@ -21,7 +21,7 @@ from dm_airflow_kit import DagRunResult, make_table, read_rows, run_dag
 from support.services import skip_or_fail
 
 from delta_mirror.jobs.validate import validate_table
-from delta_mirror.spark_session import spark_missing
+from delta_mirror.spark.session import spark_missing
 from delta_mirror.store import SqlStore
 
 pytestmark = pytest.mark.usefixtures("airflow_db")

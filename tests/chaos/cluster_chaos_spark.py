@@ -89,7 +89,7 @@ def _spark_checkpoint_config(run: ClusterRun) -> Path:
 
     The fault's first run found that they did not (every JDBC task failed with
     ``ClassNotFoundException: org.postgresql.Driver``): ``spark.jars`` set for the LogStore jar
-    replaced the resolved packages; ``spark_session.py`` keeps them now."""
+    replaced the resolved packages; ``spark/session.py`` keeps them now."""
     path = run.cluster.root / "checkpoint-tables.yaml"
     path.write_text(f"tables:\n  {CP_TABLE}:\n    checkpoint:\n      engine: spark\n")
     return path

@@ -73,7 +73,7 @@ SPARK_JOB = page_options(page_command("python -m delta_mirror.dev.spark_writer s
 
 @pytest.fixture(scope="module")
 def run() -> Iterator[ClusterRun]:
-    from delta_mirror.spark_session import LogStoreJarMissing, logstore_jar
+    from delta_mirror.spark.session import LogStoreJarMissing, logstore_jar
 
     try:
         logstore_jar()

@@ -81,8 +81,8 @@ def _option(script: str, name: str) -> str:
 
 def test_the_spark_s3_page_names_the_packages_and_settings_delta_mirror_resolves() -> None:
     from delta_mirror.dev.spark_writer import delta_packages
-    from delta_mirror.s3a import s3a_settings
-    from delta_mirror.spark_session import EXTRA_EXCLUDES, LOGSTORE_CLASS
+    from delta_mirror.spark.s3a import s3a_settings
+    from delta_mirror.spark.session import EXTRA_EXCLUDES, LOGSTORE_CLASS
 
     script = _script(DOCS / "spark-s3.md", "spark-s3")
     ours = {p for p in delta_packages().split(",") if not p.startswith("org.postgresql:")}
@@ -112,7 +112,7 @@ def minio() -> Any:
 
 
 def test_the_spark_s3_example_runs_against_minio(tmp_path: Path, minio: Any) -> None:
-    from delta_mirror.spark_session import ivy_dir, logstore_jar, spark_missing
+    from delta_mirror.spark.session import ivy_dir, logstore_jar, spark_missing
 
     why = spark_missing()
     if why:

@@ -20,8 +20,8 @@ from typing import Any
 from support.commit_service import TOKEN_ENV, CommitService
 from support.waiting import load_scaled
 
-from delta_mirror.spark_session import AuthorityConfig
-from delta_mirror.spark_session import governed as session_governed
+from delta_mirror.spark.session import AuthorityConfig
+from delta_mirror.spark.session import governed as session_governed
 
 
 @contextmanager

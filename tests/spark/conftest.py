@@ -19,7 +19,7 @@ import pytest
 from support.services import skip_or_fail
 from support.spark import runs_logstore, shared_spark
 
-from delta_mirror.spark_session import spark_missing, stop_spark
+from delta_mirror.spark.session import spark_missing, stop_spark
 
 
 @pytest.fixture(scope="session")

@@ -105,7 +105,7 @@ def test_auto_below_its_threshold_builds_in_process_without_starting_spark(
     def no_spark(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("Spark was started for a table below the threshold")
 
-    monkeypatch.setattr("delta_mirror.spark_session.get_spark", no_spark)
+    monkeypatch.setattr("delta_mirror.spark.session.get_spark", no_spark)
     location = tmp_path / "t"
     location.mkdir()
     store.create_table("t", location.as_uri())

@@ -32,7 +32,7 @@ from delta_mirror.delta.checkpoint import (
 from delta_mirror.delta.log_path import LOG_DIR
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.spark.checkpoint_engine import SparkCheckpointEngine
-from delta_mirror.spark_session import EXTRA_PACKAGES
+from delta_mirror.spark.session import EXTRA_PACKAGES
 from delta_mirror.store import SqlStore
 
 pytestmark = pytest.mark.postgres

@@ -31,8 +31,8 @@ from support.waiting import load_scaled, wait_until
 from delta_mirror.errors import TableNotFoundError
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.jobs.validate import validate_table
-from delta_mirror.spark_session import AuthorityConfig
-from delta_mirror.spark_session import governed as session_governed
+from delta_mirror.spark.session import AuthorityConfig
+from delta_mirror.spark.session import governed as session_governed
 from delta_mirror.store import SqlStore
 
 ROWS_PER_APPEND = 5

@@ -18,7 +18,7 @@ from delta_mirror.delta.log_path import LOG_DIR, commit_name
 from delta_mirror.dev.datafiles import create_table_actions
 from delta_mirror.jobs.publisher import Publisher
 from delta_mirror.jobs.validate import validate_table
-from delta_mirror.s3a import redact, s3a_settings
+from delta_mirror.spark.s3a import redact, s3a_settings
 from delta_mirror.store.sql_store import SqlStore
 
 NAME = "s3events"

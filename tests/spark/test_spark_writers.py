@@ -497,7 +497,7 @@ def test_spark_commits_to_an_s3_table_through_s3a_are_commits_of_the_store(
 ) -> None:
     import boto3
 
-    from delta_mirror.s3a import configure_s3a
+    from delta_mirror.spark.s3a import configure_s3a
 
     for k, v in s3.env().items():
         monkeypatch.setenv(k, v)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from delta_mirror.spark_session import AuthorityConfig, get_spark
+from delta_mirror.spark.session import AuthorityConfig, get_spark
 
 # A short-lived JVM that writes a few rows: the client compiler only (C2 compiles cost more CPU
 # than this run ever gets back), a serial collector and a small heap, one partition. The race

@@ -350,7 +350,7 @@ def start_cluster(
     (failed under CI) when a binary the launcher needs is missing, failed when a service does not
     start. The caller stops it with ``run.cluster.down()``."""
     from delta_mirror.dev.cluster.topology import load_topology
-    from delta_mirror.spark_session import java_missing
+    from delta_mirror.spark.session import java_missing
 
     why = java_missing()
     if why:

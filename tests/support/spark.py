@@ -4,7 +4,7 @@ Spark allows one session per process, and whichever test creates it fixes its se
 rest of the run: every test that needs Spark gets it from ``shared_spark()``. The session loads
 delta-mirror's LogStore (``make jar``) for ``file``/``s3a``/``s3`` with no commit service set, so
 every table passes through to Delta's default LogStore until a test governs a root at runtime
-(``delta_mirror.spark_session.governed``).
+(``delta_mirror.spark.session.governed``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import logging
 import os
 from typing import Any
 
-from delta_mirror.spark_session import (
+from delta_mirror.spark.session import (
     COMMIT_ROOTS_ENV,
     COMMIT_URL_ENV,
     LOGSTORE_CLASS,

@@ -19,7 +19,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from delta_mirror.airflow.errors import translated
 from delta_mirror.airflow.mixins import DeltaMirrorHookMixin, template_fields_with
 from delta_mirror.spark import checkpoint_job
-from delta_mirror.spark_session import EXTRA_PACKAGES, ivy_dir
+from delta_mirror.spark.session import EXTRA_PACKAGES, ivy_dir
 
 JOB_FILE = str(Path(checkpoint_job.__file__).resolve())
 JDBC_PACKAGES = ",".join(p for p in EXTRA_PACKAGES if p.startswith("org.postgresql:"))

@@ -24,7 +24,7 @@ ARTIFACTS = {"logstore": "delta-mirror-logstore", "kernel-reader": "delta-mirror
 def jar_path(name: str) -> Path:
     """The jar the package uses for ``name`` (its ``DELTA_MIRROR_*_JAR`` override included)."""
     if name == "logstore":
-        from delta_mirror.spark_session import logstore_jar
+        from delta_mirror.spark.session import logstore_jar
 
         return logstore_jar()  # LogStoreJarMissing (a PermanentError) names `make jar`
     from delta_mirror.jobs.validate.kernel_java import JAR_ENV, JAR_NAME, kernel_jar

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from delta_mirror.spark_session import (
+from delta_mirror.spark.session import (
     EXTRA_EXCLUDES,
     EXTRA_PACKAGES,
     LOGSTORE_CLASS,
@@ -189,7 +189,7 @@ def run_job(table: str, rounds: int, rows: int) -> dict[str, Any]:
     environment, the writes; the result as a dict (printed as one JSON line by ``main``)."""
     from pyspark.sql import SparkSession
 
-    from delta_mirror.s3a import configure_s3a
+    from delta_mirror.spark.s3a import configure_s3a
 
     started = time.monotonic()
     spark = SparkSession.builder.appName("delta-mirror-spark-writer").getOrCreate()

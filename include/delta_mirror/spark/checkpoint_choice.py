@@ -67,7 +67,7 @@ def builder_for(
     if chosen == CheckpointEngine.LOCAL:
         return chosen, None
     from delta_mirror.spark.checkpoint_engine import SparkCheckpointEngine
-    from delta_mirror.spark_session import get_spark
+    from delta_mirror.spark.session import get_spark
 
     spark = get_spark(settings.spark_master, authority=None, **settings.spark_conf)
     return chosen, SparkCheckpointEngine(spark, num_partitions=settings.spark_partitions)

@@ -33,7 +33,7 @@ def _session(master: str | None) -> Any:
         builder = SparkSession.builder.appName("delta-mirror-checkpoint")
         builder = builder.config("spark.sql.session.timeZone", "UTC")
         return builder.getOrCreate()
-    from delta_mirror.spark_session import get_spark
+    from delta_mirror.spark.session import get_spark
 
     return get_spark(master, app_name="delta-mirror-checkpoint")
 

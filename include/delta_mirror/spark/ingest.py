@@ -442,7 +442,7 @@ def _session(master: str | None, table: str) -> Any:
         from pyspark.sql import SparkSession
 
         return SparkSession.builder.appName(f"delta-mirror-ingest-{table}").getOrCreate()
-    from delta_mirror.spark_session import get_spark
+    from delta_mirror.spark.session import get_spark
 
     return get_spark(master, app_name=f"delta-mirror-ingest-{table}")
 

@@ -181,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--master", default=None)
     args = parser.parse_args(argv)
 
-    from delta_mirror.spark_session import get_spark
+    from delta_mirror.spark.session import get_spark
 
     spark = get_spark(args.master, app_name="delta-mirror-pipeline")
     result = run_pipeline(

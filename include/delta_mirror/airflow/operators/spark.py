@@ -113,7 +113,7 @@ class DeltaMirrorSparkIngestOperator(DeltaMirrorTableOperator):
     @translated
     def run(self, context: Any) -> dict[str, Any]:
         from delta_mirror.spark.ingest import ingest
-        from delta_mirror.spark_session import get_spark
+        from delta_mirror.spark.session import get_spark
 
         app_id, app_version = run_txn(self, context)
         conf: dict[str, Any] = self.spark_conf or {}
@@ -213,7 +213,7 @@ class DeltaMirrorSparkPipelineOperator(DeltaMirrorTableOperator):
     def run(self, context: Any) -> dict[str, Any]:
         from delta_mirror.errors import TableNotFoundError
         from delta_mirror.spark.pipeline import DEFAULT_DELETE_WHERE, STEPS, run_pipeline
-        from delta_mirror.spark_session import AuthorityConfig, get_spark, governed
+        from delta_mirror.spark.session import AuthorityConfig, get_spark, governed
         from delta_mirror.storage import local_path, normalize_location
 
         url, token = self.hook.commit_service(self.commit_conn_id)
@@ -235,7 +235,7 @@ class DeltaMirrorSparkPipelineOperator(DeltaMirrorTableOperator):
         if folder is not None:
             spark_location = str(folder)  # Spark's own spelling (file:/...), not file:///
         else:
-            from delta_mirror.s3a import configure_s3a
+            from delta_mirror.spark.s3a import configure_s3a
 
             spark_location = configure_s3a(spark, location, self.hook.storage_options)
         app_id, run_version = run_txn(self, context)

@@ -191,7 +191,7 @@ def _spark_fallback(
         if importlib.util.find_spec("pyspark") is None:
             return  # Spark is not installed: the limitations stay, naming it
         try:
-            from delta_mirror.spark_session import get_spark
+            from delta_mirror.spark.session import get_spark
 
             options = ReadOptions(options.storage_options, get_spark(), options.checkpoints)
         except Exception:

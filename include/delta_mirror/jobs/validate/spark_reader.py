@@ -13,7 +13,7 @@ is compared with the store's:
   when every active file exists and has stats.
 
 Local (``file://``) and S3 (``s3://``, read as ``s3a://`` with the table's storage options set on
-the session for its bucket, ``delta_mirror.s3a``) tables.
+the session for its bucket, ``delta_mirror.spark.s3a``) tables.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def spark_check(
     ``AWS_*`` environment fills in what is missing).
     """
     if spark is None:
-        from delta_mirror.spark_session import get_spark
+        from delta_mirror.spark.session import get_spark
 
         spark = get_spark()
     view = _SparkView(spark, table, storage_options)
@@ -104,7 +104,7 @@ class _SparkView:
             self.path = str(folder)
             self.root = self.path.rstrip("/") + "/"
         elif urlparse(uri).scheme in S3_SCHEMES:
-            from delta_mirror.s3a import configure_s3a
+            from delta_mirror.spark.s3a import configure_s3a
 
             self.path = configure_s3a(spark, uri, self.options)
             self.root = self.path + "/"
@@ -113,7 +113,7 @@ class _SparkView:
         self.exists = _exists_check(uri, self.options) if folder is None else _local_exists(folder)
 
     def text_of(self, exc: BaseException) -> str:
-        from delta_mirror.s3a import redact
+        from delta_mirror.spark.s3a import redact
 
         return redact(first_line(exc, 500, joined=True), self.options)
 
