@@ -29,7 +29,7 @@ DIST_DIR ?= dist
 # which installs a client-only `pyspark` package over the full pyspark 4.2.0 we need (README, Spark).
 SPARK_PROVIDER := apache-airflow-providers-apache-spark==6.3.4
 
-.PHONY: venv jar kernel-jar dist emulators services test lint docs demo airflow print-local-env cluster cluster-down cluster-status cluster-chaos bench bench-cluster chaos clean distclean
+.PHONY: venv jar kernel-jar dist emulators services test check lint docs demo airflow print-local-env cluster cluster-down cluster-status cluster-chaos bench bench-cluster chaos clean distclean
 
 # Re-installs only when pyproject.toml or requirements.txt changed (or the venv is new).
 # Also builds the LogStore and kernel reader jars, so `make test` and `make demo` have them.
@@ -133,6 +133,13 @@ services:
 
 test: venv emulators
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
+
+# The inner loop before every commit (docs/development.md): `lint`, then every test that needs no
+# service. tests/conftest.py marks `service` each test that needs a server, a JVM or a cluster
+# (PostgreSQL, MariaDB, S3, the emulators, Spark, an Airflow server, the cluster, packaging) from
+# the fixtures it requests; the rest run here, in under 3 minutes on 2 cores.
+check: lint
+	$(PY) -m pytest -q -m "not service" $(PYTEST_ARGS)
 
 # ruff (pyflakes, bugbear, complexity <= 12, SIM, RUF) and formatting; mypy --strict on the package
 # (Airflow glue included) and on the tests and benchmarks (tests/airflow and tests/spark each have a

@@ -18,6 +18,12 @@ and tests marked ``all_backends``); elsewhere they are deselected, so a suite wh
 incidental (bad CLI input, the UI, Airflow) stays on SQLite and PostgreSQL (``_runs_on_every_backend``).
 - ``table_location`` (function, parametrized local/s3): a fresh table root URI.
 - ``corpus_dir`` (session): the shared Delta corpus (``DELTA_MIRROR_CORPUS``), skipped when absent.
+
+A test that needs a server, a JVM or a cluster is marked ``service`` (and the service's own marker)
+from the fixtures it requests (``_SERVICE_MARKERS``), its store or location param, or its folder;
+``make check`` runs the rest (``-m "not service"``). A server or Spark started for a test without
+the marker (a fixture reached with ``request.getfixturevalue``, ``shared_spark()`` called directly)
+fails that test (``support.services.refuse_unmarked``), so the inner loop never starts one.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from support import services
 from support.services import PG_ENV, PgServer, S3Server, corpus_path, session_service
 from support.stores import init_store
 
@@ -96,6 +103,11 @@ _NEW_MARKERS = (
 def pytest_configure(config: pytest.Config) -> None:
     for line in _NEW_MARKERS:
         config.addinivalue_line("markers", line)
+    config.stash[_INNER_LOOP] = "not service" in str(config.getoption("markexpr", "") or "")
+
+
+#: Whether this run leaves the ``service`` tests out (``make check``).
+_INNER_LOOP = pytest.StashKey[bool]()
 
 
 def _service_marks(item: pytest.Item) -> set[str]:
@@ -156,18 +168,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(m)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_fixture_setup(fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest) -> None:
-    """A service fixture reached by a test not marked ``service`` (``request.getfixturevalue`` at run
-    time, which collection cannot see) fails that test, so ``make check`` never starts a server."""
-    if fixturedef.argname not in _SERVICE_MARKERS or _SERVICE_MARKERS[fixturedef.argname] == "corpus":
-        return
-    item = getattr(request, "_pyfuncitem", None)
-    if item is not None and item.get_closest_marker("service") is None:
-        pytest.fail(
-            f"{item.nodeid} requests the service fixture {fixturedef.argname!r} at run time: "
-            "mark it (tests/conftest.py's _SERVICE_MARKERS) so `make check` deselects it"
-        )
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """In the inner loop, ``support.services.unmarked_test`` names the running test (none there is
+    marked ``service``)."""
+    unmarked = item.config.stash.get(_INNER_LOOP, False) and item.get_closest_marker("service") is None
+    if unmarked:
+        services.unmarked_test.append(item.nodeid)
+    try:
+        return (yield)
+    finally:
+        if unmarked:
+            services.unmarked_test.clear()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -176,7 +188,7 @@ def pytest_fixture_setup(fixturedef: pytest.FixtureDef[object], request: pytest.
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
-    yield from session_service(PgServer.from_env_or_start, PgServer.stop_and_remove)
+    yield from session_service(PgServer.from_env_or_start, PgServer.stop_and_remove, "PostgreSQL")
 
 
 @pytest.fixture(scope="session")
@@ -208,7 +220,7 @@ def pg_store_url(pg_server: PgServer) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def s3() -> Iterator[S3Server]:
-    yield from session_service(S3Server, S3Server.stop)
+    yield from session_service(S3Server, S3Server.stop, "the S3 server")
 
 
 @pytest.fixture
@@ -233,7 +245,7 @@ def mariadb_server() -> Iterator[object]:
     """The throwaway MariaDB server (``support.mariadb``), or ``DELTA_MIRROR_TEST_MYSQL``'s."""
     from support.mariadb import MariaDbServer
 
-    yield from session_service(MariaDbServer.from_env_or_start, MariaDbServer.stop_and_remove)
+    yield from session_service(MariaDbServer.from_env_or_start, MariaDbServer.stop_and_remove, "MariaDB")
 
 
 @pytest.fixture

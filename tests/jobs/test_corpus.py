@@ -528,6 +528,7 @@ PARAMS = [pytest.param(r, id=r["path"], marks=[pytest.mark.corpus]) for r in ROW
 ALL_PARAMS = [pytest.param(r, id=r["path"], marks=[pytest.mark.corpus]) for r in ROWS]
 
 
+@pytest.mark.spark  # the local pass reads with Delta-Spark (and delta-kernel-java) too
 @pytest.mark.parametrize("row", ALL_PARAMS)
 def test_corpus_table_on_sqlite_and_local_folder(
     row: dict[str, str], corpus_dir: Path, tmp_path: Path, record_property: Any

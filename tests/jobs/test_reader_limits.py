@@ -281,6 +281,7 @@ def test_auto_without_spark_keeps_the_limitation(
     assert [lim.version for lim in report.limitations] == [1] and report.fallbacks == []
 
 
+@pytest.mark.spark
 def test_auto_reads_with_spark_the_versions_deltalake_cannot(
     prefixed: tuple[SqlStore, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

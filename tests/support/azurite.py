@@ -80,7 +80,7 @@ class AzuriteServer:
 
 def azurite_session() -> Iterator[AzuriteServer]:
     """The body of a session fixture: skipped without Azurite, failed under CI (``.ci/run`` installs it)."""
-    return session_service(AzuriteServer, AzuriteServer.stop)
+    return session_service(AzuriteServer, AzuriteServer.stop, "Azurite")
 
 
 __all__ = ["ACCOUNT", "ACCOUNT_KEY", "AzuriteServer", "azurite_session"]

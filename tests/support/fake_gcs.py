@@ -196,7 +196,7 @@ def fake_gcs_session() -> Iterator[FakeGcsServer]:
     """The body of a session fixture: skipped without the binary, failed under CI (``.ci/run`` installs it)."""
     from support.services import session_service
 
-    return session_service(FakeGcsServer, FakeGcsServer.stop)
+    return session_service(FakeGcsServer, FakeGcsServer.stop, "fake-gcs-server")
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ class MinioServer(S3ProtocolServer):
 
 def minio_session() -> Iterator[MinioServer]:
     """The body of a session fixture: skipped without MinIO, failed under CI (``.ci/run`` builds it)."""
-    return session_service(MinioServer, MinioServer.stop)
+    return session_service(MinioServer, MinioServer.stop, "MinIO")
 
 
 __all__ = ["MINIO_ENV", "MinioServer", "minio_session"]

@@ -37,6 +37,24 @@ PG_SERVER_OPTIONS = (
 )
 
 
+#: In a run without the ``service`` tests (``-m "not service"``, ``make check``): the test running
+#: now (tests/conftest.py sets it around each test). What starts a server or a JVM calls
+#: ``refuse_unmarked`` first. (Only there: a session fixture's failure is kept for every later test.)
+unmarked_test: list[str] = []
+
+
+def refuse_unmarked(what: str) -> None:
+    """Fail the running test of the inner loop (``make check``) when it starts ``what``: it lacks
+    the marker of what it needs, so ``-m "not service"`` did not deselect it."""
+    if unmarked_test:
+        import pytest
+
+        pytest.fail(
+            f"{unmarked_test[0]} starts {what} but is not marked `service`: request the service's "
+            "fixture or add its marker (postgres, mysql, s3, emulator, spark, airflow_server; tests/conftest.py)"
+        )
+
+
 class ServiceUnavailable(RuntimeError):
     """A service binary or external server the tests need is not there."""
 
@@ -84,9 +102,14 @@ def find_tool(env_var: str, local: Path, name: str) -> str | None:
 _Service = TypeVar("_Service")
 
 
-def session_service(start: Callable[[], _Service], stop: Callable[[_Service], None]) -> Iterator[_Service]:
+def session_service(
+    start: Callable[[], _Service], stop: Callable[[_Service], None], name: str | None = None
+) -> Iterator[_Service]:
     """The body of a session fixture: the service from ``start()``, stopped at the end; skipped when
-    it is unavailable here, failed under CI (``.ci/run`` installs every service)."""
+    it is unavailable here, failed under CI (``.ci/run`` installs every service). A server given
+    its ``name`` is refused to a test not marked ``service`` in the inner loop (``refuse_unmarked``)."""
+    if name is not None:
+        refuse_unmarked(name)
     missing: str | None = None
     try:
         server = start()

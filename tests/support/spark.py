@@ -22,6 +22,7 @@ from delta_mirror.spark.session import (
     get_spark,
     logstore_jar,
 )
+from support.services import refuse_unmarked
 
 # one partition: the test tables are tiny and the machine has 2 cores
 TEST_CONF = {"spark.databricks.delta.snapshotPartitions": "1", "spark.sql.shuffle.partitions": "1"}
@@ -37,6 +38,7 @@ def logstore_built() -> bool:
 
 def shared_spark() -> Any:
     """The process's SparkSession for tests (created on first call)."""
+    refuse_unmarked("Spark")
     # py4j logs "Closing down clientserver connection" at interpreter exit, after pytest closed its
     # capture streams ("--- Logging error ---"); its INFO messages are noise here anyway
     logging.getLogger("py4j").setLevel(logging.WARNING)
