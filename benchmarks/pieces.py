@@ -348,8 +348,8 @@ PROFILE_PARTS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("cadence check", ("publisher.py:_checkpoint_due",)),
     ],
     "writer": [
-        ("put_if_absent (storage)", ("storage.py:put_if_absent",)),
-        ("head read-back (storage)", ("storage.py:head",)),
+        ("put_if_absent (storage)", ("obstore_store.py:put_if_absent",)),
+        ("head read-back (storage)", ("obstore_store.py:head",)),
         ("lease renewal", ("publish_lease.py:keep",)),
     ],
 }

@@ -191,7 +191,7 @@ def test_the_url_parsing_exceptions_are_still_used_so_none_outlives_its_reason()
 
 
 def test_the_delta_model_never_imports_the_storage_adapter() -> None:
-    """``delta/`` owns the ``ObjectStore`` port (``delta/object_store.py``); ``storage.py`` implements
+    """``delta/`` owns the ``ObjectStore`` port (``delta/object_store.py``); ``storage/`` implements
     it, so the dependency points from the adapter to the model."""
     modules = _modules()
     wrong = [

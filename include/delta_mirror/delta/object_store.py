@@ -1,7 +1,7 @@
 """The port the Delta model reads and writes a table root through (``ObjectStore``).
 
 It lives beside the model that uses it: ``delta/`` names what it needs from object storage, and
-``storage.py`` (local folders, S3, Azure, GCS via obstore) implements it, so the dependency points
+``storage/`` (local folders, S3, Azure, GCS via obstore) implements it, so the dependency points
 from the adapter to the model, never back (``tests/test_architecture.py`` keeps it so).
 """
 

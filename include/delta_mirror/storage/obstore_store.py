@@ -1,4 +1,5 @@
-"""Object storage behind one small interface (local folders, S3-compatible, Azure Blob, GCS).
+"""The ``ObjectStore`` port on obstore (the Rust ``object_store`` crate): local folders,
+S3-compatible, Azure Blob, GCS.
 
 Every store is rooted at a table root. Writes are confined to ``_delta_log/``: the mirror never
 touches data files (design invariant 6), and this module is where that is enforced.
@@ -23,40 +24,18 @@ from obstore import exceptions as obe
 from obstore.store import AzureStore, GCSStore, LocalStore, S3Store, from_url
 
 from delta_mirror.delta.log_path import LOG_DIR
-from delta_mirror.delta.object_store import ObjectExistsError, ObjectMeta, ObjectStore
+from delta_mirror.delta.object_store import ObjectExistsError, ObjectMeta
 from delta_mirror.errors import PermanentError, TransientError
+from delta_mirror.storage.locations import (
+    AZURE_SCHEMES,
+    GCS_SCHEMES,
+    S3_SCHEMES,
+    local_path,
+    normalize_location,
+)
+from delta_mirror.storage.options import storage_options_for
 
 TIMEOUT_ENV = "DELTA_MIRROR_STORAGE_TIMEOUT"
-S3_SCHEMES = ("s3", "s3a")
-AZURE_SCHEMES = ("az", "abfs", "abfss")
-GCS_SCHEMES = ("gs",)
-# Credentials and endpoints read from the environment, as object_store / deltalake name them
-# (docs/storage.md). AZURITE_BLOB_STORAGE_URL is read by object_store itself with
-# AZURE_STORAGE_USE_EMULATOR=true.
-AZURE_ENV = (
-    "AZURE_STORAGE_ACCOUNT_NAME",
-    "AZURE_STORAGE_ACCOUNT_KEY",
-    "AZURE_STORAGE_SAS_TOKEN",
-    "AZURE_STORAGE_TOKEN",
-    "AZURE_STORAGE_CLIENT_ID",
-    "AZURE_STORAGE_CLIENT_SECRET",
-    "AZURE_STORAGE_TENANT_ID",
-    "AZURE_CLIENT_ID",
-    "AZURE_CLIENT_SECRET",
-    "AZURE_TENANT_ID",
-    "AZURE_FEDERATED_TOKEN_FILE",
-    "AZURE_STORAGE_USE_EMULATOR",
-    "AZURE_STORAGE_ENDPOINT",
-    "AZURE_ALLOW_HTTP",
-)
-GCS_ENV = (
-    "GOOGLE_SERVICE_ACCOUNT",
-    "GOOGLE_SERVICE_ACCOUNT_PATH",
-    "GOOGLE_SERVICE_ACCOUNT_KEY",
-    "GOOGLE_APPLICATION_CREDENTIALS",
-    "GOOGLE_BASE_URL",
-    "GOOGLE_ALLOW_HTTP",
-)
 # object_store client options (not store configuration), with or without the azure_/google_ prefix.
 _CLIENT_KEYS = ("allow_http", "timeout", "connect_timeout")
 
@@ -205,104 +184,6 @@ class ObstoreStore:
             raise _translate(exc, self.uri, path) from exc
 
 
-def s3_options_from_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The usual AWS variables, as object_store / deltalake configuration keys."""
-    env = os.environ if env is None else env
-    keys = (
-        "AWS_ENDPOINT_URL",
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "AWS_REGION",
-        "AWS_DEFAULT_REGION",
-        "AWS_ALLOW_HTTP",
-    )
-    opts = {k: env[k] for k in keys if env.get(k)}
-    if "AWS_REGION" not in opts and "AWS_DEFAULT_REGION" in opts:
-        opts["AWS_REGION"] = opts["AWS_DEFAULT_REGION"]
-    opts.pop("AWS_DEFAULT_REGION", None)
-    if opts.get("AWS_ENDPOINT_URL", "").startswith("http://"):
-        opts.setdefault("AWS_ALLOW_HTTP", "true")
-    return opts
-
-
-def normalize_location(location: str) -> str:
-    """A table root as a URI: local paths become absolute ``file://`` URIs."""
-    parsed = urlparse(location)
-    if parsed.scheme in ("", "file"):
-        path = unquote(parsed.path) if parsed.scheme == "file" else location
-        return Path(path).expanduser().resolve().as_uri()
-    if parsed.scheme in (*S3_SCHEMES, *AZURE_SCHEMES, *GCS_SCHEMES):
-        if not parsed.netloc:
-            raise PermanentError(f"location '{location}' has no bucket", hint="use s3://bucket/prefix")
-        segments = [unquote(p) for p in parsed.path.split("/")]
-        if any(p in (".", "..") for p in segments) or "\\" in parsed.path or parsed.query or parsed.fragment:
-            raise PermanentError(
-                f"location '{location}' is not a plain table root ('.', '..', '\\', '?' or '#' in it)",
-                hint="use s3://bucket/path/to/table",
-            )
-        return location.rstrip("/")
-    raise PermanentError(
-        f"unsupported location scheme '{parsed.scheme}' in '{location}'",
-        hint="use a local path, file://, s3://, az://, abfss:// or gs://",
-    )
-
-
-def normalize_commit_root(root: str) -> str:
-    """A table root as a writer's file system names it (Hadoop: ``file:/x``, ``s3a://b/x``), as the store
-    keeps it: ``s3a://`` and ``s3n://`` are ``s3://``, then ``normalize_location``."""
-    for alias in ("s3a://", "s3n://"):
-        if root[: len(alias)].lower() == alias:
-            root = "s3://" + root[len(alias) :]
-    return normalize_location(root)
-
-
-def local_path(location: str) -> Path | None:
-    """The folder of a ``file://`` location, else ``None``."""
-    parsed = urlparse(location)
-    if parsed.scheme == "file":
-        return Path(unquote(parsed.path))
-    return None
-
-
-def _options_from_env(keys: tuple[str, ...], env: Mapping[str, str] | None) -> dict[str, str]:
-    env = os.environ if env is None else env
-    return {k: env[k] for k in keys if env.get(k)}
-
-
-def azure_options_from_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The ``AZURE_*`` variables of an Azure Blob location (account, key or SAS or service principal,
-    emulator, endpoint); an ``http://`` endpoint (Azurite) allows plain HTTP."""
-    opts = _options_from_env(AZURE_ENV, env)
-    if opts.get("AZURE_STORAGE_ENDPOINT", "").startswith("http://"):
-        opts.setdefault("AZURE_ALLOW_HTTP", "true")
-    return opts
-
-
-def gcs_options_from_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The ``GOOGLE_*`` variables of a GCS location (service account file or key, application
-    default credentials, base URL); an ``http://`` base URL (an emulator) allows plain HTTP."""
-    opts = _options_from_env(GCS_ENV, env)
-    if opts.get("GOOGLE_BASE_URL", "").startswith("http://"):
-        opts.setdefault("GOOGLE_ALLOW_HTTP", "true")
-    return opts
-
-
-def storage_options_for(location: str, options: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Options as deltalake's ``storage_options`` expects them (environment, then overrides)."""
-    opts: dict[str, str] = {}
-    scheme = urlparse(location).scheme
-    if scheme in S3_SCHEMES:
-        opts.update(s3_options_from_env())
-        opts.setdefault("AWS_REGION", "us-east-1")
-    elif scheme in AZURE_SCHEMES:
-        opts.update(azure_options_from_env())
-    elif scheme in GCS_SCHEMES:
-        opts.update(gcs_options_from_env())
-    opts.update(options or {})
-    return opts
-
-
 def _split_client_options(opts: Mapping[str, str], prefix: str) -> tuple[dict[str, str], dict[str, Any]]:
     """(store configuration, client options): keys lower-cased as object_store parses them; a
     request timeout (30 s) as for S3, so a hung endpoint becomes a retry."""
@@ -380,17 +261,4 @@ def open_store(location: str, options: Mapping[str, str] | None = None) -> Obsto
         ) from exc
 
 
-__all__ = [
-    "ObjectExistsError",
-    "ObjectMeta",
-    "ObjectStore",
-    "ObstoreStore",
-    "azure_options_from_env",
-    "gcs_options_from_env",
-    "local_path",
-    "normalize_commit_root",
-    "normalize_location",
-    "open_store",
-    "s3_options_from_env",
-    "storage_options_for",
-]
+__all__ = ["TIMEOUT_ENV", "ObstoreStore", "open_store"]
