@@ -26,7 +26,7 @@ _MODULES = {
     "DeltaMirrorMaintenanceOperator": "operators",
     "DeltaMirrorPublishOperator": "operators",
     "DeltaMirrorReconcileOperator": "operators",
-    "DeltaMirrorSparkCheckpointOperator": "spark_operators",
+    "DeltaMirrorSparkCheckpointOperator": "operators.spark_submit",
     "DeltaMirrorSparkIngestOperator": "operators",
     "DeltaMirrorSparkPipelineOperator": "operators",
     "DeltaMirrorSyncOperator": "operators",

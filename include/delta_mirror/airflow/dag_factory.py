@@ -120,7 +120,7 @@ def _checkpoint_task(cfg: TableConfig) -> Any:
     ``local`` / ``auto``: in the worker (``auto`` starts Spark there above the file threshold)."""
     settings = cfg.checkpoint
     if settings.engine == CheckpointEngine.SPARK:
-        from delta_mirror.airflow.spark_operators import DeltaMirrorSparkCheckpointOperator
+        from delta_mirror.airflow.operators.spark_submit import DeltaMirrorSparkCheckpointOperator
 
         return DeltaMirrorSparkCheckpointOperator(
             task_id="checkpoint",

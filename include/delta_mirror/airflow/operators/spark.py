@@ -1,5 +1,5 @@
 """Operators that run Spark in the task's process: ingest files, and a Delta-Spark job whose
-commits go through the SQL authority (the spark-submit checkpoint step is ``spark_operators``)."""
+commits go through the SQL authority (the spark-submit checkpoint step is ``spark_submit``)."""
 
 from __future__ import annotations
 
