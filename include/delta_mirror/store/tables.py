@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlparse
 from sqlalchemy import Connection, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
+from delta_mirror.delta.locations import same_or_nested
 from delta_mirror.delta.protocol import now_ms
 from delta_mirror.errors import (
     CommitConflictError,
@@ -144,11 +145,9 @@ def check_location(conn: Connection, name: str, location: str) -> None:
             table=name,
             hint="use the table's root folder (the one that holds _delta_log/)",
         )
-    mine = location.rstrip("/") + "/"
     rows = conn.execute(select(dl_tables.c.name, dl_tables.c.location).where(dl_tables.c.name != name))
     for other, where in rows:
-        theirs = str(where).rstrip("/") + "/"
-        if mine.startswith(theirs) or theirs.startswith(mine):
+        if same_or_nested(location, str(where)):  # compared normalised (delta.locations.location_key)
             raise PermanentError(
                 f"location {location} overlaps table '{other}' at {where}",
                 table=name,
