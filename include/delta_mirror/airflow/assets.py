@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -124,13 +124,7 @@ class PublishedRange:
     events: int
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "first_version": self.first_version,
-            "last_version": self.last_version,
-            "checkpoint_version": self.checkpoint_version,
-            "events": self.events,
-        }
+        return asdict(self)
 
 
 def _extra_of(event: Any) -> Mapping[str, Any]:

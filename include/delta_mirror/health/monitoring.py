@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -59,12 +59,10 @@ class LagSample:
     pruned: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "sampled_at": self.sampled_at,
-            "lag_seconds": self.lag_seconds,
-            "versions_behind": self.versions_behind,
-        }
+        """The sample (``pruned`` counts what recording it removed: not part of it)."""
+        out = asdict(self)
+        del out["pruned"]
+        return out
 
 
 def record_lag_sample(

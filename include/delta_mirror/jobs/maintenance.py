@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
 from delta_mirror.delta.log_listing import list_log
@@ -39,14 +39,9 @@ class CleanupReport:
     deleted: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "table": self.table,
-            "dry_run": self.dry_run,
-            "cutoff_ms": self.cutoff_ms,
-            "kept_checkpoint": self.kept_checkpoint,
-            "files": len(self.deleted),
-            "deleted": self.deleted,
-        }
+        out = asdict(self)
+        deleted = out.pop("deleted")
+        return {**out, "files": len(deleted), "deleted": deleted}
 
 
 def _mtime_ms(meta: ObjectMeta) -> int:

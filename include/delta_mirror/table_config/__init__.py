@@ -51,11 +51,12 @@ tables:
 ```
 """
 
+from __future__ import annotations
+
 from delta_mirror.table_config.model import (
     CheckpointEngine,
     CheckpointSettings,
     ConfigError,
-    Maintenance,
     MirrorConfig,
     Notify,
     TableConfig,
@@ -67,7 +68,6 @@ __all__ = [
     "CheckpointEngine",
     "CheckpointSettings",
     "ConfigError",
-    "Maintenance",
     "MirrorConfig",
     "Notify",
     "TableConfig",

@@ -174,15 +174,3 @@ class MirrorConfig:
                 hint=f"configured tables: {', '.join(sorted(self.tables)) or 'none'}",
             )
         return self.tables[name]
-
-
-__all__ = [
-    "CheckpointEngine",
-    "CheckpointSettings",
-    "ConfigError",
-    "Maintenance",
-    "MirrorConfig",
-    "Notify",
-    "TableConfig",
-    "parse_duration",
-]
