@@ -8,6 +8,7 @@ line of JSON, ``{"error": ..., "code": ...}``.
 from __future__ import annotations
 
 import json
+import logging
 
 from delta_mirror.errors import (
     CommitConflictError,
@@ -54,6 +55,15 @@ ERROR_STATUS: tuple[tuple[type[MirrorError], int, str], ...] = (
     (MirrorError, 500, "internal"),
 )
 
+log = logging.getLogger("delta_mirror.service")
+
+#: The answer when the store cannot be used: nothing of the store (URL, user, host, port, database,
+#: file path) is in it; the service's log has the cause, with the password masked.
+UNAVAILABLE_BODY = (
+    b'{"error":"store unavailable: the commit service cannot reach its store right now'
+    b' (its log names the cause); retry later","code":"unavailable"}'
+)
+
 #: The answer to anything unexpected (a bug, a misconfigured store); the log has the details.
 INTERNAL_BODY = b'{"error":"unexpected error in the commit service (see its log)","code":"internal"}'
 
@@ -66,14 +76,20 @@ def json_body(content: object) -> bytes:
 def error_answer(exc: MirrorError) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
     """The status, the one-line JSON body and the extra headers (``Retry-After`` on 503) for ``exc``."""
     status, code = next((s, c) for kind, s, c in ERROR_STATUS if isinstance(exc, kind))
-    headers = [(b"retry-after", str(RETRY_AFTER_SECONDS).encode())] if status == 503 else []
-    return status, json_body({"error": " ".join(exc.message.split()), "code": code}), headers
+    if status == 503:
+        log.warning("store unavailable: %s", exc.message)
+        return status, UNAVAILABLE_BODY, [(b"retry-after", str(RETRY_AFTER_SECONDS).encode())]
+    if status == 500:
+        log.error("unexpected error: %s", exc.message)
+        return status, INTERNAL_BODY, []
+    return status, json_body({"error": " ".join(exc.message.split()), "code": code}), []
 
 
 __all__ = [
     "ERROR_STATUS",
     "INTERNAL_BODY",
     "RETRY_AFTER_SECONDS",
+    "UNAVAILABLE_BODY",
     "BadRequestError",
     "NotCommittedError",
     "RootNotAllowedError",

@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl
 from starlette.requests import Request
 from starlette.responses import Response
 
+from delta_mirror.delta.locations import normalize_table_root
 from delta_mirror.errors import CommitTooLargeError, MirrorError, PermanentError, TableNotFoundError
 from delta_mirror.service.auth import TokenCheck
 from delta_mirror.service.errors import (
@@ -33,7 +34,6 @@ from delta_mirror.service.errors import (
 )
 from delta_mirror.service.metrics import CONTENT_TYPE, Metrics
 from delta_mirror.service.store_threads import StoreThreads
-from delta_mirror.storage import normalize_commit_root
 from delta_mirror.store.connection_events import on_dead_connection
 from delta_mirror.store.sql_store import CommitResult, SqlStore, default_table_name
 
@@ -63,10 +63,20 @@ def internal_response() -> Response:
     return Response(INTERNAL_BODY, 500, media_type="application/json")
 
 
-@functools.lru_cache(maxsize=4096)
+#: Entries of each cache keyed by what a client sends, and the longest key remembered: the caches
+#: hold at most ``CACHE_ENTRIES * CACHE_KEY_CHARS`` characters of keys whatever the clients send
+#: (a longer query or root is parsed every time).
+CACHE_ENTRIES = 1024
+CACHE_KEY_CHARS = 2048
+
+
 def _root_of_query(query: bytes) -> str | None:
     """The ``root`` parameter of a raw query string (the last one, as Starlette's ``query_params``
-    reads it), remembered: writers send the same few query strings again and again."""
+    reads it), remembered when short: writers send the same few query strings again and again."""
+    return _root_of_short_query(query) if len(query) <= CACHE_KEY_CHARS else _parse_root(query)
+
+
+def _parse_root(query: bytes) -> str | None:
     found = None
     for key, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
         if key == "root":
@@ -74,17 +84,23 @@ def _root_of_query(query: bytes) -> str | None:
     return found
 
 
-@functools.lru_cache(maxsize=4096)
+_root_of_short_query = functools.lru_cache(maxsize=CACHE_ENTRIES)(_parse_root)
+
+
+@functools.lru_cache(maxsize=CACHE_ENTRIES)
 def _json_string(text: str) -> str:
     """``text`` as a JSON string, as ``json_body`` renders it, remembered (a few table names)."""
     return json.dumps(text, ensure_ascii=False)
 
 
-@functools.lru_cache(maxsize=4096)
 def _normalized_root(raw: str) -> str:
-    """``normalize_commit_root``, remembered: resolving a local root stats every folder of its path,
-    and this runs on the event loop for every request (writers commit to a few roots, again and again)."""
-    return normalize_commit_root(raw)
+    """``normalize_table_root``, remembered for short roots: resolving a local root stats every folder
+    of its path, and this runs on the event loop for every request (writers commit to a few roots,
+    again and again)."""
+    return _normalized_short_root(raw) if len(raw) <= CACHE_KEY_CHARS else normalize_table_root(raw)
+
+
+_normalized_short_root = functools.lru_cache(maxsize=CACHE_ENTRIES)(normalize_table_root)
 
 
 class CommitService:
@@ -101,7 +117,7 @@ class CommitService:
     ) -> None:
         self.store = store
         self.auth = TokenCheck(token)
-        self.allowed_roots = tuple(normalize_commit_root(r) for r in allowed_roots)
+        self.allowed_roots = tuple(normalize_table_root(r) for r in allowed_roots)
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics or Metrics()
         self.threads = StoreThreads(_store_threads(store))
@@ -138,7 +154,7 @@ class CommitService:
     @staticmethod
     def version_of(raw: str) -> int:
         """The path's version: a Delta version is a non-negative 64-bit integer (Spark's ``long``)."""
-        if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_VERSION:
+        if not (0 < len(raw) <= 19 and raw.isascii() and raw.isdigit()) or int(raw) > MAX_VERSION:
             shown = raw if len(raw) <= 40 else raw[:40] + "..."
             raise BadRequestError(
                 f"invalid version {shown!r}: a version is an integer from 0 to {MAX_VERSION}",
