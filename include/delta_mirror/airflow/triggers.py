@@ -90,16 +90,22 @@ class StoreCommitTrigger(BaseEventTrigger):
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             "delta_mirror.airflow.triggers.StoreCommitTrigger",
-            {
-                "table": self.table,
-                "store_conn_id": self.store_conn_id,
-                "poll_interval": self.poll_interval,
-                "watermark": self.watermark,
-                "coalesce_seconds": self.coalesce_seconds,
+            self._watch_kwargs(
+                coalesce_seconds=self.coalesce_seconds,
                 # only when on: a task-publishing table's trigger serializes as it did before
                 **({"publish": True, "aws_conn_id": self.aws_conn_id} if self.publish else {}),
-            },
+            ),
         )
+
+    def _watch_kwargs(self, **more: Any) -> dict[str, Any]:
+        """The serialized arguments every watch of a table's versions has, then ``more``."""
+        return {
+            "table": self.table,
+            "store_conn_id": self.store_conn_id,
+            "poll_interval": self.poll_interval,
+            "watermark": self.watermark,
+            **more,
+        }
 
     def shared_stream_key(self) -> Hashable:
         """Triggers of one store connection and poll interval share one poll loop in a triggerer."""
@@ -262,15 +268,7 @@ class PublishedVersionsTrigger(StoreCommitTrigger):
         super().__init__(table, store_conn_id, poll_interval, watermark)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            "delta_mirror.airflow.triggers.PublishedVersionsTrigger",
-            {
-                "table": self.table,
-                "store_conn_id": self.store_conn_id,
-                "poll_interval": self.poll_interval,
-                "watermark": self.watermark,
-            },
-        )
+        return ("delta_mirror.airflow.triggers.PublishedVersionsTrigger", self._watch_kwargs())
 
     async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
         latest = _Latest(self.table)
