@@ -7,7 +7,7 @@ then each commit's actions applied in order (one commit costs O(its actions), no
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
@@ -426,28 +426,24 @@ class ReaderCheck:
         }
         expected = self._store_view(state, schema)
         if found != expected:
-            missing = sorted(expected.keys() - found.keys())
-            extra = sorted(found.keys() - expected.keys())
-            changed = sorted(p for p in expected.keys() & found.keys() if expected[p] != found[p])
-            parts = [f"deltalake sees {len(found)} active files, the store {len(expected)}"]
-            if missing:
-                parts.append(f"{len(missing)} missing from the reader (e.g. {missing[0]})")
-            if extra:
-                parts.append(f"{len(extra)} not in the store (e.g. {extra[0]})")
-            if changed:
-                p = changed[0]
 
-                def show(entry: tuple[Any, ...]) -> str:
-                    values = ", ".join(
-                        f"{c}={v}" for c, v in zip(schema.partition_columns, entry[1], strict=True)
-                    )
-                    return f"size {entry[0]}" + (f", {values}" if values else "")
-
-                parts.append(
-                    f"{len(changed)} with a different size or partition values (e.g. {p}: store "
-                    f"{show(expected[p])}; deltalake {show(found[p])})"
+            def show(entry: tuple[Any, ...]) -> str:
+                values = ", ".join(
+                    f"{c}={v}" for c, v in zip(schema.partition_columns, entry[1], strict=True)
                 )
-            self._report("reader_files", version, f"{at}: " + "; ".join(parts), _FILES_HINT)
+                return f"size {entry[0]}" + (f", {values}" if values else "")
+
+            parts = _differences(
+                expected,
+                found,
+                *_FILES_ON_ONE_SIDE,
+                lambda n, p: (
+                    f"{n} with a different size or partition values (e.g. {p}: store "
+                    f"{show(expected[p])}; deltalake {show(found[p])})"
+                ),
+            )
+            head = f"deltalake sees {len(found)} active files, the store {len(expected)}"
+            self._report("reader_files", version, f"{at}: " + "; ".join([head, *parts]), _FILES_HINT)
         self._compare_deletion_vectors(dt, version, state, at)
 
     def _compare_deletion_vectors(self, dt: Any, version: int, state: StoreState, at: str) -> None:
@@ -486,21 +482,47 @@ class ReaderCheck:
         )
         found = {self._rel(p): counts.get(i, 0) for i, p in enumerate(dvs.column("filepath").to_pylist())}
         if found != expected:
-            lost = sorted(expected.keys() - found.keys())
-            gained = sorted(found.keys() - expected.keys())
-            changed = sorted(p for p in expected.keys() & found.keys() if expected[p] != found[p])
-            parts = [f"{at}: deletion vectors differ"]
-            if lost:
-                parts.append(f"{len(lost)} files have one only in the store (e.g. {lost[0]})")
-            if gained:
-                parts.append(f"{len(gained)} only in deltalake (e.g. {gained[0]})")
-            if changed:
-                p = changed[0]
-                parts.append(
-                    f"{len(changed)} delete a different number of rows (e.g. {p}: store cardinality "
+            parts = _differences(
+                expected,
+                found,
+                *_DVS_ON_ONE_SIDE,
+                lambda n, p: (
+                    f"{n} delete a different number of rows (e.g. {p}: store cardinality "
                     f"{expected[p]}, deltalake {found[p]} deleted rows)"
-                )
-            self._report("reader_files", version, "; ".join(parts), _FILES_HINT)
+                ),
+            )
+            self._report(
+                "reader_files", version, "; ".join([f"{at}: deletion vectors differ", *parts]), _FILES_HINT
+            )
+
+
+# What only the store (first) or only deltalake (second) has: ``{n}`` of them, e.g. ``{first}``.
+_FILES_ON_ONE_SIDE = ("{n} missing from the reader (e.g. {first})", "{n} not in the store (e.g. {first})")
+_DVS_ON_ONE_SIDE = (
+    "{n} files have one only in the store (e.g. {first})",
+    "{n} only in deltalake (e.g. {first})",
+)
+
+
+def _differences(
+    expected: Mapping[str, Any],
+    found: Mapping[str, Any],
+    only_expected: str,
+    only_found: str,
+    changed: Callable[[int, str], str],
+) -> list[str]:
+    """What deltalake's view (``found``) and the store's disagree on, a line each: the keys only one
+    side has (``only_*``), and the keys both have with different values (``changed(n, first)``)."""
+    lines = [
+        text.format(n=len(keys), first=keys[0])
+        for keys, text in (
+            (sorted(expected.keys() - found.keys()), only_expected),
+            (sorted(found.keys() - expected.keys()), only_found),
+        )
+        if keys
+    ]
+    differing = sorted(p for p in expected.keys() & found.keys() if expected[p] != found[p])
+    return [*lines, changed(len(differing), differing[0])] if differing else lines
 
 
 # -----------------------------------------------------------------------------------------------
