@@ -74,23 +74,21 @@ def _field_diffs(ef: dict[str, Any], ff: dict[str, Any], path: str) -> list[str]
     return out
 
 
+def _null_flag_diffs(expected: dict[str, Any], found: dict[str, Any], key: str, where: str) -> list[str]:
+    """An array's ``containsNull`` or a map's ``valueContainsNull`` (true when absent), if they differ."""
+    if bool(expected.get(key, True)) == bool(found.get(key, True)):
+        return []
+    return [f"{where or '(root)'}: {key} {expected.get(key)} vs {found.get(key)}"]
+
+
 def _array_diffs(expected: dict[str, Any], found: dict[str, Any], where: str) -> list[str]:
-    out: list[str] = []
-    if bool(expected.get("containsNull", True)) != bool(found.get("containsNull", True)):
-        out.append(
-            f"{where or '(root)'}: containsNull {expected.get('containsNull')} vs {found.get('containsNull')}"
-        )
+    out = _null_flag_diffs(expected, found, "containsNull", where)
     out.extend(schema_diffs(expected.get("elementType"), found.get("elementType"), f"{where}[]"))
     return out
 
 
 def _map_diffs(expected: dict[str, Any], found: dict[str, Any], where: str) -> list[str]:
-    out: list[str] = []
-    if bool(expected.get("valueContainsNull", True)) != bool(found.get("valueContainsNull", True)):
-        out.append(
-            f"{where or '(root)'}: valueContainsNull {expected.get('valueContainsNull')} vs "
-            f"{found.get('valueContainsNull')}"
-        )
+    out = _null_flag_diffs(expected, found, "valueContainsNull", where)
     out.extend(schema_diffs(expected.get("keyType"), found.get("keyType"), f"{where}.key"))
     out.extend(schema_diffs(expected.get("valueType"), found.get("valueType"), f"{where}.value"))
     return out
