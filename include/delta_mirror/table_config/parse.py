@@ -98,18 +98,12 @@ def _maintenance(raw: Any, base: Maintenance, where: str) -> Maintenance:
         raise ConfigError(f"{where}: maintenance must be a mapping")
     values: dict[str, Any] = {}
     for key, val in raw.items():
-        if key == "dry_run":
-            if not isinstance(val, bool):
-                raise ConfigError(f"{where}.dry_run: expected true or false")
-            values[key] = val
-        elif key == "log_retention":
-            values[key] = parse_duration(val, f"{where}.log_retention")
-        elif key == "schedule":
-            values[key] = _schedule(val, f"{where}.schedule", allow_event=False)
-        else:
+        check = _MAINTENANCE_KEYS.get(key)
+        if check is None:
             raise ConfigError(
-                f"{where}: unknown maintenance key '{key}'", hint="allowed: dry_run, log_retention, schedule"
+                f"{where}: unknown maintenance key '{key}'", hint="allowed: " + ", ".join(_MAINTENANCE_KEYS)
             )
+        values[key] = check(val, f"{where}.{key}")
     return replace(base, **values)
 
 
@@ -182,6 +176,14 @@ def _flag(val: Any, at: str) -> bool:
     if not isinstance(val, bool):
         raise ConfigError(f"{at}: expected true or false, got {val!r}")
     return val
+
+
+#: How each ``maintenance`` key is checked and converted.
+_MAINTENANCE_KEYS: dict[str, Callable[[Any, str], Any]] = {
+    "dry_run": _flag,
+    "log_retention": parse_duration,
+    "schedule": lambda val, at: _schedule(val, at, allow_event=False),
+}
 
 
 def _one_of(
