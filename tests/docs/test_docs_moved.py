@@ -35,6 +35,17 @@ REVISED = {
     "the airflow extra brings the SMTP provider only since the lean extras (issue 37 item 3)",
     "holds one thin file; everything is built by delta_mirror.airflow.dag_factory": "airflow.md: the "
     "same sentence, reflowed around the extras' change",
+    # issue 38 item 5: modules placed by tier; the pages name the new paths
+    "cli/  commit_service.py  spark/": "how-it-works.md: the commit service is the service/ package",
+    "- **Object storage** (storage.py)": "how-it-works.md: storage.py is the storage/ package",
+    "delta_mirror.airflow.spark_operators)": "airflow.md: the Spark checkpoint operator is "
+    "delta_mirror.airflow.operators.spark_submit",
+    "from delta_mirror.spark_session import": "spark.md: spark_session.py is spark/session.py",
+    "(EXTRA_EXCLUDES in spark_session.py)": "spark.md: spark_session.py is spark/session.py",
+    "From Python: get_spark(authority=AuthorityConfig(url, roots))": "writing-from-spark.md: "
+    "spark_session.py is spark/session.py",
+    "costs 0.050 ms instead of 0.073); SQLite": "benchmarks.md: commit_http.py, which these figures "
+    "name, was retired (issue 38 item 1); the figures are unchanged",
 }
 
 
