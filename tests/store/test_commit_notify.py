@@ -78,7 +78,7 @@ def test_every_native_version_is_announced_once_on_the_transaction_and_the_one_s
     pg_store.commit("t", [remove("a.parquet"), add("m.parquet")])  # a remove: COMMIT
     assert fast_commits == [tid, tid]
     assert listener.heard() == [tid, tid]
-    pg_store._native_tables.clear()  # forgotten: the transaction path again
+    pg_store._tables.clear()  # forgotten: the transaction path again
     pg_store.commit("t", [add("d.parquet")])
     assert fast_commits == [tid, tid]
     assert listener.heard() == [tid]
@@ -136,7 +136,7 @@ def test_the_flag_ends_with_the_commit_and_the_connections_next_transaction_noti
         assert conn.exec_driver_sql("SELECT pg_backend_pid()").scalar() == pid
         assert conn.exec_driver_sql(flag).scalar() in ("", None)
     assert len(listener.heard()) == 1
-    pg_store._native_tables.clear()
+    pg_store._tables.clear()
     pg_store.commit("t", [add("c.parquet")])  # the transaction path on that connection: the trigger
     assert len(listener.heard()) == 1
 
@@ -221,7 +221,15 @@ def test_migration_0007_upgrades_and_downgrades_the_trigger_function(pg_store_ur
 
 
 def test_the_commits_notify_on_the_channel_the_watchers_listen_to() -> None:
-    assert pg_exec.CHANNEL == CHANNEL
+    """One constant; the triggers of migrations 0004 and 0007 spell it as a literal (history)."""
+    from pathlib import Path
+
+    from delta_mirror.store import schema
+
+    assert pg_exec.CHANNEL == CHANNEL == schema.COMMIT_CHANNEL
+    versions = Path(schema.__file__).parent / "migrations" / "versions"
+    for migration in ("0004_commit_watch.py", "0007_notify_after_commit.py"):
+        assert f"pg_notify('{CHANNEL}'" in (versions / migration).read_text()
 
 
 def test_a_notify_that_fails_after_the_commit_is_logged_not_raised(

@@ -113,7 +113,7 @@ def test_a_commit_on_a_fresh_store_takes_the_transaction_path(pg_store: SqlStore
     """The figures the one-statement path is measured against (a store that never saw the table)."""
     pg_store.create_table("t", location)
     pg_store.commit("t", [protocol(), metadata(), add("a.parquet"), add("b.parquet")])
-    pg_store._native_tables.clear()
+    pg_store._tables.clear()
     trips = RoundTrips(pg_store)
     assert trips.of(lambda: pg_store.commit("t", [remove("a.parquet"), add("m.parquet")])) > 5
 
@@ -230,7 +230,7 @@ def test_a_commit_whose_connection_dies_under_it_is_sent_once_more(
     kill_pooled()
     assert not pg_store.commit_verbatim(root, 1, spark_file(add("c.parquet"))).existing
     kill_pooled()
-    pg_store._native_tables.clear()  # the transaction path: its first statement finds it dead
+    pg_store._tables.clear()  # the transaction path: its first statement finds it dead
     assert pg_store.commit("t", [add("c.parquet")]) == 2
     assert pg_store.latest_version(pg_store.get_table("t").id) == 2
     assert {f.path for f in pg_store.active_files(pg_store.get_table("t").id, 2)} == {

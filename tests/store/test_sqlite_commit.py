@@ -126,7 +126,7 @@ def test_a_merge_on_a_fresh_store_takes_the_transaction_path(sqlite_store: SqlSt
     """What the short transaction is measured against: a store that never saw the table reads it."""
     sqlite_store.create_table("t", location)
     sqlite_store.commit("t", [protocol(), metadata(), add("a.parquet"), add("b.parquet")])
-    sqlite_store._native_tables.clear()
+    sqlite_store._tables.clear()
     seen = Statements(sqlite_store)
     statements = seen.of(lambda: sqlite_store.commit("t", [remove("a.parquet"), add("m.parquet")]))
     assert len(statements) > len(short_transaction(COMMIT_KINDS["remove (MERGE)"]))
@@ -256,7 +256,7 @@ def test_8_writers_racing_merges_in_the_short_transaction_get_one_winner_per_ver
     def writer(w: int, barrier: threading.Barrier) -> list[tuple[str, bool]]:
         outcomes = []
         with closing(SqlStore(sqlite_url)) as s:
-            s._verbatim_tables[location] = s.table_at(location)
+            s._tables.remember_root(s.table_at(location))
             short = s._commit_verbatim_fast
             claimed: list[bool] = []  # per round: whether each short transaction claimed the version
 

@@ -11,11 +11,11 @@ Invariants kept here:
 The Delta rules a commit obeys are ``delta/commit_rules.py``; :func:`check_commit_rules`
 reads from the store what they need and applies them, for this path and the verbatim one alike.
 
-On PostgreSQL a commit to a table this store committed to before takes one statement
-(``_commit_fast``, ``store/pg_commit.py``; on SQLite one short transaction,
-``store/sqlite_commit.py``): what the rules and the first ``commitInfo`` read from
-the store is remembered per table as of its latest version, and the statement claims only while
-that is still the latest version; anything else takes the transaction path.
+A commit to a table this store committed to before is prepared from what the store remembers of
+it (``commit_writer.TableCache``: what the rules and the first ``commitInfo`` read, as of its
+latest version) and handed to the database's writer (``commit_writer``: one statement on
+PostgreSQL, one short transaction on SQLite), which claims it only under the claim rule; anything
+else takes the transaction path.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, func, select, update
@@ -34,14 +33,21 @@ from delta_mirror.delta.actions import Action, canonical_line, render_commit
 from delta_mirror.delta.protocol import now_ms
 from delta_mirror.errors import (
     CommitConflictError,
-    DataError,
     MirrorError,
     PermanentError,
     TableNotFoundError,
     TransientError,
 )
-from delta_mirror.store import db, pg_commit, sqlite_commit
+from delta_mirror.store import db, pg_commit
 from delta_mirror.store.base import version_taken
+from delta_mirror.store.commit_writer import (
+    CommitWriter,
+    KnownTable,
+    PreparedCommit,
+    TableCache,
+    once_more_if_dead,
+    refuse_version,
+)
 from delta_mirror.store.log_rows import (
     active_keys,
     check_commit_size,
@@ -95,39 +101,13 @@ def check_rules_as_known(
     )
 
 
-@dataclass(frozen=True)
-class KnownTable:
-    """What a native commit reads from the store, as of the table's version ``latest``: it holds
-    while ``latest`` is the latest version (versions are never rewritten), which the one-statement
-    commit verifies. ``ict``: the greatest in-commit timestamp so far; ``ict_known`` False when this
-    store never read it (a commit that needs it takes the transaction path)."""
-
-    table: TableInfo
-    latest: int | None
-    metadata: Mapping[str, Any]
-    ict: int | None
-    ict_known: bool
-
-    def after(self, version: int, metadata: Mapping[str, Any], ict: Any) -> KnownTable:
-        """The same facts once ``version`` (with this metaData and in-commit timestamp) is committed."""
-        if ict is None:
-            return KnownTable(self.table, version, metadata, self.ict, self.ict_known)
-        if type(ict) is not int:
-            return KnownTable(self.table, version, metadata, None, False)
-        return KnownTable(self.table, version, metadata, max(ict, self.ict or ict), self.ict_known)
-
-
-# Tables remembered by ``SqlStore.commit`` (forgotten all at once past this many).
-_KNOWN_TABLES = 4096
-
-
 class Commits(Tables):
     """Native commits and imported versions."""
 
-    # Set by ``SqlStore.__init__``: per table name what its commits read from the store (a hint the
-    # one-statement commit verifies) and per table id the protocol last seen in force.
-    _native_tables: dict[str, KnownTable]
-    _protocols: dict[int, pg_commit.Protocol]
+    # Set by ``SqlStore.__init__``: the one cache of what tables look like (a hint the claim
+    # re-checks) and the database's writer.
+    _tables: TableCache
+    _writer: CommitWriter
 
     def commit(
         self,
@@ -147,28 +127,27 @@ class Commits(Tables):
         on MySQL a deadlock victim among the racers is one more lost race).
         ``location`` creates the table there when it does not exist, in the same transaction.
 
-        On PostgreSQL a commit to a table this store committed to before is one statement
-        (``_commit_fast``; on SQLite one short transaction); the rest, or what that statement finds
-        changed, takes one transaction. A commit whose pooled connection turns out dead before
-        anything could be committed is tried once more on a fresh one.
+        A commit to a table this store committed to before goes to the database's writer
+        (``_commit_fast``: one statement on PostgreSQL, one short transaction on SQLite); the rest,
+        or what the writer finds changed, takes one transaction. A commit whose pooled connection
+        turns out dead before anything could be committed is tried once more on a fresh one.
         """
         check_table_name(name)
         check_commit_size(name, expected_version, len(actions), 0)
         attempts = 1 if expected_version is not None else _NEXT_VERSION_ATTEMPTS
         for attempt in range(1, attempts + 1):
             try:
-                if self.engine.dialect.name in ("postgresql", "sqlite"):
-                    done = self._commit_fast(name, actions, expected_version, operation, location)
-                    if done is not None:
-                        return done
+                done = self._commit_fast(name, actions, expected_version, operation, location)
+                if done is not None:
+                    return done
                 return self._commit_in_transaction(name, actions, expected_version, operation, location)
             except CommitConflictError:
-                self._native_tables.pop(name, None)
+                self._tables.by_name.pop(name, None)
                 if attempt >= attempts:
                     raise
             except TransientError as exc:
                 # a deadlock victim (MySQL's racing inserters of one version): nothing was written
-                self._native_tables.pop(name, None)
+                self._tables.by_name.pop(name, None)
                 if attempt >= attempts or not db.lost_a_race(exc):
                     raise
         raise AssertionError("unreachable")
@@ -184,12 +163,10 @@ class Commits(Tables):
         """``_commit_once``, tried once more when the connection was found dead inside the
         transaction (before its COMMIT: nothing of it can have been committed)."""
         reached_commit: list[bool] = []
-        try:
-            return self._commit_once(name, actions, expected_version, operation, location, reached_commit)
-        except TransientError as exc:
-            if reached_commit or not db.dead_connection(exc):
-                raise
-        return self._commit_once(name, actions, expected_version, operation, location, [])
+        return once_more_if_dead(
+            lambda: self._commit_once(name, actions, expected_version, operation, location, reached_commit),
+            retry=lambda: not reached_commit,
+        )
 
     def _commit_fast(
         self,
@@ -199,11 +176,11 @@ class Commits(Tables):
         operation: str | None,
         location: str | None,
     ) -> int | None:
-        """The commit in one statement (``pg_commit.statement``), from what this store remembers of
-        the table (``KnownTable``); the statement claims only while the table's latest version is
+        """The commit prepared from what this store remembers of the table (``KnownTable``) and
+        handed to the database's writer, which claims only while the table's latest version is
         still the remembered one, so everything remembered still holds. None (nothing written):
         take the transaction path, which decides any refusal in its usual order."""
-        known = self._native_tables.get(name)
+        known = self._tables.by_name.get(name)
         if known is None or known.table.state == TableState.HALTED:
             return None
         table = known.table
@@ -214,7 +191,7 @@ class Commits(Tables):
             return None
         protocol_version, previous = None, None
         if pg_commit.needs_previous_protocol(table, version, actions):
-            protocol = self._protocols.get(table.id)
+            protocol = self._tables.protocols.get(table.id)
             if protocol is None:
                 return None
             protocol_version, previous = protocol.version, protocol.body
@@ -242,87 +219,30 @@ class Commits(Tables):
         ict = ordered[0][1].get("inCommitTimestamp") if ordered[0][0] == "commitInfo" else None
         if ict is not None and type(ict) is not int:
             return None
-        sha = hashlib.sha256(data).hexdigest()
-        params = pg_commit.params(
+        prepared = PreparedCommit(
             table,
             version,
             ordered,
             lines,
-            ts=ts,
-            ict=ict,
-            size=len(data),
-            sha256=sha,
-            source=CommitSource.NATIVE,
-            protocol_version=protocol_version,
+            CommitSource.NATIVE,
+            ts,
+            ict,
+            len(data),
+            hashlib.sha256(data).hexdigest(),
+            protocol_version,
         )
-        claimed = (
-            self._run_sqlite_commit(table, version, params)
-            if self.engine.dialect.name == "sqlite"
-            else self._run_commit_statement(table, version, params)
-        )
-        if not claimed:
-            self._native_tables.pop(name, None)
+        if not self._writer.write(prepared):
+            self._tables.by_name.pop(name, None)
             if protocol_version is not None:
-                self._protocols.pop(table.id, None)
+                self._tables.protocols.pop(table.id, None)
             return None
-        self._remember(name, known.after(version, metadata, ict), pg_commit.protocol_of(ordered, version))
+        self._remember(known.after(version, metadata, ict), pg_commit.protocol_of(ordered, version))
         return version
 
-    def _run_commit_statement(self, table: TableInfo, version: int, params: dict[str, Any]) -> bool:
-        """Run ``pg_commit.run``; whether it claimed ``version``. A connection found dead may
-        have died before the statement or after it committed: the same statement is sent once more
-        on a fresh connection (a first one that landed, or still runs on a lost connection, makes it
-        claim nothing or lose on the primary key), then the version's row tells which."""
-        action = f"committing to table '{table.name}'"
-        for attempt in (1, 2):
-            try:
-                with db.translated(self.url, action):
-                    try:
-                        claimed = pg_commit.run(self.engine, params)
-                    except IntegrityError as exc:  # here, not in ``translated``: a lost race
-                        if not db.is_unique_violation(exc):
-                            raise
-                        if attempt == 1:
-                            raise version_taken(table.name, version) from None
-                        claimed = False
-                return claimed or (attempt == 2 and self._landed(table, version, params))
-            except TransientError as exc:
-                if attempt == 2 or not db.dead_connection(exc):
-                    raise
-        raise AssertionError("unreachable")
-
-    def _run_sqlite_commit(self, table: TableInfo, version: int, params: dict[str, Any]) -> bool:
-        """``sqlite_commit.run``: one short transaction (a dead process leaves none of it, so no
-        retry is needed to learn whether it landed)."""
-        with db.translated(self.url, f"committing to table '{table.name}'"):
-            try:
-                return sqlite_commit.run(self.engine, params, table.table_uuid)
-            except IntegrityError as exc:  # here, not in ``translated``: a lost race
-                if not db.is_unique_violation(exc):
-                    raise
-                raise version_taken(table.name, version) from None
-
-    def _landed(self, table: TableInfo, version: int, params: dict[str, Any]) -> bool:
-        """Whether ``version`` holds the commit ``params`` describe (its hash and commit time);
-        False when it is not committed; another writer's version is a conflict."""
-        with db.translated(self.url, "reading a commit"), self.reader.connect() as conn:
-            row = conn.execute(
-                select(dl_commits.c.sha256, dl_commits.c.committed_at).where(
-                    dl_commits.c.table_id == table.id, dl_commits.c.version == version
-                )
-            ).first()
-        if row is None:
-            return False
-        if (row.sha256, row.committed_at) == (params["sha"], params["ts"]):
-            return True
-        raise version_taken(table.name, version)
-
-    def _remember(self, name: str, known: KnownTable, protocol: pg_commit.Protocol | None) -> None:
-        if len(self._native_tables) >= _KNOWN_TABLES:
-            self._native_tables.clear()
-        self._native_tables[name] = known
+    def _remember(self, known: KnownTable, protocol: pg_commit.Protocol | None) -> None:
+        self._tables.remember(known)
         if protocol is not None:
-            self._protocols[known.table.id] = protocol
+            self._tables.protocols[known.table.id] = protocol
 
     def _commit_once(
         self,
@@ -357,7 +277,7 @@ class Commits(Tables):
                 if db.is_unique_violation(exc):
                     raise version_taken(name, expected_version) from None
                 raise
-        self._remember(name, known, protocol)
+        self._remember(known, protocol)
         return version
 
     def _commit(
@@ -373,21 +293,8 @@ class Commits(Tables):
         next_version = table.first_version if latest is None else latest + 1
         version = next_version if expected_version is None else expected_version
         refuse_if_halted(table, version)  # read in this transaction, before any other refusal
+        refuse_version(table, latest, version, CommitSource.NATIVE)
         name = table.name
-        if version < next_version:
-            raise CommitConflictError(
-                f"version {version} is already committed (latest is {latest})",
-                table=name,
-                version=version,
-                hint=f"commit as version {next_version}",
-            )
-        if version > next_version:
-            raise DataError(
-                f"version gap: the next version is {next_version}, not {version}",
-                table=name,
-                version=version,
-                hint="versions must be contiguous; omit the expected version",
-            )
         ts = claim_version(conn, table, version, CommitSource.NATIVE)
         check_commit_rules(conn, table, version, actions)
         ordered, known = self._first_commit_info(
@@ -408,7 +315,7 @@ class Commits(Tables):
             )
         )
         enqueue_json(conn, table.id, version, ts)
-        old = self._native_tables.get(name)
+        old = self._tables.by_name.get(name)
         if not known.ict_known and old is not None and old.table.id == table.id and old.latest == latest:
             known = KnownTable(table, latest, known.metadata, old.ict, old.ict_known)
         return version, known.after(version, known.metadata, ict), pg_commit.protocol_of(ordered, version)

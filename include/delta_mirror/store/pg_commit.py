@@ -30,9 +30,8 @@ from delta_mirror.store.schema import LOOKED_UP_PREDICATE, PART_COMMIT
 from delta_mirror.store.tables import TableInfo
 
 # Every row of a commit in one statement (one round trip, its own transaction on an autocommit
-# connection). ``t`` yields the table only while it is as the caller last saw it, ``v`` is its next
-# version, every removed (path, deletion vector) is active and, when ``pv`` is set, no protocol
-# newer than version ``pv`` exists; each write hangs off the claimed ``dl_commits`` row ``c`` (its
+# connection). ``t`` yields the table only under the claim rule (``commit_writer``'s docstring);
+# each write hangs off the claimed ``dl_commits`` row ``c`` (its
 # primary key decides a race). The sub-statements share one snapshot: ``e`` (the entries this
 # version ends: superseded re-adds and removes, each key once) never sees the rows ``f`` inserts.
 # ``c`` sets ``delta_mirror.notify_after_commit`` for this transaction only, before its row goes in:
@@ -40,7 +39,8 @@ from delta_mirror.store.tables import TableInfo
 # and ``run`` sends it after the commit (migration 0007 says why).
 _TABLE_AS_SEEN = """
     SELECT id FROM dl_tables
-    WHERE id = %(tid)s AND location = %(loc)s AND name = %(name)s AND first_version = %(fv)s
+    WHERE id = %(tid)s AND table_uuid = %(uuid)s AND location = %(loc)s AND name = %(name)s
+      AND first_version = %(fv)s
       AND base_checkpoint_version IS NOT DISTINCT FROM %(bcv)s::bigint AND state <> 'HALTED'
       AND COALESCE((SELECT max(version) + 1 FROM dl_commits WHERE table_id = %(tid)s), first_version)
           = %(v)s::bigint"""
@@ -167,6 +167,7 @@ def params(
     removed = commit_rules.removed_files(actions)
     return {
         "tid": table.id,
+        "uuid": table.table_uuid,
         "loc": table.location,
         "name": table.name,
         "fv": table.first_version,

@@ -23,11 +23,12 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, StatementError
 
+from delta_mirror.store.schema import COMMIT_CHANNEL
+
 log = logging.getLogger(__name__)
 
-#: ``watch.CHANNEL`` (not imported from there: every store import would load the watcher's module,
-#: ~4 ms at process start; ``tests/store/test_commit_notify.py`` checks they are equal).
-CHANNEL = "delta_mirror_commits"
+#: ``schema.COMMIT_CHANNEL``.
+CHANNEL = COMMIT_CHANNEL
 
 
 def array_literal(items: list[Any]) -> str:
@@ -60,7 +61,7 @@ def scalar(engine: Engine, sql: str, params: Mapping[str, Any], *, notify: str |
     (autocommit) on a connection of ``engine``'s pool; list parameters go as array literals.
 
     ``notify``: when that first column is true (a commit statement claimed its version), send
-    ``NOTIFY`` on ``watch.CHANNEL`` with this payload in a transaction of its own on the same
+    ``NOTIFY`` on ``schema.COMMIT_CHANNEL`` with this payload in a transaction of its own on the same
     connection, after the commit. A commit's transaction that notifies holds PostgreSQL's notify
     lock through its WAL flush, so notifying commits never share a flush; one that only notifies
     writes no WAL (migration 0007). A failed notify is logged, never raised: the commit is durable
@@ -98,7 +99,7 @@ def scalar(engine: Engine, sql: str, params: Mapping[str, Any], *, notify: str |
 
 
 def _notify(fairy: Any, cur: Any, payload: str, dialect: Any) -> None:
-    """``pg_notify(watch.CHANNEL, payload)`` as its own transaction. A failure is logged, not raised
+    """``pg_notify(COMMIT_CHANNEL, payload)`` as its own transaction. A failure is logged, not raised
     (the commit before it is durable; watchers poll); a connection it finds dead leaves the pool."""
     try:
         # never prepared: nothing to plan, and preparing would cost a round trip of its own

@@ -27,6 +27,11 @@ from sqlalchemy.dialects import mysql
 
 metadata = MetaData()
 
+#: The one channel every new version is announced on (payload: the table id): by the ``dl_commits``
+#: trigger (migrations 0004 and 0007 spell it as a literal: a migration is history), or after a
+#: one-statement commit by ``pg_exec.scalar``; ``watch.CommitWatcher`` listens on it.
+COMMIT_CHANNEL = "delta_mirror_commits"
+
 # Parts of a version's actions: the JSON commit itself, or the base snapshot an imported table
 # starts from (the actions of the source's checkpoint at that version).
 PART_COMMIT = 0

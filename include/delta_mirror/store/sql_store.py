@@ -8,14 +8,13 @@ the store unchanged; the SHA-256 and size of a version's commit bytes are record
 
 from __future__ import annotations
 
-import threading
-
 from delta_mirror.config import redact_url
 from delta_mirror.config import store_url as resolve_store_url
 from delta_mirror.delta.protocol import now_ms
 from delta_mirror.errors import PermanentError
 from delta_mirror.store import db
 from delta_mirror.store.breakers import Breakers, BreakerState
+from delta_mirror.store.commit_writer import TableCache, writer_for
 from delta_mirror.store.commits import Commits
 from delta_mirror.store.importing import Imports
 from delta_mirror.store.lag import LagHistory
@@ -47,10 +46,8 @@ class SqlStore(
         self._shared_engine = shared_engine
         self.engine = db.shared_engine(self.url) if shared_engine else db.make_engine(self.url)
         self.reader = db.reader(self.engine)
-        self._verbatim_tables = {}
-        self._native_tables = {}
-        self._protocols = {}
-        self._sqlite_writes = threading.Lock() if self.engine.dialect.name == "sqlite" else None
+        self._tables = TableCache()
+        self._writer = writer_for(self.engine, self.url)
 
     @property
     def display_url(self) -> str:

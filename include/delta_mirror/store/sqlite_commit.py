@@ -4,9 +4,7 @@ same parameters (``pg_commit.params``), for the native and the verbatim path ali
 SQLite has no data-modifying CTE, but its writers take the database's one write lock up front
 (``BEGIN IMMEDIATE``, ``db.make_engine``): everything between that and COMMIT sees no other writer,
 and a process killed in between leaves nothing (the journal rolls the transaction back). The first
-statement claims the version only while every precondition the Python rules relied on still holds
-(the table as the caller last saw it, not halted, ``v`` its next version, every removed (path,
-deletion vector) active, no protocol newer than the one the rules were checked against); otherwise
+statement claims the version only under ``commit_writer``'s claim rule; otherwise
 nothing is written and the caller takes the transaction path, which decides any refusal in its
 usual order and message. The rows then written are ``log_rows.write_actions``' (``index_changes``:
 the entries this version ends, each key once, before its adds are inserted).
@@ -67,25 +65,20 @@ _STATUS = (
 )
 
 # The parameters of ``pg_commit.params`` the claim reads.
-_CLAIMED = ("v", "ts", "ict", "n", "size", "sha", "source", "tid", "loc", "name", "fv", "bcv", "pv")
+_CLAIMED = ("v", "ts", "ict", "n", "size", "sha", "source", "tid", "uuid", "loc", "name", "fv", "bcv", "pv")
 
 #: Reached with every row of the commit written in its open transaction, before COMMIT.
 BEFORE_COMMIT = "sqlite_commit.before_commit"
 
 
-def run(engine: Engine, p: Mapping[str, Any], table_uuid: str) -> bool:
+def run(engine: Engine, p: Mapping[str, Any]) -> bool:
     """Commit ``p`` (``pg_commit.params``) in one ``BEGIN IMMEDIATE`` transaction on a connection of
     ``engine``'s pool; whether the version was claimed (False: nothing written). Errors are raised
     as SQLAlchemy raises them, for the caller to translate (a unique violation: the version was
-    taken after all).
-
-    ``table_uuid``: the remembered table's, checked too: SQLite reuses the id of a deleted newest
-    table, so a table re-created at the same root under the same name can have the remembered id,
-    and what is remembered of the old one (its protocol, metaData) must not pass for the new one's.
+    taken after all). The claim is ``commit_writer``'s claim rule.
     """
     removed = list(zip(p["r_path"], p["r_dv"], strict=True))
     claim = {key: p[key] for key in _CLAIMED}
-    claim["uuid"] = table_uuid
     claim["nr"] = len(removed)
     claim["r"] = json.dumps(removed) if removed else "[]"
     tid, v, part = p["tid"], p["v"], p["part"]

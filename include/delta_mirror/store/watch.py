@@ -28,13 +28,13 @@ from sqlalchemy import Engine, bindparam, text
 
 from delta_mirror.store import db
 from delta_mirror.store.base import CHUNK
+from delta_mirror.store.schema import COMMIT_CHANNEL
 
 log = logging.getLogger(__name__)
 
 
-#: The channel every new version is announced on (payload: the table id): by migration 0004's
-#: trigger, or after a one-statement commit by ``pg_exec.scalar`` (migration 0007).
-CHANNEL = "delta_mirror_commits"
+#: ``schema.COMMIT_CHANNEL``, the channel every new version is announced on.
+CHANNEL = COMMIT_CHANNEL
 
 # Per table, each an index lookup (never a scan of its history): the latest version (the end of the
 # dl_commits primary key), and what is published (as ``last_published_version`` computes it): the
