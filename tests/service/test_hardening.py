@@ -7,6 +7,7 @@ The connection limits (head size and time, body time, concurrency) are in test_h
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -48,7 +49,9 @@ class Raw:
             self._fill()
         head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
         lines = head.decode("latin-1").split("\r\n")
-        length = next((int(x.split(":", 1)[1]) for x in lines[1:] if x.lower().startswith("content-length:")), 0)
+        length = next(
+            (int(x.split(":", 1)[1]) for x in lines[1:] if x.lower().startswith("content-length:")), 0
+        )
         while len(self.buffer) < length:
             self._fill()
         body, self.buffer = self.buffer[:length], self.buffer[length:]
@@ -150,10 +153,8 @@ def test_an_over_limit_chunked_body_sent_while_the_writer_is_not_reading_is_413(
     chunks = b"".join(b"%x\r\n%s\r\n" % (8192, body[i : i + 8192]) for i in range(0, len(body), 8192))
     wire = Raw(service.port)
     try:
-        try:  # all of it written before a byte is read; the service may close once it answered
+        with contextlib.suppress(OSError):  # all written before a byte is read; it may close once it answered
             wire.sock.sendall(head + chunks + b"0\r\n\r\n")
-        except OSError:
-            pass
         status, answer = wire.reply()
     finally:
         wire.close()
@@ -254,7 +255,9 @@ def test_another_spelling_of_a_root_is_the_same_table(
 # -- finding 4: a store that is down names nothing of it --------------------------------------------
 
 
-def test_a_store_that_is_down_is_503_store_unavailable_naming_nothing_of_it(lake: Path, tmp_path: Path) -> None:
+def test_a_store_that_is_down_is_503_store_unavailable_naming_nothing_of_it(
+    lake: Path, tmp_path: Path
+) -> None:
     port = free_port()
     dead = f"postgresql+psycopg://mirror_user:hunter2@127.0.0.1:{port}/mirror_db"
     service = CommitService(dead, [f"file:{lake}/"], log_path=tmp_path / "serve.log").start(ready=503)
@@ -271,7 +274,15 @@ def test_a_store_that_is_down_is_503_store_unavailable_naming_nothing_of_it(lake
         assert answer.status == 503 and answer.headers["retry-after"].isdigit(), answer.body
         text = answer.body.decode()
         assert "\n" not in text
-        for secret in ("mirror_user", "hunter2", "127.0.0.1", str(port), "mirror_db", "postgresql", "psycopg"):
+        for secret in (
+            "mirror_user",
+            "hunter2",
+            "127.0.0.1",
+            str(port),
+            "mirror_db",
+            "postgresql",
+            "psycopg",
+        ):
             assert secret not in text, (secret, text)
     for answer in answers[:3]:
         assert answer.json()["code"] == "unavailable" and "store unavailable" in answer.json()["error"]
@@ -291,7 +302,9 @@ def test_400_queries_of_60_kib_leave_no_24_mb_behind(service: CommitService, lak
         def queries(n: int, size: int) -> None:
             for _ in range(n):
                 pad = uuid.uuid4().hex * (size // 32)
-                wire.sock.sendall(request("GET", f"/v1/latest?pad={pad}&root=file:{lake}/t", b"", service.token))
+                wire.sock.sendall(
+                    request("GET", f"/v1/latest?pad={pad}&root=file:{lake}/t", b"", service.token)
+                )
                 status, _ = wire.reply()
                 assert status == 404
 

@@ -47,6 +47,56 @@ ALLOW_ROOTS_ENV = "DELTA_MIRROR_COMMIT_ALLOW_ROOTS"
     metavar="HOST:PORT",
     help="Serve GET /metrics (Prometheus) on this address instead of the commit port.",
 )
+@click.option(
+    "--max-header-bytes",
+    type=click.IntRange(min=1024),
+    default=64 << 10,
+    show_default=True,
+    help="Largest request line plus headers; over it: 431 and the connection closed.",
+)
+@click.option(
+    "--timeout-headers",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Seconds to receive a request's line and headers (from connecting, for the first); then 408, closed.",
+)
+@click.option(
+    "--timeout-body",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    help="Seconds to receive a request's body after its headers; then the connection is closed.",
+)
+@click.option(
+    "--timeout-keep-alive",
+    type=click.IntRange(min=1),
+    default=75,
+    show_default=True,
+    help="Seconds an idle keep-alive connection stays open after an answer.",
+)
+@click.option(
+    "--limit-concurrency",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Connections and requests in progress at once per process; beyond it: 503.",
+)
+@click.option(
+    "--backlog",
+    type=click.IntRange(min=1),
+    default=1024,
+    show_default=True,
+    help="Connections the kernel queues before the service accepts them.",
+)
+@click.option(
+    "--ssl-certfile",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Serve HTTPS with this certificate (PEM).",
+)
+@click.option(
+    "--ssl-keyfile", type=click.Path(exists=True, dir_okay=False), help="The certificate's private key (PEM)."
+)
 @store_option
 @click.pass_obj
 def serve(
@@ -59,6 +109,14 @@ def serve(
     workers: int,
     access_log: bool,
     metrics_bind: str | None,
+    max_header_bytes: int,
+    timeout_headers: float,
+    timeout_body: float,
+    timeout_keep_alive: int,
+    limit_concurrency: int,
+    backlog: int,
+    ssl_certfile: str | None,
+    ssl_keyfile: str | None,
 ) -> None:
     """Run the commit service (docs/commit-service.md): writers POST their exact commit bytes."""
     import os
@@ -87,8 +145,9 @@ def serve(
 
         require("uvicorn", "service", "`delta-mirror serve` (the commit service)")
         require("starlette", "service", "`delta-mirror serve` (the commit service)")
+        from delta_mirror.delta.locations import normalize_table_root
+        from delta_mirror.service.guard import ConnectionLimits
         from delta_mirror.service.server import ServeOptions, parse_bind, run
-        from delta_mirror.storage import normalize_commit_root
 
         options = ServeOptions(
             host=host,
@@ -99,6 +158,14 @@ def serve(
             access_log=access_log,
             debug=ctx.debug,
             metrics_bind=parse_bind(metrics_bind) if metrics_bind is not None else None,
+            limits=ConnectionLimits(
+                max_head_bytes=max_header_bytes, head_seconds=timeout_headers, body_seconds=timeout_body
+            ),
+            limit_concurrency=limit_concurrency,
+            backlog=backlog,
+            keep_alive_seconds=timeout_keep_alive,
+            ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile,
         )
         store = ctx.store(initialised=False)
         try:
@@ -109,8 +176,8 @@ def serve(
             )
         announce = functools.partial(
             click.echo,
-            f"commit service on http://{host}:{port} for the store {store.display_url}"
-            f" (tables may be created under: {', '.join(map(normalize_commit_root, roots)) or 'no root'};"
+            f"commit service on http{'s' if ssl_certfile else ''}://{host}:{port} for the store {store.display_url}"
+            f" (tables may be created under: {', '.join(map(normalize_table_root, roots)) or 'no root'};"
             f" authentication {'on' if token else 'OFF'}"
             + (f"; {workers} worker processes" if workers > 1 else "")
             + (f"; metrics on http://{metrics_bind}/metrics" if metrics_bind else "; metrics on /metrics")

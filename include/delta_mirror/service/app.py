@@ -22,6 +22,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from delta_mirror.errors import MirrorError
+from delta_mirror.service import guard
 from delta_mirror.service.auth import TOKEN_ENV
 from delta_mirror.service.errors import json_body
 from delta_mirror.service.metrics import Metrics
@@ -133,6 +134,7 @@ def app_from_environment() -> CommitApp:
         format="%(levelname)s %(name)s: %(message)s",
     )
     metrics_dir = settings.get("metrics_dir")
+    guard.configure(guard.ConnectionLimits(**settings.get("limits", {})))
     return create_app(
         settings["store"],
         token=(os.environ.get(TOKEN_ENV) or None) if settings["auth"] else None,

@@ -9,6 +9,7 @@ them, or of the ``--metrics-bind`` listener in the parent, answers for the whole
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from delta_mirror.errors import PermanentError
+from delta_mirror.service import guard
 from delta_mirror.service.app import SERVE_SETTINGS_ENV, create_app
 from delta_mirror.service.metrics import CONTENT_TYPE, Metrics
 from delta_mirror.store.sql_store import SqlStore
@@ -29,6 +31,10 @@ from delta_mirror.store.sql_store import SqlStore
 #: Seconds an idle keep-alive connection stays open (uvicorn's default is 5: a writer committing
 #: every few seconds would reconnect for nearly every commit).
 KEEP_ALIVE_SECONDS = 75
+#: Connections (and requests in progress) at once per process; beyond it uvicorn answers 503.
+LIMIT_CONCURRENCY = 1000
+#: Connections the kernel queues before the service accepts them.
+BACKLOG = 1024
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,12 @@ class ServeOptions:
     access_log: bool = False
     debug: bool = False
     metrics_bind: tuple[str, int] | None = None
+    limits: guard.ConnectionLimits = dataclasses.field(default_factory=guard.ConnectionLimits)
+    limit_concurrency: int = LIMIT_CONCURRENCY
+    backlog: int = BACKLOG
+    keep_alive_seconds: int = KEEP_ALIVE_SECONDS
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
 
 
 def parse_bind(raw: str) -> tuple[str, int]:
@@ -130,8 +142,15 @@ def run(
         "log_level": "debug" if options.debug else "info",
         "access_log": options.access_log,
         "lifespan": "on",
-        "timeout_keep_alive": KEEP_ALIVE_SECONDS,
+        "timeout_keep_alive": options.keep_alive_seconds,
+        "limit_concurrency": options.limit_concurrency,
+        "backlog": options.backlog,
+        "h11_max_incomplete_event_size": options.limits.max_head_bytes,
+        "loop": guard.LOOP,
+        "ssl_certfile": options.ssl_certfile,
+        "ssl_keyfile": options.ssl_keyfile,
     }
+    guard.configure(options.limits)
     folder = metrics_folder(options.port) if options.workers > 1 else None
     listener: MetricsListener | None = None
     try:
@@ -161,6 +180,7 @@ def run(
                 "debug": options.debug,
                 "metrics_dir": str(folder),
                 "metrics_route": options.metrics_bind is None,
+                "limits": dataclasses.asdict(options.limits),
             }
         )
         uvicorn.run(
@@ -177,4 +197,13 @@ def run(
                 shutil.rmtree(folder)
 
 
-__all__ = ["KEEP_ALIVE_SECONDS", "MetricsListener", "ServeOptions", "metrics_folder", "parse_bind", "run"]
+__all__ = [
+    "BACKLOG",
+    "KEEP_ALIVE_SECONDS",
+    "LIMIT_CONCURRENCY",
+    "MetricsListener",
+    "ServeOptions",
+    "metrics_folder",
+    "parse_bind",
+    "run",
+]
