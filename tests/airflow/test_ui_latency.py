@@ -225,24 +225,14 @@ def _fill_store(url: str) -> None:
 def latency_server(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     import shutil
 
-    from dm_airflow_kit import config_yaml
-    from test_ui_plugin import running_airflow
+    from test_ui_plugin import fresh_folder, running_airflow, store_env
 
     root = tmp_path_factory.mktemp("ui-latency")
     url = f"sqlite:///{root / 'store.db'}"
-    shutil.rmtree(LAKE, ignore_errors=True)
-    LAKE.mkdir(parents=True)
+    fresh_folder(LAKE)
     SqlStore(url).init()
     try:
-        config = root / "delta_mirror.yaml"
-        config.write_text(
-            config_yaml({"sales": {"lag_slo": "5s"}, "customers": {}, "orders": {}}), encoding="utf-8"
-        )
-        data_env = {
-            "DELTA_MIRROR_HOME": str(root / "dm-home"),
-            "DELTA_MIRROR_STORE": url,
-            "DELTA_MIRROR_CONFIG": str(config),
-        }
+        data_env = store_env(root, url, {"sales": {"lag_slo": "5s"}, "customers": {}, "orders": {}})
         with running_airflow(root, data_env, airflow_db, SHOTS) as server:
             _fill_store(url)  # now, so that the chart's time axis is the burst's, not the start-up's
             yield server
@@ -255,6 +245,7 @@ def test_the_browser_shows_the_bursts_lag_at_its_height_and_the_failing_table(la
     import os
     import shutil
 
+    from support.browser import open_delta_mirror_page, signed_in_page
     from support.services import skip_or_fail
     from support.waiting import load_scaled
     from test_ui_plugin import CHROMIUM, CHROMIUM_ARGS
@@ -268,15 +259,8 @@ def test_the_browser_shows_the_bursts_lag_at_its_height_and_the_failing_table(la
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         try:
-            context = browser.new_context(viewport={"width": 1440, "height": 900})
-            context.add_cookies([{"name": "_token", "value": token, "url": base}])
-            page = context.new_page()
-            page.set_default_timeout(load_scaled(30) * 1000)
-            page.goto(f"{base}/")
-            page.get_by_role("link", name="Delta Mirror").click()
-            page.wait_for_url("**/plugin/delta-mirror")
-            frame = page.frame_locator("iframe")
-            frame.locator("#overview tbody tr").first.wait_for()
+            page = signed_in_page(browser, base, token)
+            frame = open_delta_mirror_page(page, base)
             orders = frame.locator("#overview tr", has=frame.locator("a", has_text="orders")).inner_text()
             assert "FAILING" in orders and "UNHEALTHY" in orders and "Not a directory" in orders
             assert "publishing failed 2 attempt(s) in a row" in orders

@@ -26,6 +26,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 from dm_airflow_kit import config_yaml, make_table
+from support.browser import open_delta_mirror_page, signed_in_page
 from support.services import skip_or_fail, stop_group
 from support.waiting import load_scaled, wait_until
 
@@ -123,6 +124,25 @@ class LocalAirflow:
         stop_group(self.proc, grace=load_scaled(30))
 
 
+def fresh_folder(path: Path) -> Path:
+    """``path`` as an empty folder (whatever a previous run left there removed)."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+def store_env(root: Path, url: str, tables: dict[str, object]) -> dict[str, str]:
+    """The table config ``tables`` written under ``root``, and the variables that point the
+    Airflow processes at it, at the store ``url`` and at a home of their own."""
+    config = root / "delta_mirror.yaml"
+    config.write_text(config_yaml(tables), encoding="utf-8")
+    return {
+        "DELTA_MIRROR_HOME": str(root / "dm-home"),
+        "DELTA_MIRROR_STORE": url,
+        "DELTA_MIRROR_CONFIG": str(config),
+    }
+
+
 @contextmanager
 def running_airflow(
     root: Path, data_env: dict[str, str], airflow_db: Path, artifacts: Path
@@ -177,17 +197,9 @@ def api_server(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     root = tmp_path_factory.mktemp("ui-plugin")
     url = f"sqlite:///{root / 'store.db'}"
     # The tables' folders are shown on the table pages: a stable path for the docs' screenshots.
-    shutil.rmtree(LAKE, ignore_errors=True)
-    LAKE.mkdir(parents=True)
-    _fill_store(url, LAKE)
-    config = root / "delta_mirror.yaml"
-    config.write_text(
-        config_yaml({"behind": {"lag_slo": "1h"}, "current": {}, "broken": {}}), encoding="utf-8"
-    )
+    _fill_store(url, fresh_folder(LAKE))
     data_env = {
-        "DELTA_MIRROR_HOME": str(root / "dm-home"),
-        "DELTA_MIRROR_STORE": url,
-        "DELTA_MIRROR_CONFIG": str(config),
+        **store_env(root, url, {"behind": {"lag_slo": "1h"}, "current": {}, "broken": {}}),
         # a task's calls to the execution API wait longer on a loaded machine (default 5 s)
         "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": str(load_scaled(30)),
     }
@@ -317,17 +329,9 @@ def test_a_headless_browser_finds_the_page_in_airflow_and_follows_its_links(api_
             response = anonymous.goto(f"{base}/delta-mirror/")
             assert response is not None and response.status == 401
 
-            context = browser.new_context(viewport={"width": 1440, "height": 900})
-            context.add_cookies([{"name": "_token", "value": token, "url": base}])
-            page = context.new_page()
-            page.set_default_timeout(load_scaled(30) * 1000)
-            page.goto(f"{base}/")
-            page.get_by_role("link", name="Delta Mirror").click()  # the nav entry
-            page.wait_for_url("**/plugin/delta-mirror")
-            frame = page.frame_locator("iframe")
-            rows = frame.locator("#overview tbody tr")
-            rows.first.wait_for()
-            assert rows.count() == 3
+            page = signed_in_page(browser, base, token)
+            frame = open_delta_mirror_page(page, base)
+            assert frame.locator("#overview tbody tr").count() == 3
             overview = frame.locator("#overview").inner_text()
             assert "HALTED" in overview and "3600 s" in overview and "0:15:00" not in overview
             page.wait_for_timeout(500)
@@ -441,10 +445,7 @@ def test_a_dag_run_triggered_in_the_ui_succeeds_on_a_non_default_port(api_server
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         try:
-            context = browser.new_context(viewport={"width": 1440, "height": 900})
-            context.add_cookies([{"name": "_token", "value": token, "url": api_server.base_url}])
-            page = context.new_page()
-            page.set_default_timeout(load_scaled(60) * 1000)
+            page = signed_in_page(browser, api_server.base_url, token, timeout=60)
             page.goto(f"{api_server.base_url}/dags/{dag}")
             page.get_by_role("button", name="Trigger Dag").click()
             dialog = page.get_by_role("dialog")
