@@ -134,6 +134,13 @@ services:
 test: venv emulators
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
 
+# The commit service's fuzz suite and slow-client soak (tests/service/test_fuzz_commit.py) for
+# DELTA_MIRROR_FUZZ_SECONDS (10 minutes by default); `make test` runs its short profile. Prints the
+# figures docs/commit-service.md ("Security") quotes.
+.PHONY: fuzz
+fuzz:
+	DELTA_MIRROR_FUZZ_SECONDS=$${DELTA_MIRROR_FUZZ_SECONDS:-600} $(PY) -m pytest -q -s tests/service/test_fuzz_commit.py $(PYTEST_ARGS)
+
 # The inner loop before every commit (docs/development.md): `lint`, then every test that needs no
 # service. tests/conftest.py marks `service` each test that needs a server, a JVM or a cluster
 # (PostgreSQL, MariaDB, S3, the emulators, Spark, an Airflow server, the cluster, packaging) from

@@ -146,6 +146,26 @@ def test_40_silent_half_sent_and_trickling_connections_are_closed_at_the_header_
     assert service.request("GET", "/health", token=None).status == 200
 
 
+def test_clients_that_pipeline_and_leave_without_reading_leave_no_traceback(service: CommitService) -> None:
+    """uvloop raises on a write to a closed connection, and uvicorn may still write the pipelined
+    answers of a client that left: one traceback per such client before the guard dropped them."""
+
+    def leave_unread() -> None:
+        for _ in range(3):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", service.port)) as s:
+                s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 2000)
+                time.sleep(0.5)
+
+    clients = [threading.Thread(target=leave_unread) for _ in range(8)]
+    for t in clients:
+        t.start()
+    for t in clients:
+        t.join()
+    time.sleep(1)
+    assert service.request("GET", "/health", token=None).status == 200
+    assert "Traceback" not in service.log() and "Exception in ASGI application" not in service.log()
+
+
 def test_a_body_that_stops_coming_is_closed_at_the_body_timeout_and_commits_nothing(
     service: CommitService, sqlite: SqlStore, tmp_path: Path
 ) -> None:

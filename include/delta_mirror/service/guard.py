@@ -159,7 +159,8 @@ class GuardedProtocol(asyncio.Protocol):
 
 class _ReadingWatch:
     """The transport as uvicorn's protocol sees it: the same object in every way, except that
-    ``pause_reading``/``resume_reading`` also tell the guard (it stops the clock meanwhile)."""
+    ``pause_reading``/``resume_reading`` also tell the guard (it stops the clock meanwhile) and a
+    write to a closed connection is dropped."""
 
     __slots__ = ("_conn", "_transport")
 
@@ -167,13 +168,20 @@ class _ReadingWatch:
         self._transport = transport
         self._conn = conn
 
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """As asyncio's transports do, a write after the connection closed is dropped: uvloop's raises,
+        and uvicorn may still write pipelined answers to a client that left before its
+        ``connection_lost`` runs (a traceback per such client, found by the fuzz suite's soak)."""
+        if not self._transport.is_closing():
+            self._transport.write(data)
+
     def pause_reading(self) -> None:
         self._conn.paused = True
         self._transport.pause_reading()
 
     def resume_reading(self) -> None:
-        self._conn.reading_resumed()
         self._transport.resume_reading()
+        self._conn.reading_resumed()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
