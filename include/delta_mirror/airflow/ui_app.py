@@ -13,9 +13,10 @@ cookie): anonymous requests get 401. What a user then sees follows the tables' o
 
 Nothing is read from the query string (Airflow's ``requires_access_dag`` takes ``?dag_id=``, which
 let a user of one DAG read every table). The overview and the health verdict cover only the
-tables the user may read; a table page the user may not read is 403, also for a name that does
-not exist unless the user may read tables without a DAG (the answer then says nothing about
-which names exist).
+tables the user may read; a table page the user may not read is the one 403 (``FORBIDDEN``), the
+same text for every name, also for a name that does not exist, unless the user may read tables
+without a DAG: then a configured table it may not read is the same 404 as an unknown name. No
+answer tells a configured name from any other.
 
 The pages' data is ``delta_mirror.health.pages`` (one ``PageStores`` for the server's life, store
 connections read through ``DeltaMirrorHook``); their HTML is ``ui_render``.
@@ -163,16 +164,39 @@ def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise HTTPException(status_code=500, detail=str(exc)) from None
 
 
+#: The one refusal of a table page, whatever the name: configured or not, in the store or not.
+FORBIDDEN = (
+    f"you may not read this table: a table needs read access to its DAG, a table without one the"
+    f" [{SECTION}] {OPTION} permission; or there is no table of that name"
+)
+
+
+def _not_found(name: str) -> HTTPException:
+    """The one 404 of a name the user may not read or that no table has (they must look the same)."""
+    return HTTPException(status_code=404, detail=f"no table named {name!r} that you may read")
+
+
 def _check(access: TableAccess, name: str) -> None:
-    """403 unless the user may read the table's own DAG (or, without one, by the setting)."""
+    """Refuse unless the user may read the table's own DAG (or, without one, by the setting).
+
+    The answer never tells a configured name from any other: a user who may not read tables
+    without a DAG gets the one 403 for every name it may not read (an unknown name included); a
+    user who may gets for a configured table it may not read the 404 of an unknown name."""
     if not _call(access.may_read, name):
-        dag_id = access.dag_id(name)
-        raise HTTPException(
-            status_code=403,
-            detail=f"you may not read the DAG {dag_id}"
-            if dag_id
-            else f"reading tables without a DAG needs the [{SECTION}] {OPTION} permission",
-        )
+        if access.dag_id(name) is not None and access.may_read_tables_without_dag():
+            raise _not_found(name)
+        raise HTTPException(status_code=403, detail=FORBIDDEN)
+
+
+def _table_data(stores: PageStores, access: TableAccess, name: str, window: str, versions: int) -> Any:
+    """``pages.table_data`` for a name the user may read; an unconfigured name the store lacks is the
+    404 of ``_not_found`` (a configured one keeps the table config's own line: its reader may know)."""
+    try:
+        return _call(pages.table_data, stores, name, window, versions)
+    except HTTPException as exc:
+        if exc.status_code == 404 and access.dag_id(name) is None:
+            raise _not_found(name) from None
+        raise
 
 
 def _error_page(exc: HTTPException) -> HTMLResponse:
@@ -197,7 +221,7 @@ def _add_table_routes(app: FastAPI, stores: PageStores) -> None:
     ) -> str | HTMLResponse:
         try:
             _check(access, name)
-            data = _call(pages.table_data, stores, name, window, versions)
+            data = _table_data(stores, access, name, window, versions)
         except HTTPException as exc:
             return _error_page(exc)
         _without_dag_links([data], access)
@@ -216,7 +240,7 @@ def _add_table_routes(app: FastAPI, stores: PageStores) -> None:
         name: str, window: str = "24h", versions: int = TABLE_VERSIONS, access: TableAccess = access_dep
     ) -> dict[str, Any]:
         _check(access, name)
-        data: dict[str, Any] = _call(pages.table_data, stores, name, window, versions)
+        data: dict[str, Any] = _table_data(stores, access, name, window, versions)
         _without_dag_links([data], access)
         return data
 
