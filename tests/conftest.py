@@ -73,6 +73,7 @@ _SERVICE_MARKERS = {
     "api_server": "airflow_server",
     "latency_server": "airflow_server",
     "fab": "airflow_server",
+    "kernel": "jvm",
 }
 
 #: The markers of tests that need a server, a JVM or a cluster: each also gets ``service``, which
@@ -84,6 +85,7 @@ _NEEDS_A_SERVICE = {
     "s3",
     "emulator",
     "spark",
+    "jvm",
     "airflow_server",
     "airflow_e2e",
     "cluster",
@@ -95,6 +97,7 @@ _SERVICE_DIRS = ("airflow_e2e", "cluster", "chaos", "packaging")
 _NEW_MARKERS = (
     "spark: needs a SparkSession (a JVM; the session's one local[2] Spark)",
     "emulator: needs a storage emulator (Azurite, fake-gcs-server, MinIO)",
+    "jvm: starts a JVM of its own (the delta-kernel-java reader)",
     "airflow_server: starts an Airflow API server (airflow standalone or api-server) for the module",
     "service: needs any server, JVM or cluster (set by tests/conftest.py); `make check` runs the rest",
 )
