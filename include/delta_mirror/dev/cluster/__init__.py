@@ -57,6 +57,7 @@ _SECRET_KEYS = (
     "AIRFLOW_API_SECRET_KEY",
     "AIRFLOW_FERNET_KEY",
     "DELTA_MIRROR_COMMIT_TOKEN",
+    "POSTGRES_SUPERUSER_PASSWORD",
 )
 _INFRA_KINDS = ("postgres", "redis", "minio", "smtp")  # stopped last, after what uses them
 _REPLICA_OPTIONS = {
@@ -176,6 +177,7 @@ class Cluster:
         path = self.root / "secrets.env"
         found: dict[str, str] = {}
         if path.exists():
+            path.chmod(0o600)  # an existing wider mode is fixed on every start
             for line in path.read_text().splitlines():
                 key, _, value = line.partition("=")
                 found[key] = value
@@ -413,6 +415,7 @@ class Cluster:
         lines = ["# The cluster's client environment: `. .cluster/env` (contains secrets)"]
         lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(self.env().items()) if k != "PATH"]
         fd = os.open(self.root / "env", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT: forced on every start
         with os.fdopen(fd, "w") as f:
             f.write("\n".join(lines) + "\n")
 

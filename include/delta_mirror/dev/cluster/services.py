@@ -114,7 +114,13 @@ class Stack:
         return f"{driver}://{user}:{password}@127.0.0.1:{self.port('POSTGRES_PORT')}/{db}"
 
     def pg_admin(self, db: str = "postgres") -> dict[str, Any]:
-        return {"host": "127.0.0.1", "port": self.port("POSTGRES_PORT"), "user": "postgres", "dbname": db}
+        return {
+            "host": "127.0.0.1",
+            "port": self.port("POSTGRES_PORT"),
+            "user": "postgres",
+            "password": self.secrets["POSTGRES_SUPERUSER_PASSWORD"],
+            "dbname": db,
+        }
 
     def airflow_db(self) -> dict[str, Any]:
         s = self.s
@@ -268,7 +274,13 @@ class Stack:
             ready=lambda _p: probes.postgres_ok(self.pg_admin()),
             what="accepting connections",
             timeout=60,
-            prepare=lambda: setup.prepare_postgres(bindir, datadir, user, self.logs / f"{inst.name}.log"),
+            prepare=lambda: setup.prepare_postgres(
+                bindir,
+                datadir,
+                user,
+                self.logs / f"{inst.name}.log",
+                self.secrets["POSTGRES_SUPERUSER_PASSWORD"],
+            ),
             after_ready=[lambda: setup.create_databases(self.pg_admin(), self.s)],
         )
 
