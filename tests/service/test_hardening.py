@@ -288,6 +288,7 @@ def test_a_store_that_is_down_is_503_store_unavailable_naming_nothing_of_it(
         assert answer.json()["code"] == "unavailable" and "store unavailable" in answer.json()["error"]
     log = service.log()
     assert "hunter2" not in log and "mirror_user" in log, "the log has the detail, the password masked"
+    assert "warning: --store carries a password" in log, "a password on the command line is warned of"
 
 
 # -- finding 6: caches keyed by what clients send stay small -------------------------------------------

@@ -12,6 +12,7 @@ from delta_mirror.errors import TransientError
 
 TOKEN_ENV = "DELTA_MIRROR_COMMIT_TOKEN"
 ALLOW_ROOTS_ENV = "DELTA_MIRROR_COMMIT_ALLOW_ROOTS"
+STORE_ENV = "DELTA_MIRROR_STORE"
 
 
 @click.command()
@@ -129,6 +130,12 @@ def serve(
             err=True,
         )
         sys.exit(2)
+    if ctx.store_url and ctx.store_url != os.environ.get(STORE_ENV) and _has_password(ctx.store_url):
+        click.echo(
+            "warning: --store carries a password, which every user of this machine can read in its process"
+            f" list (ps); pass the store URL in {STORE_ENV} instead",
+            err=True,
+        )
     roots = list(allow_roots) or [
         r.strip() for r in os.environ.get(ALLOW_ROOTS_ENV, "").split(",") if r.strip()
     ]
@@ -185,6 +192,15 @@ def serve(
             err=True,
         )
         run(store, options, token=token, announce=announce)
+
+
+def _has_password(url: str) -> bool:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return bool(make_url(url).password) or "password=" in url.lower()
+    except Exception:  # not a URL SQLAlchemy reads: the store's own error says so later
+        return False
 
 
 __all__ = ["ALLOW_ROOTS_ENV", "TOKEN_ENV", "serve"]
