@@ -82,6 +82,7 @@ def login(port: int, password: str | None) -> bool:
         return False
 
 
+@pytest.mark.postgres  # starts a PostgreSQL server: not in `make check`
 def test_a_new_data_folder_lets_the_superuser_in_only_with_the_generated_password(
     pg_folder: tuple[Path, Path, str | None],
 ) -> None:
@@ -99,6 +100,7 @@ def test_a_new_data_folder_lets_the_superuser_in_only_with_the_generated_passwor
         assert not login(port, None) and not login(port, "wrong")
 
 
+@pytest.mark.postgres  # starts a PostgreSQL server: not in `make check`
 def test_a_data_folder_that_trusted_the_superuser_is_secured_on_its_next_start(
     pg_folder: tuple[Path, Path, str | None],
 ) -> None:
