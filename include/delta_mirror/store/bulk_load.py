@@ -2,8 +2,8 @@
 a time, in a few statements (PostgreSQL ``COPY``, SQLite ``executemany``).
 
 An imported table is new, so its whole file index is a function of the imported log alone: it is
-built in memory (``FileIndex``, the rules of ``log_rows.write_actions`` with ``strict=False``, row
-for row and in the same insertion order, so even ``dl_files.id`` comes out the same) and written
+built in memory (``file_index.FileIndex``, the file index rule with tombstones, row for row and in
+the same insertion order as ``log_rows.write_actions``, so even ``dl_files.id`` comes out the same) and written
 as it grows, the newest rows held back (rows closed after they went out are updated at the end).
 Action rows are streamed in batches as the versions go by. Everything runs in the caller's
 transaction: a failed import leaves nothing behind.
@@ -23,15 +23,29 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
 from delta_mirror.delta.actions import render_commit
-from delta_mirror.delta.line_facts import DV_ID, KIND, PATH, FileAction, LineFacts
+from delta_mirror.delta.line_facts import FileAction, LineFacts
 from delta_mirror.delta.protocol import now_ms
 from delta_mirror.delta.replay import FileKey
+from delta_mirror.store.file_index import (
+    F_AP,
+    F_AS,
+    F_AV,
+    F_DT,
+    F_DV,
+    F_PATH,
+    F_PV,
+    F_RP,
+    F_RS,
+    F_SIZE,
+    FILE_COLUMNS,
+    RV,
+    FileIndex,
+)
 from delta_mirror.store.schema import ANALYZE_STATEMENTS, PART_COMMIT, dl_tables
 from delta_mirror.store.states import Artifact, CommitSource, PublishState
 from delta_mirror.store.tables import refuse_if_halted, table_info
@@ -39,21 +53,6 @@ from delta_mirror.store.tables import refuse_if_halted, table_info
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
-# dl_files columns, in the order of ``FileIndex.rows``' lists.
-_FILE_COLUMNS = (
-    "path",
-    "dv_id",
-    "add_version",
-    "add_part",
-    "add_seq",
-    "remove_version",
-    "remove_part",
-    "remove_seq",
-    "size",
-    "partition_values",
-    "deletion_timestamp",
-)
-_PATH, _DV, _AV, _AP, _AS, _RV, _RP, _RS, _SIZE, _PV, _DT = range(len(_FILE_COLUMNS))
 _ACTION_COLUMNS = ("table_id", "version", "part", "seq", "action_type", "payload")
 _COMMIT_COLUMNS = (
     "table_id",
@@ -80,106 +79,6 @@ _STATUS_COLUMNS = (
 ACTION_BATCH = 50_000  # action rows buffered before they are written
 # SQLite: runs of at least this many rows go through json_each (below it, executemany is as fast).
 SQLITE_JSON_ROWS = 256
-
-
-class FileIndex:
-    """``dl_files`` of one new table, version by version (``log_rows.write_actions``, not strict).
-
-    A re-added (path, deletion vector) supersedes the active entries (``remove_version`` only); a
-    remove closes the active entries of its key; a remove of a key with no active entry is kept as
-    a tombstone row, unless the version already closed that key; adds become new active rows.
-    """
-
-    def __init__(self) -> None:
-        self.rows: list[list[Any]] = []
-        self._active: dict[FileKey, list[list[Any]]] = {}
-        self._closed: dict[int, set[FileKey]] = {}  # keys whose rows a version closed
-        self._early: dict[int, int] = {}  # version -> its adds whose rows ``early`` made
-
-    def early(self, version: int, part: int, adds: Sequence[FileAction]) -> None:
-        """Rows for the next adds of ``version`` before its end (a commit that holds adds only):
-        an add's row is the same whatever the rest of its version holds, and with no remove there
-        is no tombstone to come before it. ``apply`` then takes the decisions, as for any other."""
-        for add in adds:
-            if add[KIND] != "add":
-                raise ValueError(f"version {version}: early file rows must be adds, got {add[KIND]}")
-            self.rows.append(_add_row(version, part, add))
-        self._early[version] = self._early.get(version, 0) + len(adds)
-
-    def has_early(self, version: int) -> bool:
-        return version in self._early
-
-    def apply(self, version: int, part: int, files: Sequence[FileAction]) -> None:
-        """The version's file actions; the rows of its first adds may have been made by
-        ``early`` (they are then the last rows)."""
-        early = self._early.pop(version, 0)
-        active = self._active
-        adds = [f for f in files if f[KIND] == "add"]
-        # (path, deletion vector id) pairs made in C: plain tuples, equal to (and hashed as) the
-        # FileKey of the same fields, so either finds the other's entries.
-        keys: list[FileKey] = list(map(_KEY_OF, adds))
-        if adds and version > 0 and active:
-            for key in active.keys() & keys:
-                for row in active.pop(key):
-                    row[_RV] = version
-                self._close(version, key)
-        if len(adds) != len(files):
-            if early:
-                raise ValueError(f"version {version}: early file rows, but the version removes files")
-            self._remove(version, part, [f for f in files if f[KIND] == "remove"])
-        rows = self.rows
-        made = rows[len(rows) - early :] if early else []
-        new = [_add_row(version, part, add) for add in adds[early:]]
-        rows += new
-        if (not active or active.keys().isdisjoint(keys)) and len(set(keys)) == len(keys):
-            # Every key new and once (a large commit of new files): the entries added in C.
-            active.update(zip(keys, map(list, zip(made + new if made else new)), strict=True))
-            return
-        for key, row in zip(keys, made + new, strict=True):
-            same = active.get(key)
-            if same is None:
-                active[key] = [row]
-            else:
-                same.append(row)
-
-    def _remove(self, version: int, part: int, removes: Sequence[FileAction]) -> None:
-        removed = 0
-        for seq, _kind, path, dv, _size, _pv, dt in removes:
-            key = FileKey(path, dv)
-            rows = self._active.pop(key, None)
-            if rows is None:
-                continue
-            for row in rows:
-                row[_RV], row[_RP], row[_RS], row[_DT] = version, part, seq, dt
-            removed += len(rows)
-            self._close(version, key)
-        if removed == len(removes):
-            return  # the store's UPDATE touched as many rows as there were removes
-        known = set(self._closed.get(version, ()))
-        for seq, _kind, path, dv, _size, _pv, dt in removes:
-            if (key := FileKey(path, dv)) not in known:
-                self.rows.append([path, dv, None, None, None, version, part, seq, None, None, dt])
-                self._close(version, key)
-
-    def drop(self, version: int, keys: Iterable[FileKey]) -> None:
-        """Close the active entries of ``keys`` at ``version`` without a tombstone (a source
-        checkpoint no longer lists them)."""
-        for key in keys:
-            for row in self._active.pop(key, ()):
-                row[_RV] = version
-            self._close(version, key)
-
-    def _close(self, version: int, key: FileKey) -> None:
-        self._closed.setdefault(version, set()).add(key)
-
-
-_KEY_OF = itemgetter(PATH, DV_ID)
-
-
-def _add_row(version: int, part: int, add: FileAction) -> list[Any]:
-    """A new ``dl_files`` row for an add, open (in ``_FILE_COLUMNS`` order)."""
-    seq, _kind, path, dv, size, pv, _dt = add
-    return [path, dv, version, part, seq, None, None, None, size, pv, None]
 
 
 class BulkImport:
@@ -307,7 +206,7 @@ class BulkImport:
         self._write("dl_mirror_status", _STATUS_COLUMNS, self._statuses)
         self._commits, self._statuses = [], []
         self._send_files()
-        self._close_sent_files([row for row in self._sent_open if row[_RV] is not None])
+        self._close_sent_files([row for row in self._sent_open if row[RV] is not None])
         self.end_copy()
 
     def abort(self, exc: BaseException) -> None:
@@ -334,7 +233,7 @@ class BulkImport:
                 self.conn.exec_driver_sql(
                     _SQLITE_CLOSE_SENT,
                     [
-                        (r[_RV], r[_RP], r[_RS], r[_DT], tid, r[_PATH], r[_DV], r[_AV], r[_AP], r[_AS])
+                        (r[RV], r[F_RP], r[F_RS], r[F_DT], tid, r[F_PATH], r[F_DV], r[F_AV], r[F_AP], r[F_AS])
                         for r in closed
                     ],
                 )
@@ -350,17 +249,19 @@ class BulkImport:
         rows = self.index.rows[self._files_sent : upto]
         if rows:
             if self.postgres:
-                self._copy("dl_files", ("table_id", *_FILE_COLUMNS), _file_text(self.table_id, rows))
+                self._copy("dl_files", ("table_id", *FILE_COLUMNS), _file_text(self.table_id, rows))
             else:
                 self._sqlite_files(rows)
-            self._sent_open += [row for row in rows if row[_RV] is None]
+            self._sent_open += [row for row in rows if row[RV] is None]
             self._files_sent += len(rows)
 
     def _close_sent(self, closed: list[list[Any]]) -> None:
         """Rows sent while open and closed since: one UPDATE by (path, deletion vector, add
         position), which is unique among a table's add rows."""
         columns = list(zip(*closed, strict=True))
-        columns[_PATH] = tuple(p if type(p) is str else str(p) for p in columns[_PATH])  # as COPY wrote them
+        columns[F_PATH] = tuple(
+            p if type(p) is str else str(p) for p in columns[F_PATH]
+        )  # as COPY wrote them
         self.conn.exec_driver_sql(
             _PG_CLOSE_SENT,
             {
@@ -392,11 +293,11 @@ class BulkImport:
     def _sqlite_files(self, rows: list[list[Any]]) -> None:
         """File rows in order: runs of open add rows of one (version, part) through json_each,
         the rest with ``executemany``."""
-        tid, columns = self.table_id, ("table_id", *_FILE_COLUMNS)
+        tid, columns = self.table_id, ("table_id", *FILE_COLUMNS)
         start = 0
         for end, run in _add_runs(rows) if _has_json_each() else ():
             self._insert("dl_files", columns, [(tid, *row) for row in rows[start : end - len(run)]])
-            version, part = rows[end - 1][_AV], rows[end - 1][_AP]
+            version, part = rows[end - 1][F_AV], rows[end - 1][F_AP]
             self.conn.exec_driver_sql(_SQLITE_JSON_FILES, (tid, version, part, _JSON.encode(run)))
             start = end
         self._insert("dl_files", columns, [(tid, *row) for row in rows[start:]])
@@ -452,15 +353,15 @@ class BulkImport:
 
 
 _CLOSE_FIELDS = {
-    "path": _PATH,
-    "dv": _DV,
-    "av": _AV,
-    "ap": _AP,
-    "aseq": _AS,
-    "rv": _RV,
-    "rp": _RP,
-    "rs": _RS,
-    "dt": _DT,
+    "path": F_PATH,
+    "dv": F_DV,
+    "av": F_AV,
+    "ap": F_AP,
+    "aseq": F_AS,
+    "rv": RV,
+    "rp": F_RP,
+    "rs": F_RS,
+    "dt": F_DT,
 }
 _PG_CLOSE_SENT = """
 UPDATE dl_files f
@@ -527,12 +428,12 @@ def _kinds_lead(kinds: Sequence[str], lines: Sequence[str]) -> bool:
 def _json_element(row: list[Any]) -> list[Any] | None:
     """The row as a ``_SQLITE_JSON_FILES`` element: an open add whose fields JSON carries exactly
     (a text path, no size or an int64); None for any other row."""
-    size = row[_SIZE]
-    if row[_RV] is not None or row[_AV] is None or type(row[_PATH]) is not str:
+    size = row[F_SIZE]
+    if row[RV] is not None or row[F_AV] is None or type(row[F_PATH]) is not str:
         return None
     if size is not None and (type(size) is not int or size not in _INT64):
         return None
-    return [row[_PATH], row[_DV], row[_AS], size, row[_PV]]
+    return [row[F_PATH], row[F_DV], row[F_AS], size, row[F_PV]]
 
 
 def _add_runs(rows: Sequence[list[Any]]) -> Iterator[tuple[int, list[list[Any]]]]:
@@ -542,7 +443,7 @@ def _add_runs(rows: Sequence[list[Any]]) -> Iterator[tuple[int, list[list[Any]]]
     key: tuple[Any, Any] | None = None
     for i, row in enumerate(rows):
         element = _json_element(row)
-        row_key = None if element is None else (row[_AV], row[_AP])
+        row_key = None if element is None else (row[F_AV], row[F_AP])
         if element is None or row_key != key:
             if len(run) >= SQLITE_JSON_ROWS:
                 yield i, run

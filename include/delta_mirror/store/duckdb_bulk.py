@@ -14,7 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from delta_mirror.store.bulk_load import _FILE_COLUMNS, _RV, BulkImport
+from delta_mirror.store.bulk_load import BulkImport
+from delta_mirror.store.file_index import FILE_COLUMNS, RV
 
 _VIEW = "delta_mirror_bulk_rows"
 _INT = pa.int64()
@@ -34,7 +35,7 @@ class DuckDBBulkImport(BulkImport):
     def _close_sent_files(self, closed: list[list[Any]]) -> None:
         """The file rows sent open and removed since: one UPDATE by id from an Arrow table."""
         if closed:
-            positions = [_FILE_COLUMNS.index(c) for c in _CLOSED]
+            positions = [FILE_COLUMNS.index(c) for c in _CLOSED]
             data = {"id": [self._open_ids[id(row)] for row in closed]}
             data.update({c: [row[i] for row in closed] for c, i in zip(_CLOSED, positions, strict=True)})
             sets = ", ".join(f"{c} = x.{c}" for c in _CLOSED)
@@ -81,12 +82,12 @@ class DuckDBBulkImport(BulkImport):
             return
         ids = self._reserve_ids(len(rows))
         data: dict[str, list[Any]] = {"id": ids, "table_id": [self.table_id] * len(rows)}
-        for i, column in enumerate(_FILE_COLUMNS):
+        for i, column in enumerate(FILE_COLUMNS):
             data[column] = [row[i] for row in rows]
-        types = {"id": _INT, "table_id": _INT, **dict(zip(_FILE_COLUMNS, _FILE_TYPES, strict=True))}
+        types = {"id": _INT, "table_id": _INT, **dict(zip(FILE_COLUMNS, _FILE_TYPES, strict=True))}
         self._append("dl_files", data, types)
         for row, file_id in zip(rows, ids, strict=True):
-            if row[_RV] is None:
+            if row[RV] is None:
                 self._sent_open.append(row)
                 self._open_ids[id(row)] = file_id
         self._files_sent += len(rows)

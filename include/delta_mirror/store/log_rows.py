@@ -2,8 +2,8 @@
 
 - the ``dl_commits`` row is claimed first: its primary key decides a race for the version;
 - ``dl_actions`` keeps each action line as it will be published;
-- ``dl_files`` indexes adds and removes (a re-added (path, deletion vector) supersedes the
-  active entry), so the active file set at any version is one indexed query;
+- ``dl_files`` indexes adds and removes by the rule of ``file_index`` (a re-added (path, deletion
+  vector) supersedes the active entry), so the active file set at any version is one indexed query;
 - a committed version waits for the publisher as a ``PENDING`` ``json`` status row.
 
 All functions run in the caller's transaction.
@@ -11,11 +11,9 @@ All functions run in the caller's transaction.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from sqlalchemy import ColumnElement, Connection, and_, bindparam, insert, select, update
+from sqlalchemy import ColumnElement, Connection, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from delta_mirror.config import max_commit_actions, max_commit_bytes
@@ -25,6 +23,7 @@ from delta_mirror.delta.replay import FileKey, file_key
 from delta_mirror.errors import CommitTooLargeError
 from delta_mirror.store import db
 from delta_mirror.store.base import CHUNK, version_taken
+from delta_mirror.store.file_index import file_rows, index_changes, whole
 from delta_mirror.store.schema import dl_actions, dl_commits, dl_files, dl_mirror_status
 from delta_mirror.store.states import Artifact, CommitSource, PublishState
 from delta_mirror.store.tables import TableInfo
@@ -114,70 +113,6 @@ def enqueue_json(
     )
 
 
-def _whole(body: Mapping[str, Any], field: str) -> int | None:
-    """An integer field of an action body as ``dl_files`` stores it (anything else: NULL)."""
-    value = body.get(field)
-    return value if isinstance(value, int) else None
-
-
-def file_rows(
-    table_id: int, version: int, part: int, actions: Sequence[Action]
-) -> tuple[list[dict[str, Any]], list[tuple[int, dict[str, Any]]]]:
-    """The ``dl_files`` rows to insert for adds, and (seq, body) of the removes."""
-    adds: list[dict[str, Any]] = []
-    removes: list[tuple[int, dict[str, Any]]] = []
-    for seq, (kind, body) in enumerate(actions):
-        if kind == "add":
-            pv = body.get("partitionValues")
-            key = file_key(body)
-            adds.append(
-                {
-                    "table_id": table_id,
-                    "path": key.path,
-                    "dv_id": key.dv_id,
-                    "add_version": version,
-                    "add_part": part,
-                    "add_seq": seq,
-                    "size": _whole(body, "size"),
-                    "partition_values": json.dumps(pv, separators=(",", ":"), ensure_ascii=False)
-                    if pv is not None
-                    else None,
-                }
-            )
-        elif kind == "remove":
-            removes.append((seq, body))
-    return adds, removes
-
-
-def index_changes(
-    table_id: int, version: int, part: int, actions: Sequence[Action]
-) -> tuple[list[dict[str, Any]], list[tuple[str, str, int | None, int | None, int | None]]]:
-    """``write_actions``' file-index effect as rows, for a writer that cannot run its steps one by
-    one (one statement on PostgreSQL): the ``dl_files`` rows to insert, and the active entries the
-    version ends as (path, dv_id, remove_part, remove_seq, deletion_timestamp), each key once.
-
-    As ``write_actions`` does it: a re-add (version > 0) supersedes its entry with no remove
-    position (``_supersede``), a remove ends its entry with its own (``_remove``); a key both
-    re-added and removed ends as superseded (``_supersede`` runs first, ``_remove`` then finds no
-    active entry).
-    """
-    adds, removes = file_rows(table_id, version, part, actions)
-    ends: list[tuple[str, str, int | None, int | None, int | None]] = []
-    superseded: set[tuple[str, str]] = set()
-    if version > 0:
-        for a in adds:
-            if (a["path"], a["dv_id"]) not in superseded:
-                superseded.add((a["path"], a["dv_id"]))
-                ends.append((a["path"], a["dv_id"], None, None, None))
-    ended = set(superseded)
-    for seq, body in removes:
-        key = file_key(body)
-        if (key.path, key.dv_id) not in ended:
-            ended.add((key.path, key.dv_id))
-            ends.append((key.path, key.dv_id, part, seq, _whole(body, "deletionTimestamp")))
-    return adds, ends
-
-
 def insert_action_rows(
     conn: Connection, table_id: int, version: int, part: int, actions: Sequence[Action], lines: Sequence[str]
 ) -> None:
@@ -230,97 +165,63 @@ def write_actions(
     strict: bool,
     lines: Sequence[str] | None = None,
 ) -> None:
-    """Insert action rows and maintain the file index (adds, removes, superseded re-adds).
+    """Insert action rows and run the version's file-index changes (``file_index.index_changes``:
+    the one decider of the rule) in the caller's transaction.
 
     ``strict=False`` (imported logs) keeps a remove of a file this log never added as a tombstone.
     """
     if lines is None:
         lines = [canonical_line(k, b) for k, b in actions]
     insert_action_rows(conn, table_id, version, part, actions, lines)
-    adds, removes = file_rows(table_id, version, part, actions)
-    # A re-added (path, dv) supersedes the active entry (e.g. recomputed stats); no tombstone.
-    if adds and version > 0:
-        _supersede(conn, table_id, version, adds)
-    if removes:
-        _remove(conn, table_id, version, part, removes, strict=strict)
+    adds, ends = index_changes(table_id, version, part, actions)
+    if ends:
+        stmt = (
+            update(dl_files)
+            .where(
+                dl_files.c.table_id == table_id,
+                dl_files.c.path == bindparam("p"),
+                dl_files.c.dv_id == bindparam("d"),
+                dl_files.c.remove_version.is_(None),
+            )
+            .values(
+                remove_version=version,
+                remove_part=bindparam("rp"),
+                remove_seq=bindparam("rs"),
+                deletion_timestamp=bindparam("dt"),
+            )
+        )
+        conn.execute(stmt, [{"p": p, "d": d, "rp": rp, "rs": rs, "dt": dt} for p, d, rp, rs, dt in ends])
+        if not strict:
+            _keep_tombstones(conn, table_id, version, part, actions)
     if adds:
         conn.execute(insert(dl_files), adds)
 
 
-def _active_entry(table_id: int) -> ColumnElement[bool]:
-    """The WHERE of the active ``dl_files`` entry of the key bound as ``p`` (path), ``d`` (dv id)."""
-    return and_(
-        dl_files.c.table_id == table_id,
-        dl_files.c.path == bindparam("p"),
-        dl_files.c.dv_id == bindparam("d"),
-        dl_files.c.remove_version.is_(None),
-    )
-
-
-def _supersede(conn: Connection, table_id: int, version: int, adds: Sequence[dict[str, Any]]) -> None:
-    active = active_keys(conn, table_id, [a["path"] for a in adds])
-    superseded = [{"p": a["path"], "d": a["dv_id"]} for a in adds if (a["path"], a["dv_id"]) in active]
-    if superseded:
-        conn.execute(
-            update(dl_files).where(_active_entry(table_id)).values(remove_version=version), superseded
-        )
-
-
-def _remove(
-    conn: Connection,
-    table_id: int,
-    version: int,
-    part: int,
-    removes: Sequence[tuple[int, dict[str, Any]]],
-    *,
-    strict: bool,
+def _keep_tombstones(
+    conn: Connection, table_id: int, version: int, part: int, actions: Sequence[Action]
 ) -> None:
-    params: list[dict[str, Any]] = [
-        {
-            "p": key.path,
-            "d": key.dv_id,
-            "rv": version,
-            "rp": part,
-            "rs": seq,
-            "dt": _whole(body, "deletionTimestamp"),
-        }
-        for seq, body in removes
-        for key in [file_key(body)]
-    ]
-    stmt = (
-        update(dl_files)
-        .where(_active_entry(table_id))
-        .values(
-            remove_version=bindparam("rv"),
-            remove_part=bindparam("rp"),
-            remove_seq=bindparam("rs"),
-            deletion_timestamp=bindparam("dt"),
-        )
-    )
-    result = conn.execute(stmt, params)
-    removed = result.rowcount if result.rowcount is not None else -1
-    if removed == len(params) or strict:
+    """An imported log may remove a file its segment never saw added (the remove is a tombstone
+    only): keep it as a row ended at this version, so checkpoints still carry it (each such remove,
+    as ``file_index.FileIndex`` keeps it)."""
+    removes = [(seq, file_key(body), body) for seq, (kind, body) in enumerate(actions) if kind == "remove"]
+    if not removes:
         return
-    # Imported logs may remove files this segment never saw added (the remove is a tombstone
-    # only): keep it as a tombstone row so checkpoints still carry it.
-    known = _tombstone_keys(conn, table_id, version, [p["p"] for p in params])
-    orphans = [p for p in params if (p["p"], p["d"]) not in known]
+    known = _tombstone_keys(conn, table_id, version, [key.path for _, key, _ in removes])
+    orphans = [
+        {
+            "table_id": table_id,
+            "path": key.path,
+            "dv_id": key.dv_id,
+            "remove_version": version,
+            "remove_part": part,
+            "remove_seq": seq,
+            "deletion_timestamp": whole(body, "deletionTimestamp"),
+        }
+        for seq, key, body in removes
+        if key not in known
+    ]
     if orphans:
-        conn.execute(
-            insert(dl_files),
-            [
-                {
-                    "table_id": table_id,
-                    "path": p["p"],
-                    "dv_id": p["d"],
-                    "remove_version": version,
-                    "remove_part": part,
-                    "remove_seq": p["rs"],
-                    "deletion_timestamp": p["dt"],
-                }
-                for p in orphans
-            ],
-        )
+        conn.execute(insert(dl_files), orphans)
 
 
 __all__ = [

@@ -12,20 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from delta_mirror.store.bulk_load import (
-    _ACTION_COLUMNS,
-    _AP,
-    _AS,
-    _AV,
-    _DT,
-    _DV,
-    _FILE_COLUMNS,
-    _PATH,
-    _RP,
-    _RS,
-    _RV,
-    BulkImport,
-)
+from delta_mirror.store.bulk_load import _ACTION_COLUMNS, BulkImport
+from delta_mirror.store.file_index import F_AP, F_AS, F_AV, F_DT, F_DV, F_PATH, F_RP, F_RS, FILE_COLUMNS, RV
 
 _STATEMENT_BYTES = 8 << 20  # one INSERT's size, at most half the server's max_allowed_packet
 _CLOSED_TABLE = "delta_mirror_closed_files"  # the statements below spell it out
@@ -55,7 +43,10 @@ class MySqlBulkImport(BulkImport):
             self._insert(
                 _CLOSED_TABLE,
                 ("path", "dv_id", "av", "ap", "aseq", "rv", "rp", "rs", "dt"),
-                [(r[_PATH], r[_DV], r[_AV], r[_AP], r[_AS], r[_RV], r[_RP], r[_RS], r[_DT]) for r in closed],
+                [
+                    (r[F_PATH], r[F_DV], r[F_AV], r[F_AP], r[F_AS], r[RV], r[F_RP], r[F_RS], r[F_DT])
+                    for r in closed
+                ],
             )
             conn.exec_driver_sql(
                 "UPDATE dl_files f JOIN delta_mirror_closed_files x ON f.table_id = %s AND f.path = x.path"
@@ -84,8 +75,8 @@ class MySqlBulkImport(BulkImport):
         rows = self.index.rows[self._files_sent : upto]
         if rows:
             tid = self.table_id
-            self._insert("dl_files", ("table_id", *_FILE_COLUMNS), [(tid, *row) for row in rows])
-            self._sent_open += [row for row in rows if row[_RV] is None]
+            self._insert("dl_files", ("table_id", *FILE_COLUMNS), [(tid, *row) for row in rows])
+            self._sent_open += [row for row in rows if row[RV] is None]
             self._files_sent += len(rows)
 
     def _write(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

@@ -25,7 +25,7 @@ from sqlalchemy import Engine
 from delta_mirror.delta import commit_rules
 from delta_mirror.delta.actions import Action
 from delta_mirror.store import pg_exec
-from delta_mirror.store.log_rows import index_changes
+from delta_mirror.store.file_index import index_changes
 from delta_mirror.store.schema import LOOKED_UP_PREDICATE, PART_COMMIT
 from delta_mirror.store.tables import TableInfo
 
