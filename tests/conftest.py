@@ -17,6 +17,7 @@ The ``mysql`` and ``duckdb`` params run only where the store is what is tested (
 and tests marked ``all_backends``); elsewhere they are deselected, so a suite where the store is
 incidental (bad CLI input, the UI, Airflow) stays on SQLite and PostgreSQL (``_runs_on_every_backend``).
 - ``table_location`` (function, parametrized local/s3): a fresh table root URI.
+- ``lake`` (function): a fresh empty folder ``tmp_path/lake`` (the root a commit service serves).
 - ``corpus_dir`` (session): the shared Delta corpus (``DELTA_MIRROR_CORPUS``), skipped when absent.
 
 A test that needs a server, a JVM or a cluster is marked ``service`` (and the service's own marker)
@@ -310,6 +311,14 @@ def store(store_url: str) -> Iterator[SqlStore]:
     """An initialised ``SqlStore`` on ``store_url`` (so on every backend it is parametrized with), closed after."""
     with closing(init_store(store_url)) as s:
         yield s
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Path:
+    """A fresh empty folder ``tmp_path/lake``: the root a commit service serves."""
+    path = tmp_path / "lake"
+    path.mkdir()
+    return path
 
 
 @pytest.fixture(params=["local", "s3"])

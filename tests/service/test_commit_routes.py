@@ -80,13 +80,6 @@ V0 = commit_file(protocol(), metadata(), add("part-0.parquet"), operation="CREAT
 
 
 @pytest.fixture
-def lake(tmp_path: Path) -> Path:
-    path = tmp_path / "lake"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def service(store: SqlStore, lake: Path, tmp_path: Path) -> Iterator[Service]:
     if store.url.startswith("duckdb"):
         store.close()  # the service's worker owns a DuckDB file: the test lets go of it first

@@ -101,13 +101,6 @@ def chunked(root: str, version: int, body: bytes, token: str, *, piece: int = 10
     return head + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
 
 
-@pytest.fixture
-def lake(tmp_path: Path) -> Path:
-    path = tmp_path / "lake"
-    path.mkdir()
-    return path
-
-
 def serve(store: SqlStore, lake: Path, log: Path, *extra: str) -> CommitService:
     args = ["--max-body-bytes", str(MAX_BODY), *extra]
     return CommitService(store.url, [f"file:{lake}/"], extra_args=args, log_path=log).start()

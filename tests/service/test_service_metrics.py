@@ -115,13 +115,6 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 # -- the service under a load -----------------------------------------------------------------------
 
 
-@pytest.fixture
-def lake(tmp_path: Path) -> Path:
-    path = tmp_path / "lake"
-    path.mkdir()
-    return path
-
-
 def _load(svc: CommitService, lake: Path) -> Counter[int]:
     """Writers appending to their own tables, a race on one version, retries and refusals; the
     statuses they were answered."""
