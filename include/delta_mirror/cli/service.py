@@ -195,12 +195,10 @@ def serve(
 
 
 def _has_password(url: str) -> bool:
-    from sqlalchemy.engine import make_url
+    """Whether the store URL holds a password (in its userinfo or query string)."""
+    from delta_mirror.config import redact_url
 
-    try:
-        return bool(make_url(url).password) or "password=" in url.lower()
-    except Exception:  # not a URL SQLAlchemy reads: the store's own error says so later
-        return False
+    return "***" in redact_url(url) and "***" not in url
 
 
 __all__ = ["ALLOW_ROOTS_ENV", "TOKEN_ENV", "serve"]
