@@ -31,6 +31,7 @@ from delta_mirror.delta.actions import render_commit
 from delta_mirror.delta.line_facts import FileAction, LineFacts
 from delta_mirror.delta.protocol import now_ms
 from delta_mirror.delta.replay import FileKey
+from delta_mirror.store.backends import backend_of
 from delta_mirror.store.file_index import (
     F_AP,
     F_AS,
@@ -89,7 +90,7 @@ class BulkImport:
         refuse_if_halted(table_info(row), None)  # a halted table takes no commits, imported ones neither
         self.conn = conn
         self.table_id = table_id
-        self.postgres = conn.dialect.name == "postgresql"
+        self.postgres = backend_of(conn).copies  # rows by COPY
         self.index = FileIndex()
         # version, part, seq of the first line, kinds, lines
         self._actions: list[tuple[int, int, int, list[str], Sequence[str]]] = []

@@ -1,5 +1,5 @@
 """One commit pipeline: a commit prepared once (:class:`PreparedCommit`), claimed and written by
-the one :class:`CommitWriter` the store's database has, with one cache of what tables look like
+the one :class:`CommitWriter` the store's database has (its ``backends`` module names it), with one cache of what tables look like
 (:class:`TableCache`) and one retry rule (:func:`once_more_if_dead`).
 
 **The claim rule**, written once here (each database's writer implements it; the differential
@@ -186,16 +186,6 @@ class PgOneStatement(_Translated):
         raise version_taken(commit.table.name, commit.version)
 
 
-def writer_for(engine: Engine, url: str) -> CommitWriter:
-    """The database's writer, chosen once by the store."""
-    name = engine.dialect.name
-    if name == "postgresql":
-        return PgOneStatement(engine, url)
-    if name == "sqlite":
-        return SqliteShortTransaction(engine, url)
-    return TransactionOnly(engine, url)
-
-
 def refuse_version(table: TableInfo, latest: int | None, version: int, source: CommitSource) -> None:
     """The one version check of every commit kind, before claiming: an earlier version is a
     conflict, a later one a gap (the hints say what the writer of each kind does next)."""
@@ -293,5 +283,4 @@ __all__ = [
     "TransactionOnly",
     "once_more_if_dead",
     "refuse_version",
-    "writer_for",
 ]

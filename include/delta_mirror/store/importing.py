@@ -17,6 +17,7 @@ from sqlalchemy import Connection, update
 
 from delta_mirror.delta.source_state import CheckpointState
 from delta_mirror.store import db
+from delta_mirror.store.backends import backend_of
 from delta_mirror.store.bulk_load import BulkImport
 from delta_mirror.store.schema import dl_tables
 from delta_mirror.store.source_import import record_checkpoint_state
@@ -34,16 +35,8 @@ class Importing:
     def __init__(self, conn: Connection, table: TableInfo) -> None:
         self._conn = conn
         self.table = table
-        if conn.dialect.name == "duckdb":  # Arrow tables in, not COPY or executemany
-            from delta_mirror.store.duckdb_bulk import DuckDBBulkImport
-
-            bulk: BulkImport = DuckDBBulkImport(conn, table.id)
-        elif conn.dialect.name == "mysql":  # large multi-row INSERTs (no COPY, no json_each)
-            from delta_mirror.store.mysql_bulk import MySqlBulkImport
-
-            bulk = MySqlBulkImport(conn, table.id)
-        else:
-            bulk = BulkImport(conn, table.id)
+        # COPY, json_each, multi-row INSERTs or Arrow tables: the database's own loader
+        bulk: BulkImport = backend_of(conn).bulk_import(conn, table.id)
         self._bulk = bulk
         self.abort = bulk.abort
         self.put = bulk.version

@@ -8,6 +8,7 @@ from sqlalchemy import bindparam, delete, insert, select, text
 
 from delta_mirror.delta.protocol import now_ms
 from delta_mirror.store import db
+from delta_mirror.store.backends import backend_of
 from delta_mirror.store.base import StoreBase
 from delta_mirror.store.schema import dl_lag_samples
 
@@ -96,7 +97,7 @@ class LagHistory(StoreBase):
             return {}
         bucket = max(1, (int(until) - int(since)) // max(1, points) + 1)
         where = "" if table_ids is None else "AND s.table_id IN :ids"
-        div = "DIV" if self.engine.dialect.name == "mysql" else "/"  # MySQL's / is a decimal division
+        div = backend_of(self.engine).integer_division
         stmt = text(
             f"SELECT s.table_id, (s.sampled_at - :since) {div} :bucket AS b, max(s.sampled_at), max(s.lag_seconds)"
             f" FROM dl_lag_samples s WHERE s.sampled_at >= :since {where}"

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import bindparam, text
 
 from delta_mirror.store import db
+from delta_mirror.store.backends import backend_of
 from delta_mirror.store.base import CHUNK, StoreBase
 
 #: The percentiles reported per window (nearest rank: the smallest latency with at least P % of the
@@ -178,9 +179,7 @@ class VersionLatency(StoreBase):
         sparklines, a constant number of statements per 500 tables."""
         ids = sorted(set(table_ids))
         bucket = max(1, (int(until) - int(since)) // max(1, points) + 1)
-        sql = _PEAKS_SQL
-        if self.engine.dialect.name == "mysql":  # MySQL's / is a decimal division: slices by DIV
-            sql = sql.replace(") / :bucket", ") DIV :bucket")
+        sql = _PEAKS_SQL.replace(") / :bucket", f") {backend_of(self.engine).integer_division} :bucket")
         stmt = text(sql).bindparams(bindparam("ids", expanding=True))
         out: dict[int, list[list[float]]] = {}
         with db.translated(self.url, "reading version latency"), self.reader.connect() as conn:

@@ -19,6 +19,7 @@ from sqlalchemy import Connection, Select, and_, func, or_, select, text
 from delta_mirror.delta.actions import render_commit
 from delta_mirror.errors import DataError
 from delta_mirror.store import db
+from delta_mirror.store.backends import backend_of
 from delta_mirror.store.base import StoreBase
 from delta_mirror.store.schema import (
     LOOKED_UP_ACTIONS,
@@ -253,7 +254,7 @@ class Reads(StoreBase):
     def commit_rows(self, table_id: int, from_version: int, to_version: int) -> list[CommitRow]:
         # Plain SQL on the driver (no statement compile, rows unpacked as tuples): a third of the
         # cost of the ``select()`` form, and the publisher reads one row per version it publishes.
-        mark = "%s" if self.engine.dialect.name in ("postgresql", "mysql") else "?"
+        mark = backend_of(self.engine).placeholder
         sql = _COMMIT_ROWS.format(mark=mark)
         with db.translated(self.url, "reading commits"), self.reader.connect() as conn:
             return [

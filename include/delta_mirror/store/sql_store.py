@@ -13,8 +13,9 @@ from delta_mirror.config import store_url as resolve_store_url
 from delta_mirror.delta.protocol import now_ms
 from delta_mirror.errors import PermanentError
 from delta_mirror.store import db
+from delta_mirror.store.backends import backend_of
 from delta_mirror.store.breakers import Breakers, BreakerState
-from delta_mirror.store.commit_writer import TableCache, writer_for
+from delta_mirror.store.commit_writer import TableCache
 from delta_mirror.store.commits import Commits
 from delta_mirror.store.importing import Imports
 from delta_mirror.store.lag import LagHistory
@@ -47,7 +48,7 @@ class SqlStore(
         self.engine = db.shared_engine(self.url) if shared_engine else db.make_engine(self.url)
         self.reader = db.reader(self.engine)
         self._tables = TableCache()
-        self._writer = writer_for(self.engine, self.url)
+        self._writer = backend_of(self.engine).writer(self.engine, self.url)
 
     @property
     def display_url(self) -> str:

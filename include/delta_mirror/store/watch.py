@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine, bindparam, text
 
 from delta_mirror.store import db
+from delta_mirror.store.backends import backend_of
 from delta_mirror.store.base import CHUNK
 from delta_mirror.store.schema import COMMIT_CHANNEL
 
@@ -76,8 +77,8 @@ def table_versions(engine: Engine, names: Iterable[str]) -> dict[str, TableVersi
     wanted = sorted(set(names))
     found: dict[str, TableVersions] = {}
     # PostgreSQL: no transaction for one read-only statement (no BEGIN / ROLLBACK round trips)
-    pg = engine.dialect.name == "postgresql"
-    on = engine.execution_options(isolation_level="AUTOCOMMIT") if pg else db.reader(engine)
+    quick = backend_of(engine).autocommit_reads
+    on = engine.execution_options(isolation_level="AUTOCOMMIT") if quick else db.reader(engine)
     with on.connect() as conn:
         for start in range(0, len(wanted), CHUNK):
             for row in conn.execute(_VERSIONS, {"names": wanted[start : start + CHUNK]}):
@@ -164,7 +165,7 @@ class CommitWatcher:
     async def reports(self) -> AsyncGenerator[VersionsReport, None]:
         """Poll until cancelled (or closed), yielding what changed; see the class docstring."""
         listener = None
-        if self.engine.dialect.name == "postgresql":
+        if backend_of(self.engine).notifies:
             listener = asyncio.create_task(self._listen_loop(), name="delta-mirror listen")
         _live().add(self)
         last: Mapping[str, TableVersions] | None = None
