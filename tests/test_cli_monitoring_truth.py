@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 from support.cli import clean_env, executable
+from support.stores import init_store
 
 V0 = (
     '{"protocol":{"minReaderVersion":1,"minWriterVersion":2}}\n'
@@ -34,13 +36,13 @@ def _dm(url: str, *argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def failing_table(store_url: str, tmp_path: Path) -> str:
-    """Table ``t`` whose location is a folder inside a regular file; one version to publish."""
-    assert _dm(store_url, "init", cwd=tmp_path).returncode == 0
+    """Table ``t`` whose location is a folder inside a regular file; one version to publish.
+
+    Made in-process (``init`` and ``commit`` are not what is tested here: two processes saved)."""
     (tmp_path / "blocker").write_text("a regular file")
-    (tmp_path / "v0.json").write_text(V0)
-    location = (tmp_path / "blocker" / "t").as_uri()
-    made = _dm(store_url, "commit", "t", "--actions", "v0.json", "--location", location, cwd=tmp_path)
-    assert made.returncode == 0, made.stderr
+    with closing(init_store(store_url)) as store:
+        store.create_table("t", (tmp_path / "blocker" / "t").as_uri())
+        store.commit("t", [(k, b) for line in V0.splitlines() for k, b in json.loads(line).items()])
     return store_url
 
 
