@@ -174,3 +174,16 @@ class MirrorConfig:
                 hint=f"configured tables: {', '.join(sorted(self.tables)) or 'none'}",
             )
         return self.tables[name]
+
+
+__all__ = [
+    "DURATION_RE",
+    "CheckpointEngine",
+    "CheckpointSettings",
+    "ConfigError",
+    "Maintenance",
+    "MirrorConfig",
+    "Notify",
+    "TableConfig",
+    "parse_duration",
+]

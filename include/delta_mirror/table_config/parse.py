@@ -384,3 +384,6 @@ def load_config(path: Path | None = None) -> MirrorConfig:
             hint="create it or point DELTA_MIRROR_CONFIG at it",
         ) from None
     return parse_config(text, str(path))
+
+
+__all__ = ["PUBLISH_IN", "TASK_LAYOUTS", "default_config_path", "load_config", "parse_config"]
