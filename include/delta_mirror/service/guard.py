@@ -30,6 +30,11 @@ import httptools
 log = logging.getLogger("delta_mirror.service")
 
 SWEEP_SECONDS = 1.0
+#: uvicorn is handed a connection's bytes this many at a time, and no more while it holds
+#: ``MAX_QUEUED`` requests it has not begun to answer (``GuardedProtocol.deliver``).
+SLICE_BYTES = 4096
+MAX_QUEUED = 8
+_ANSWER, _INTERIM = b"HTTP/1.1 ", b"HTTP/1.1 1"
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,11 @@ class GuardedProtocol(asyncio.Protocol):
         self.began_here = False  # a head began in the chunk being parsed
         self.paused = False  # uvicorn stopped reading (its requests queue): no deadline runs
         self.closed = False
+        # What uvicorn was handed: the heads in it (a parser of their own) and the answers it began.
+        self.handed: Any = httptools.HttpRequestParser(_Heads(self))
+        self.heads = self.answers = 0
+        self.held = bytearray()  # received, not yet handed to uvicorn (``deliver``)
+        self.holding = False  # the transport paused by the guard, not by uvicorn
 
     # -- httptools callbacks ----------------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -118,7 +128,53 @@ class GuardedProtocol(asyncio.Protocol):
                         HEAD_TOO_LARGE,
                     )
                     return
-        self.inner.data_received(data)
+        if self.held:
+            self.held += data
+            return
+        self.deliver(data)
+
+    def deliver(self, data: bytes) -> None:
+        """Hand ``data`` to uvicorn a slice at a time while it holds fewer than ``MAX_QUEUED``
+        requests it has not begun to answer; keep the rest (reading paused: at most one read).
+
+        uvicorn parses every request of a read at once and keeps each until it is answered: 2,000
+        pipelined requests in one write, never read, were 2,000 queued requests (~3 KiB each) on a
+        connection (the fuzz suite's soak: +59 MiB for 10 such clients)."""
+        view, at = memoryview(data), 0
+        while at < len(data) and not self.closed:
+            if self.handed is not None and self.heads - self.answers >= MAX_QUEUED:
+                self.held += view[at:]
+                self._hold()
+                return
+            piece = bytes(view[at : at + SLICE_BYTES])
+            at += SLICE_BYTES
+            if self.handed is not None:
+                try:
+                    self.handed.feed_data(piece)
+                except httptools.HttpParserError:  # uvicorn answers it 400; stop counting
+                    self.handed = None
+            self.inner.data_received(piece)
+        if not self.held and self.holding:
+            self.holding = False
+            if not self.paused and self.transport is not None and not self.transport.is_closing():
+                self.transport.resume_reading()
+
+    def _hold(self) -> None:
+        if not self.holding and self.transport is not None and not self.transport.is_closing():
+            self.holding = True
+            self.transport.pause_reading()
+
+    def answered(self) -> None:
+        """uvicorn began an answer: hand it more of what is held, if any (soon: not inside its write)."""
+        self.answers += 1
+        if self.held and self.heads - self.answers < MAX_QUEUED and self.transport is not None:
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        if self.held and not self.closed:
+            data = bytes(self.held)
+            self.held.clear()
+            self.deliver(data)
 
     def eof_received(self) -> bool | None:
         return self.inner.eof_received()
@@ -136,7 +192,8 @@ class GuardedProtocol(asyncio.Protocol):
 
     # -- the limits -------------------------------------------------------------------------------
     def expired(self, now: float) -> bool:
-        return self.phase != _IDLE and now > self.deadline and not self.closed and not self.paused
+        waiting = self.paused or self.holding
+        return self.phase != _IDLE and now > self.deadline and not self.closed and not waiting
 
     def reading_resumed(self) -> None:
         """The time a client had while uvicorn did not read does not count against it."""
@@ -148,6 +205,7 @@ class GuardedProtocol(asyncio.Protocol):
         """Answer ``status`` (when no answer to an earlier request may be under way) and close."""
         self.parser = None
         self.closed = True
+        self.held.clear()
         transport = self.transport
         if transport is None or transport.is_closing():
             return
@@ -173,6 +231,8 @@ class _ReadingWatch:
         and uvicorn may still write pipelined answers to a client that left before its
         ``connection_lost`` runs (a traceback per such client, found by the fuzz suite's soak)."""
         if not self._transport.is_closing():
+            if data[:9] == _ANSWER and data[:10] != _INTERIM:
+                self._conn.answered()
             self._transport.write(data)
 
     def pause_reading(self) -> None:
@@ -180,11 +240,24 @@ class _ReadingWatch:
         self._transport.pause_reading()
 
     def resume_reading(self) -> None:
-        self._transport.resume_reading()
+        if not self._conn.holding:
+            self._transport.resume_reading()
         self._conn.reading_resumed()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
+
+
+class _Heads:
+    """Counts the heads of the requests handed to uvicorn (``GuardedProtocol.heads``)."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: GuardedProtocol) -> None:
+        self._conn = conn
+
+    def on_headers_complete(self) -> None:
+        self._conn.heads += 1
 
 
 def _peer(transport: asyncio.BaseTransport) -> str:
