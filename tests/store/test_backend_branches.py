@@ -19,14 +19,11 @@ _NAMES = {"sqlite", "postgresql", "postgres", "mysql", "mariadb", "duckdb", "pys
 #: Files still allowed their branches, with how many (the target is none: the list only shrinks).
 #: db.py: the engine and error halves of each database (to move under backends/ with their
 #: modules); mysql_store.py and duckdb_store.py: a database's own module outside backends/ (the
-#: CLI and the Airflow hook import duckdb_store by that path); mirror_status.py and reads.py: the
-#: SQL a database words its own way.
+#: CLI and the Airflow hook import duckdb_store by that path).
 LEFT = {
     "db.py": 11,
     "duckdb_store.py": 1,
-    "mirror_status.py": 4,
     "mysql_store.py": 6,
-    "reads.py": 6,
 }
 
 

@@ -8,7 +8,6 @@ One row per (table, version, artifact): ``PENDING`` → ``IN_PROGRESS`` (under t
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ from sqlalchemy import ColumnElement, Connection, and_, bindparam, func, insert,
 
 from delta_mirror.delta.protocol import now_ms
 from delta_mirror.store import db
+from delta_mirror.store.backends import backend_of
 from delta_mirror.store.base import StoreBase, from_row
 from delta_mirror.store.schema import dl_mirror_status, dl_tables
 from delta_mirror.store.states import Artifact, PublishState
@@ -306,17 +306,14 @@ class MirrorStatus(StoreBase):
         if not results:
             return
         now = now_ms()
-        dialect = self.engine.dialect.name
-        range_update = dialect in ("postgresql", "mysql", "duckdb") or (
-            dialect == "sqlite" and sqlite3.sqlite_version_info >= (3, 33)
-        )
+        backend = backend_of(self.engine)
         if (
-            range_update
+            backend.update_from
             and artifact == Artifact.JSON
             and self._mark_commits_succeeded(table_id, results, now)
         ):
             return
-        if dialect == "postgresql":
+        if backend.copies:
             self._mark_succeeded_pg(table_id, artifact, results, now)
             return
         values = {
@@ -342,7 +339,7 @@ class MirrorStatus(StoreBase):
         if span is None:
             return False
         lo, hi = span
-        if self.engine.dialect.name == "mysql":  # no UPDATE ... FROM there: UPDATE ... JOIN
+        if backend_of(self.engine).update_join:  # MySQL: UPDATE ... JOIN, not UPDATE ... FROM
             stmt = text(_MYSQL_SUCCESS_FROM_COMMITS)
         else:
             stmt = text(

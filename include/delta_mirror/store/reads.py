@@ -42,21 +42,11 @@ _COMMIT_ROWS = (
     "SELECT version, sha256, size_bytes, has_json, committed_at, source FROM dl_commits "
     "WHERE table_id = {mark} AND version BETWEEN {mark} AND {mark} ORDER BY version"
 )
-_PG_COMMIT_LINES = (
-    "SELECT version, string_agg(payload, E'\\n' ORDER BY seq) FROM dl_actions "
-    "WHERE table_id = %s AND part = %s AND version BETWEEN %s AND %s GROUP BY version"
-)
-# DuckDB: the same per-version join as PostgreSQL's (chr(10): DuckDB has no E'' strings).
-_DUCKDB_COMMIT_LINES = (
-    "SELECT version, string_agg(payload, chr(10) ORDER BY seq) FROM dl_actions "
-    "WHERE table_id = ? AND part = ? AND version BETWEEN ? AND ? GROUP BY version"
-)
 _version, _payload = itemgetter(0), itemgetter(1)  # of a (version, payload) row
 _SQLITE_COMMIT_LINES = (
     "SELECT version, payload FROM dl_actions WHERE table_id = ? AND part = ? "
     "AND version BETWEEN ? AND ? ORDER BY version, seq"
 )
-_MYSQL_COMMIT_LINES = _SQLITE_COMMIT_LINES.replace("?", "%s")
 _BLOCK_BYTES = 16 << 20  # a bulk read's unit: big enough to parse in parallel, small enough to hold three
 _SIDE_RANGES = {
     side: "SELECT count(*), min(f.id), max(f.id) FROM dl_files f WHERE f.table_id = :table_id AND " + where
@@ -279,25 +269,17 @@ class Reads(StoreBase):
 
     def commit_lines(self, table_id: int, from_version: int, to_version: int) -> dict[int, list[str]]:
         """Canonical lines of the commits in [from, to], by version (one query for a batch)."""
-        if self.engine.dialect.name == "postgresql":
-            # One row per version: the server joins the lines (payloads hold no raw newline); plain
-            # SQL on the driver like ``commit_rows`` (no statement compile, tuples for rows).
+        backend = backend_of(self.engine)
+        args = (table_id, PART_COMMIT, from_version, to_version)
+        if backend.joined_lines is not None:
+            # plain SQL on the driver like ``commit_rows`` (no statement compile, tuples for rows)
             with db.translated(self.url, "reading actions"), self.reader.connect() as conn:
-                rows = conn.exec_driver_sql(
-                    _PG_COMMIT_LINES, (table_id, PART_COMMIT, from_version, to_version)
-                )
-                return {int(v): str(joined).split("\n") for v, joined in rows}
-        if self.engine.dialect.name == "duckdb":
-            with db.translated(self.url, "reading actions"), self.reader.connect() as conn:
-                joined_rows = conn.exec_driver_sql(
-                    _DUCKDB_COMMIT_LINES, (table_id, PART_COMMIT, from_version, to_version)
-                ).all()
+                joined_rows = conn.exec_driver_sql(backend.joined_lines, args).all()
                 return {int(v): str(joined).split("\n") for v, joined in joined_rows}
-        if self.engine.dialect.name == "mysql":  # the lines in order, grouped here (no string_agg)
+        if not backend.raw_cursor_reads:  # the lines in order, grouped here
+            sql = _SQLITE_COMMIT_LINES.replace("?", backend.placeholder)
             with db.translated(self.url, "reading actions"), self.reader.connect() as conn:
-                ordered = conn.exec_driver_sql(
-                    _MYSQL_COMMIT_LINES, (table_id, PART_COMMIT, from_version, to_version)
-                ).all()
+                ordered = conn.exec_driver_sql(sql, args).all()
                 return {int(v): list(map(_payload, group)) for v, group in groupby(ordered, _version)}
         # SQLite: the rows straight from the driver cursor (SQLAlchemy's row objects cost about
         # 40 µs a version here, a third of what publishing one version costs on this thread),
@@ -305,7 +287,7 @@ class Reads(StoreBase):
         with db.translated(self.url, "reading actions"), self.reader.connect() as conn:
             raw = conn.connection.driver_connection
             assert raw is not None
-            cursor = raw.execute(_SQLITE_COMMIT_LINES, (table_id, PART_COMMIT, from_version, to_version))
+            cursor = raw.execute(_SQLITE_COMMIT_LINES, args)
             return {version: list(map(_payload, rows)) for version, rows in groupby(cursor, _version)}
 
     def commit_bytes(self, table_id: int, version: int) -> bytes:
@@ -363,7 +345,7 @@ class Reads(StoreBase):
         q = _file_payload_query("add", _ACTIVE_ADDS)
         params = {"table_id": table_id, "v": version}
         with db.translated(self.url, "reading active files"), self.reader.connect() as conn:
-            if self.engine.dialect.name == "postgresql":
+            if backend_of(self.engine).copies:
                 _large_join_memory(conn)
                 yield from _copy_lines(conn, q, params, batch)
                 return
@@ -374,7 +356,8 @@ class Reads(StoreBase):
     def iter_active_add_blocks(self, table_id: int, version: int) -> Iterator[bytes]:
         """The same add actions as UTF-8 blocks of whole ``\\n``-terminated lines (about 16 MiB
         each): what a checkpoint parses in bulk, without a Python string per file on PostgreSQL."""
-        if self.engine.dialect.name == "duckdb":  # DuckDB's Arrow batches: blocks without a string per row
+        backend = backend_of(self.engine)
+        if backend.arrow_blocks:
             from delta_mirror.store.duckdb_store import arrow_line_blocks
 
             q = _file_payload_query("add", _ACTIVE_ADDS)
@@ -382,7 +365,7 @@ class Reads(StoreBase):
                 sql = _with_integers(conn, q, {"table_id": table_id, "v": version})
                 yield from arrow_line_blocks(conn, sql, _BLOCK_BYTES)
             return
-        if self.engine.dialect.name != "postgresql":
+        if not backend.copies:
             yield from _joined_blocks(self.iter_active_add_lines(table_id, version))
             return
         q = _file_payload_query("add", _ACTIVE_ADDS)

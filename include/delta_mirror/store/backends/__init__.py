@@ -33,8 +33,20 @@ class Backend:
     notifies: bool
     #: Whether a single read-only statement runs without a transaction (no BEGIN/ROLLBACK trips).
     autocommit_reads: bool
-    #: Whether an import's rows go by ``COPY`` (``bulk_load``).
+    #: Whether an import's rows go by ``COPY`` (``bulk_load``) and array parameters are unnested
+    #: server-side (``mirror_status`` marks many versions in one statement).
     copies: bool
+    #: A statement giving (version, its lines joined by ``\\n``) for a table, part and version
+    #: range (one row per version: the server joins the lines), or None: the lines come in order.
+    joined_lines: str | None
+    #: Whether reads in bulk run on the driver's cursor itself (SQLite: no row objects).
+    raw_cursor_reads: bool
+    #: Whether bulk reads come as Arrow batches (DuckDB: blocks without a string per row).
+    arrow_blocks: bool
+    #: Whether ``UPDATE ... FROM`` is there (SQLite since 3.33); ``update_join``: MySQL's form of it,
+    #: ``UPDATE ... JOIN``.
+    update_from: bool
+    update_join: bool
     #: Makes the database's ``commit_writer.CommitWriter`` (once per store). Typed loosely: the
     #: modules it names import this one.
     writer: Callable[[Engine, str], Any]

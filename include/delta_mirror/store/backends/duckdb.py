@@ -20,12 +20,23 @@ def _bulk_import(conn: Connection, table_id: int) -> BulkImport:
     return DuckDBBulkImport(conn, table_id)
 
 
+# PostgreSQL's per-version join (chr(10): DuckDB has no E'' strings).
+_JOINED_LINES = (
+    "SELECT version, string_agg(payload, chr(10) ORDER BY seq) FROM dl_actions "
+    "WHERE table_id = ? AND part = ? AND version BETWEEN ? AND ? GROUP BY version"
+)
+
 BACKEND = Backend(
     name="duckdb",
     integer_division="/",
     placeholder="?",
     notifies=False,
     autocommit_reads=False,
+    joined_lines=_JOINED_LINES,
+    raw_cursor_reads=False,
+    arrow_blocks=True,
+    update_from=True,
+    update_join=False,
     copies=False,
     writer=TransactionOnly,
     bulk_import=_bulk_import,
