@@ -20,7 +20,6 @@ Every wait polls until a deadline scaled by ``timeout_scale`` (``DELTA_MIRROR_CL
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import importlib.metadata
 import json
@@ -47,18 +46,12 @@ from delta_mirror.dev.cluster.processes import (
     spawn,
     wait_gone,
 )
+from delta_mirror.dev.cluster.secret_file import cluster_secrets
 from delta_mirror.dev.cluster.services import Instance, Recipe, Stack
 from delta_mirror.dev.cluster.topology import Topology, TopologyError, load_topology
 
 __all__ = ["Cluster", "ClusterError", "ProcessStatus", "TopologyError", "default_repo"]
 
-_SECRET_KEYS = (
-    "AIRFLOW_JWT_SECRET",
-    "AIRFLOW_API_SECRET_KEY",
-    "AIRFLOW_FERNET_KEY",
-    "DELTA_MIRROR_COMMIT_TOKEN",
-    "POSTGRES_SUPERUSER_PASSWORD",
-)
 _INFRA_KINDS = ("postgres", "redis", "minio", "smtp")  # stopped last, after what uses them
 _REPLICA_OPTIONS = {
     "airflow-triggerer": "triggerers",
@@ -172,37 +165,13 @@ class Cluster:
     def log(self, name: str) -> Path:
         return self.root / "logs" / f"{self.instance(name).name}.log"
 
-    def _secrets(self) -> dict[str, str]:
-        """Per-cluster secrets, generated once into secrets.env (mode 600), never printed."""
-        path = self.root / "secrets.env"
-        found: dict[str, str] = {}
-        if path.exists():
-            path.chmod(0o600)  # an existing wider mode is fixed on every start
-            for line in path.read_text().splitlines():
-                key, _, value = line.partition("=")
-                found[key] = value
-        missing = [k for k in _SECRET_KEYS if not found.get(k)]
-        if missing:
-            for key in missing:
-                raw = os.urandom(32)
-                found[key] = (
-                    base64.urlsafe_b64encode(raw).decode()
-                    if key == "AIRFLOW_FERNET_KEY"
-                    else _secrets.token_hex(32)
-                )
-            self.root.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write("".join(f"{k}={found[k]}\n" for k in _SECRET_KEYS))
-        return found
-
     def stack(self) -> Stack:
         return Stack(
             root=self.root,
             repo=self.repo,
             topology=self.topology,
             ports=self.ports,
-            secrets=self._secrets(),
+            secrets=cluster_secrets(self.root),
             token=self._token or "unstarted",
             table_config=self.table_config,
         )
