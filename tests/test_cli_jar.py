@@ -52,6 +52,26 @@ def test_prints_the_kernel_reader_jar_and_its_coordinates(
     )
 
 
+def test_without_the_variable_the_logstore_jar_is_where_make_jar_puts_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The package's own path is the Makefile's ``LOGSTORE_JAR`` (a module move once left it
+    pointing at ``spark/spark/jars``, and every Spark test that needs the jar skipped or failed)."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    makefile = (root / "Makefile").read_text(encoding="utf-8")
+    built = re.search(r"^LOGSTORE_JAR\s*:=\s*(\S+)", makefile, re.M)
+    assert built is not None
+    monkeypatch.delenv(LOGSTORE_JAR_ENV, raising=False)
+    expected = (root / built.group(1)).resolve()
+    if expected.is_file():
+        assert logstore_jar() == expected
+    else:
+        with pytest.raises(LogStoreJarMissing, match=re.escape(str(expected))):
+            logstore_jar()
+
+
 def test_the_built_logstore_jar_is_the_package_s_own() -> None:
     try:
         jar = logstore_jar()

@@ -113,7 +113,7 @@ def logstore_jar() -> Path:
     jar = (
         Path(override)
         if override
-        else Path(__file__).resolve().parent / "spark" / "jars" / "delta-mirror-logstore.jar"
+        else Path(__file__).resolve().parent / "jars" / "delta-mirror-logstore.jar"
     )
     if not jar.is_file():
         raise LogStoreJarMissing(
