@@ -65,7 +65,11 @@ def _branches_here(node: ast.AST) -> bool:
 
 def branches(source: str) -> list[int]:
     """The lines of ``source`` that branch on the database kind."""
-    return sorted(node.lineno for node in ast.walk(ast.parse(source)) if _branches_here(node))
+    return sorted(
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.expr | ast.stmt) and _branches_here(node)
+    )
 
 
 def counts() -> dict[str, list[int]]:

@@ -191,9 +191,9 @@ class Reference:
                     )
         active = t.active()
         for k, b in actions:
-            key = file_key(b)
-            if k == "remove" and key not in active:
-                what = f"remove of '{key.path}'" + (f" (deletion vector {key.dv_id})" if key.dv_id else "")
+            fkey = file_key(b)
+            if k == "remove" and fkey not in active:
+                what = f"remove of '{fkey.path}'" + (f" (deletion vector {fkey.dv_id})" if fkey.dv_id else "")
                 return _refusal(
                     InvalidActionError(
                         what + " which is not an active file",
@@ -216,16 +216,16 @@ class Reference:
         adds = [(seq, b) for seq, (k, b) in enumerate(stored) if k == "add"]
         if version > 0:
             for _, b in adds:
-                key = tuple(file_key(b))
+                key = (file_key(b).path, file_key(b).dv_id)
                 if key in active and key not in ended:
-                    entry = active[key]  # type: ignore[index]
+                    entry = active[key]
                     entry.remove_version = version
-                ended.add(key)  # type: ignore[arg-type]
+                ended.add(key)
         for seq, (k, b) in enumerate(stored):
-            key = tuple(file_key(b))
+            key = (file_key(b).path, file_key(b).dv_id)
             if k == "remove" and key not in ended:
-                ended.add(key)  # type: ignore[arg-type]
-                entry = active[key]  # type: ignore[index]
+                ended.add(key)
+                entry = active[key]
                 entry.remove_version, entry.remove_part, entry.remove_seq = version, PART_COMMIT, seq
                 entry.deletion_timestamp = _whole(b, "deletionTimestamp")
         for seq, b in adds:
@@ -270,7 +270,7 @@ def _refusal(exc: MirrorError) -> tuple[str, ...]:
 
 
 def _kind(line: str) -> str:
-    return next(iter(json.loads(line)))
+    return str(next(iter(json.loads(line))))
 
 
 def _masked(line: str, source: str) -> str:

@@ -111,9 +111,7 @@ def logstore_jar() -> Path:
     ``LogStoreJarMissing`` when it is not a file."""
     override = os.environ.get(LOGSTORE_JAR_ENV)
     jar = (
-        Path(override)
-        if override
-        else Path(__file__).resolve().parent / "jars" / "delta-mirror-logstore.jar"
+        Path(override) if override else Path(__file__).resolve().parent / "jars" / "delta-mirror-logstore.jar"
     )
     if not jar.is_file():
         raise LogStoreJarMissing(
