@@ -82,15 +82,21 @@ def login(port: int, password: str | None) -> bool:
         return False
 
 
+def prepared(bindir: Path, folder: Path, user: str | None) -> tuple[Path, Path]:
+    """The launcher's PostgreSQL data folder made in ``folder`` (owned by ``user``): it and its log."""
+    datadir, log = folder / "postgres", folder / "pg.log"
+    if user is not None:
+        chown(folder, user)
+    cluster_setup.prepare_postgres(bindir, datadir, user, log, PASSWORD)
+    return datadir, log
+
+
 @pytest.mark.postgres  # starts a PostgreSQL server: not in `make check`
 def test_a_new_data_folder_lets_the_superuser_in_only_with_the_generated_password(
     pg_folder: tuple[Path, Path, str | None],
 ) -> None:
     bindir, folder, user = pg_folder
-    datadir, log = folder / "postgres", folder / "pg.log"
-    if user is not None:
-        chown(folder, user)
-    cluster_setup.prepare_postgres(bindir, datadir, user, log, PASSWORD)
+    datadir, log = prepared(bindir, folder, user)
     hba = (datadir / "pg_hba.conf").read_text()
     assert "trust" not in hba and "scram-sha-256" in hba
     assert not (folder / ".initdb-pwfile").exists(), "the password file given to initdb is removed"
@@ -105,10 +111,7 @@ def test_a_data_folder_that_trusted_the_superuser_is_secured_on_its_next_start(
     pg_folder: tuple[Path, Path, str | None],
 ) -> None:
     bindir, folder, user = pg_folder
-    datadir, log = folder / "postgres", folder / "pg.log"
-    if user is not None:
-        chown(folder, user)
-    cluster_setup.prepare_postgres(bindir, datadir, user, log, PASSWORD)
+    datadir, log = prepared(bindir, folder, user)
     (datadir / "pg_hba.conf").write_text(  # as the launcher wrote it before
         "host all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
     )

@@ -146,21 +146,28 @@ def test_40_silent_half_sent_and_trickling_connections_are_closed_at_the_header_
     assert service.request("GET", "/health", token=None).status == 200
 
 
+def pipeline_and_leave(port: int, *, clients: int, linger: float) -> None:
+    """``clients`` threads, each three times over: a new connection pipelining 2,000 ``GET /health``,
+    nothing read, ``linger`` seconds, then gone."""
+
+    def leave_unread() -> None:
+        for _ in range(3):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)) as s:
+                s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 2000)
+                time.sleep(linger)
+
+    threads = [threading.Thread(target=leave_unread) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def test_clients_that_pipeline_and_leave_without_reading_leave_no_traceback(service: CommitService) -> None:
     """uvloop raises on a write to a closed connection, and uvicorn may still write the pipelined
     answers of a client that left: one traceback per such client before the guard dropped them."""
 
-    def leave_unread() -> None:
-        for _ in range(3):
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", service.port)) as s:
-                s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 2000)
-                time.sleep(0.5)
-
-    clients = [threading.Thread(target=leave_unread) for _ in range(8)]
-    for t in clients:
-        t.start()
-    for t in clients:
-        t.join()
+    pipeline_and_leave(service.port, clients=8, linger=0.5)
     time.sleep(1)
     assert service.request("GET", "/health", token=None).status == 200
     assert "Traceback" not in service.log() and "Exception in ASGI application" not in service.log()
@@ -173,17 +180,7 @@ def test_pipelined_requests_never_read_queue_a_bounded_number_per_connection(ser
     assert service.proc is not None
     peak_before = vm(service.proc.pid, "VmHWM")
 
-    def never_read() -> None:
-        for _ in range(3):
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", service.port)) as s:
-                s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 2000)
-                time.sleep(1.5)
-
-    clients = [threading.Thread(target=never_read) for _ in range(10)]
-    for t in clients:
-        t.start()
-    for t in clients:
-        t.join()
+    pipeline_and_leave(service.port, clients=10, linger=1.5)
     grown = vm(service.proc.pid, "VmHWM") - peak_before
     with socket.create_connection(("127.0.0.1", service.port), timeout=load_scaled(30)) as s:
         s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 3000)
