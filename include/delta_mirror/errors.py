@@ -10,6 +10,7 @@ MirrorError                      (base; carries ``error_class``, ``table``, ``ve
 │   └── TableNotFoundError / TableExistsError
 ├── ConflictError                halt, alert, never overwrite
 │   ├── CommitConflictError      another writer committed that version first
+│   │   └── StoreBehindError     the store is behind the published log (failover, restore)
 │   └── PublishConflictError     a different file already sits at ``_delta_log/<v>.json``
 └── DataError                    an invalid action or a version gap: nothing is written
     └── InvalidActionError
@@ -130,6 +131,17 @@ class PublishConflictError(ConflictError):
         super().__init__(what, **context)
 
 
+class StoreBehindError(CommitConflictError):
+    """The store's latest version is below the versions already published on storage (an
+    asynchronous failover lost acknowledged commits, or the store was restored from a backup):
+    no version is committed while its ``<v>.json`` exists with other bytes; ``delta-mirror
+    recover`` adopts the published versions back (``jobs/recover.py``)."""
+
+    def __init__(self, what: str, *, behind: int = 0, **context: Unpack[ErrorContext]) -> None:
+        self.behind = behind
+        super().__init__(what, **context)
+
+
 class DataError(MirrorError):
     error_class = ErrorClass.DATA
 
@@ -171,6 +183,7 @@ __all__ = [
     "NotADeltaTableError",
     "PermanentError",
     "PublishConflictError",
+    "StoreBehindError",
     "TableExistsError",
     "TableHaltedError",
     "TableNotFoundError",
