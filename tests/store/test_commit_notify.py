@@ -20,7 +20,7 @@ from store.store_kit import add, metadata, protocol, remove, spark_file, v0_file
 from support.waiting import load_scaled
 
 from delta_mirror.errors import CommitConflictError
-from delta_mirror.store import SqlStore, db, pg_exec
+from delta_mirror.store import SqlStore, db, pg_exec, urls
 from delta_mirror.store.watch import CHANNEL, CommitWatcher
 
 
@@ -28,7 +28,7 @@ class Listener:
     """A connection LISTENing on the commit channel, as a watcher's is."""
 
     def __init__(self, url: str) -> None:
-        self.conn = psycopg.connect(db.libpq_url(url), autocommit=True)
+        self.conn = psycopg.connect(urls.libpq_url(url), autocommit=True)
         self.conn.execute(f"LISTEN {CHANNEL}")
 
     def heard(self, quiet: float = 0.5) -> list[str]:
@@ -195,7 +195,7 @@ _CONFIG.set_main_option("script_location", str(db.MIGRATIONS))
 
 
 def _function_source(url: str) -> str:
-    with closing(psycopg.connect(db.libpq_url(url))) as conn:
+    with closing(psycopg.connect(urls.libpq_url(url))) as conn:
         row = conn.execute(
             "SELECT prosrc FROM pg_proc WHERE proname = 'delta_mirror_notify_commit'"
         ).fetchone()

@@ -216,7 +216,7 @@ def _file_lines(
     """A DataFrame of one string column ``line`` (adds then tombstones) and the two counts."""
     table_id, v = plan.table.id, plan.version
     if store.engine.dialect.name == "postgresql":
-        from delta_mirror.store.db import jdbc_url  # URL parsing by SQLAlchemy stays in store/
+        from delta_mirror.store.urls import jdbc_url  # URL parsing by SQLAlchemy stays in store/
 
         url, props = jdbc_url(store.url)
         props["fetchsize"] = str(fetch_size)

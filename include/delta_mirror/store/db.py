@@ -24,6 +24,7 @@ from sqlalchemy.exc import (
 from delta_mirror.config import redact_url
 from delta_mirror.errors import MirrorError, PermanentError, TransientError
 from delta_mirror.extras import require
+from delta_mirror.store.urls import canonical
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -43,6 +44,7 @@ def reader(engine: Engine) -> Engine:
 
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite gets WAL and a busy timeout so writers queue, not fail."""
+    url = canonical(url)  # libpq's multi-host H1:P1,H2:P2 form as SQLAlchemy's ?host=...&host=...
     try:
         parsed = make_url(url)
     except Exception as exc:
@@ -148,6 +150,7 @@ def shared_engine(url: str) -> Engine:
 
     An in-memory SQLite URL is not shared: each engine of it is a separate database.
     """
+    url = canonical(url)
     try:
         parsed = make_url(url)
     except Exception:
@@ -159,26 +162,6 @@ def shared_engine(url: str) -> Engine:
         if engine is None:
             engine = _SHARED[url] = make_engine(url)
         return engine
-
-
-def libpq_url(url: str) -> str:
-    """``url`` (``postgresql+psycopg://...``) as a libpq URI for a plain psycopg connection."""
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def jdbc_url(url: str) -> tuple[str, dict[str, str]]:
-    """A PostgreSQL store URL as a JDBC URL and its connection properties (the Spark checkpoint
-    engine reads the store over JDBC); ``PermanentError`` for another database."""
-    u = make_url(url)
-    if not u.drivername.startswith("postgresql"):
-        raise PermanentError(f"no JDBC mapping for a {u.drivername} store", hint="use PostgreSQL or SQLite")
-    host = u.host or "localhost"
-    props = {"driver": "org.postgresql.Driver", "user": u.username or ""}
-    if u.password is not None:
-        props["password"] = str(u.password)
-    for key, value in u.query.items():  # e.g. sslmode: the JDBC driver takes the same names
-        props[key] = value if isinstance(value, str) else value[-1]
-    return f"jdbc:postgresql://{host}:{u.port or 5432}/{u.database or ''}", props
 
 
 def _forget_pools_after_fork() -> None:
@@ -379,8 +362,6 @@ __all__ = [
     "dead_connection",
     "is_initialised",
     "is_unique_violation",
-    "jdbc_url",
-    "libpq_url",
     "lost_a_race",
     "make_engine",
     "migrate",

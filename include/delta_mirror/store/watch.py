@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, bindparam, text
 
-from delta_mirror.store import db
+from delta_mirror.store import db, urls
 from delta_mirror.store.backends import backend_of
 from delta_mirror.store.base import CHUNK
 from delta_mirror.store.schema import COMMIT_CHANNEL
@@ -139,6 +139,8 @@ class CommitWatcher:
         self.engine = db.shared_engine(url)
         self.polls = 0  # statements the watcher ran (for tests and the fleet benchmark)
         self.notifications = 0
+        self.listening = False  # a LISTEN connection is up now
+        self.listens = 0  # LISTEN connections made (a reconnect after a failover adds one)
         self._wake = asyncio.Event()
         self._refresh = False
 
@@ -188,13 +190,23 @@ class CommitWatcher:
                 await asyncio.wait([listener], timeout=5.0)
 
     async def _listen_loop(self) -> None:
+        """``LISTEN`` on every host of the store URL (``urls.libpq_url``: a replicated store's
+        standby is skipped, and after a failover the promoted one is found). Losing it is logged at
+        WARNING once per outage (polling every ``interval`` meanwhile), getting it back at INFO."""
         import psycopg  # PostgreSQL stores only
 
-        conninfo = db.libpq_url(self.url)
+        conninfo = urls.libpq_url(self.url, primary=True)
+        where = urls.hosts_text(self.url)
+        failing = False
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
+                    self.listening = True
+                    self.listens += 1
+                    if failing:
+                        log.info("LISTEN %s on the store (%s) is back", CHANNEL, where)
+                        failing = False
                     self._wake.set()  # commits made while (re)connecting: poll once now
                     async for _note in conn.notifies():
                         self.notifications += 1
@@ -202,7 +214,17 @@ class CommitWatcher:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.info("LISTEN %s on the store failed (%s); polling meanwhile", CHANNEL, str(exc)[:200])
+                if not failing:
+                    log.warning(
+                        "LISTEN %s on the store (%s) failed (%s); polling every %ss until it is back",
+                        CHANNEL,
+                        where,
+                        " ".join(str(exc).split())[:300],
+                        self.interval,
+                    )
+                failing = True
+            finally:
+                self.listening = False
             await asyncio.sleep(self.interval)
 
 
