@@ -119,7 +119,7 @@ def test_the_cluster_page_shows_the_config_options_and_job_this_module_runs() ->
     loop = page_command("for t in ")
     assert " ".join(loop[3 : 3 + len(tables)]) == " ".join(tables) + ";" and "delta_mirror__$t;" in loop
     assert SPARK_JOB["--master"] == "$SPARK_MASTER"
-    assert SPARK_JOB["--commit-url"] == "$DELTA_MIRROR_COMMIT_URLS"  # ClusterRun.commit_urls
+    assert SPARK_JOB["--commit-url"] == "$DELTA_MIRROR_COMMIT_URL"  # ClusterRun.commit_urls
     # ClusterRun.location(name) on the bucket of DELTA_MIRROR_BUCKET
     assert SPARK_JOB["--table"] == f"s3://$DELTA_MIRROR_BUCKET/tables/{SPARK_TABLE}"
 

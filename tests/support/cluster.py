@@ -98,7 +98,7 @@ class ClusterRun:
 
     @property
     def commit_urls(self) -> list[str]:
-        return self.env["DELTA_MIRROR_COMMIT_URLS"].split(",")
+        return self.env["DELTA_MIRROR_COMMIT_URL"].split(",")
 
     def location(self, name: str) -> str:
         return f"s3://{self.bucket}/tables/{name}"

@@ -218,7 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command")
     submit_p = sub.add_parser("submit", help="spark-submit this job to a standalone master")
     submit_p.add_argument("--master", required=True, help="spark://HOST:PORT")
-    submit_p.add_argument("--commit-url", required=True, help="commit-service URL(s), comma-separated")
+    submit_p.add_argument(
+        "--commit-url",
+        help="commit-service URL(s), comma-separated (default: DELTA_MIRROR_COMMIT_URL, the same list)",
+    )
     for p in (parser, submit_p):
         p.add_argument("--table", help="s3://bucket/prefix of the table")
         p.add_argument("--rounds", type=int, default=1, help="append/MERGE/DELETE rounds (3 commits each)")
@@ -229,7 +232,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or args.rows < 1:
         parser.error("--rounds and --rows must be at least 1")
     if args.command == "submit":
-        urls = [u.strip() for u in args.commit_url.split(",") if u.strip()]
+        from delta_mirror.errors import PermanentError
+        from delta_mirror.spark.session import COMMIT_URL_ENV, commit_url_from_env, commit_url_list
+
+        try:
+            listed = commit_url_list(args.commit_url, "--commit-url") if args.commit_url else None
+            urls = listed or (commit_url_from_env() or "").split(",")
+        except PermanentError as exc:
+            parser.error(exc.message)
+        if not any(urls):
+            parser.error(f"--commit-url or {COMMIT_URL_ENV} is required (every commit-service replica's URL)")
         try:
             result = submit(args.master, args.table, urls, rounds=args.rounds, rows=args.rows)
         except (RuntimeError, ValueError) as exc:

@@ -11,7 +11,7 @@ Spark reader) and ``spark/`` (ingest, the checkpoint engine) can both use it.
 - Master: the ``master`` argument, else ``DELTA_MIRROR_SPARK_MASTER``, else ``local[2]``.
 - Java 17 must be on ``PATH`` or in ``JAVA_HOME``; without it ``SparkUnavailable`` says so.
 - Spark writers through the SQL authority (docs/commit-service.md): ``get_spark(authority=...)``, or
-  ``DELTA_MIRROR_COMMIT_URL`` (+ ``DELTA_MIRROR_COMMIT_ROOTS``), loads the delta-mirror LogStore jar
+  ``DELTA_MIRROR_COMMIT_URL`` (one URL or every replica's, comma-separated; + ``DELTA_MIRROR_COMMIT_ROOTS``), loads the delta-mirror LogStore jar
   (``make jar``) for the ``file``, ``s3a`` and ``s3`` schemes. Nothing configured: plain Delta.
 - Executors (e.g. on a standalone master) fetch every jar from the driver: the resolved packages
   stay in ``spark.jars`` beside the LogStore jar (``_keep_resolved_jars``), no shared file system.
@@ -19,6 +19,7 @@ Spark reader) and ``spark/`` (ingest, the checkpoint engine) can both use it.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import threading
@@ -57,12 +58,57 @@ EXTRA_EXCLUDES: tuple[str, ...] = ("software.amazon.awssdk:bundle", "io.netty:*"
 # The Delta LogStore committing through `delta-mirror serve` (jvm/logstore, docs/commit-service.md)
 LOGSTORE_CLASS = "io.github.deltamirror.logstore.SqlAuthorityLogStore"
 LOGSTORE_SCHEMES: tuple[str, ...] = ("file", "s3a", "s3")
-COMMIT_URL_ENV = "DELTA_MIRROR_COMMIT_URL"
+COMMIT_URL_ENV = "DELTA_MIRROR_COMMIT_URL"  # one commit-service URL, or every replica's, comma-separated
+COMMIT_URLS_ENV = "DELTA_MIRROR_COMMIT_URLS"  # deprecated alias of COMMIT_URL_ENV (read, warned once)
 COMMIT_ROOTS_ENV = "DELTA_MIRROR_COMMIT_ROOTS"  # comma-separated root prefixes
 # Another LogStore jar to use: the Compose image keeps its build outside include/, which the stack
 # mounts over the installed package (docker/Dockerfile.airflow)
 LOGSTORE_JAR_ENV = "DELTA_MIRROR_LOGSTORE_JAR"
 OUTSIDE_MODES = ("passthrough", "refuse")
+
+
+log = logging.getLogger(__name__)
+_warned_alias = False
+
+
+def commit_url_list(value: str, source: str = COMMIT_URL_ENV) -> list[str]:
+    """The commit-service URLs of a comma-separated list (one URL is a list of one), in order: the
+    LogStore tries them in this order and fails over to the next. A URL that is not ``http(s)://``
+    is refused in one line naming ``source``."""
+    urls = [u.strip().rstrip("/") for u in value.split(",") if u.strip()]
+    for url in urls:
+        if urlparse(url).scheme not in ("http", "https") or not urlparse(url).netloc:
+            raise PermanentError(
+                f"{source} holds {url.split('@')[-1]!r}, which is not an http(s):// URL",
+                hint=f"set {COMMIT_URL_ENV} to the commit service's URL, or every replica's comma-separated "
+                "(http://host1:8787,http://host2:8787)",
+            )
+    return urls
+
+
+def commit_url_from_env(environ: Mapping[str, str] | None = None) -> str | None:
+    """Every commit-service URL the environment names, comma-separated (None: none).
+
+    ``DELTA_MIRROR_COMMIT_URL`` takes one URL or every replica's, comma-separated. The older
+    ``DELTA_MIRROR_COMMIT_URLS`` is still read when ``DELTA_MIRROR_COMMIT_URL`` is not set, with a
+    warning once per process; when both are set, ``DELTA_MIRROR_COMMIT_URL`` wins.
+    """
+    global _warned_alias
+    env = os.environ if environ is None else environ
+    value, source = (env.get(COMMIT_URL_ENV) or "").strip(), COMMIT_URL_ENV
+    alias = (env.get(COMMIT_URLS_ENV) or "").strip()
+    if alias and not _warned_alias:
+        _warned_alias = True
+        log.warning(
+            "%s is deprecated and %s: set %s to the comma-separated list instead",
+            COMMIT_URLS_ENV,
+            "ignored beside " + COMMIT_URL_ENV if value else "read for now",
+            COMMIT_URL_ENV,
+        )
+    if not value and alias:
+        value, source = alias, COMMIT_URLS_ENV
+    urls = commit_url_list(value, source)
+    return ",".join(urls) or None
 
 
 class SparkUnavailable(PermanentError):
@@ -96,9 +142,10 @@ class AuthorityConfig:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> AuthorityConfig | None:
-        """From ``DELTA_MIRROR_COMMIT_URL`` and ``DELTA_MIRROR_COMMIT_ROOTS``; None without a URL."""
+        """From ``DELTA_MIRROR_COMMIT_URL`` (one URL or every replica's, comma-separated: the
+        LogStore fails over across them) and ``DELTA_MIRROR_COMMIT_ROOTS``; None without a URL."""
         env = os.environ if environ is None else environ
-        url = (env.get(COMMIT_URL_ENV) or "").strip()
+        url = commit_url_from_env(env)
         if not url:
             return None
         roots = tuple(r.strip() for r in (env.get(COMMIT_ROOTS_ENV) or "").split(",") if r.strip())
@@ -334,12 +381,16 @@ def stop_spark() -> None:
 
 
 __all__ = [
+    "COMMIT_URLS_ENV",
+    "COMMIT_URL_ENV",
     "DEFAULT_MASTER",
     "LOGSTORE_CLASS",
     "AuthorityConfig",
     "LogStoreJarMissing",
     "SparkUnavailable",
     "authority_conf",
+    "commit_url_from_env",
+    "commit_url_list",
     "get_spark",
     "governed",
     "ivy_dir",

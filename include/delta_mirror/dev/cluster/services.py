@@ -176,8 +176,7 @@ class Stack:
             "DELTA_MIRROR_CLUSTER_MAIL": str(self.mail),
         }
         if urls:
-            env["DELTA_MIRROR_COMMIT_URL"] = urls[0]
-            env["DELTA_MIRROR_COMMIT_URLS"] = ",".join(urls)
+            env["DELTA_MIRROR_COMMIT_URL"] = ",".join(urls)  # every replica: the LogStore fails over
         return env
 
     def airflow_env(self, commit_replicas: int) -> dict[str, str]:
