@@ -53,6 +53,9 @@ from delta_mirror.dev.cluster.topology import Topology, TopologyError, load_topo
 __all__ = ["Cluster", "ClusterError", "ProcessStatus", "TopologyError", "default_repo"]
 
 _INFRA_KINDS = ("postgres", "redis", "minio", "smtp")  # stopped last, after what uses them
+# The signal of a kind's fast, clean shutdown where it is not SIGTERM (PostgreSQL's "smart" shutdown
+# would wait for every client to leave).
+_STOP_SIGNALS = {"postgres": signal.SIGINT}
 _REPLICA_OPTIONS = {
     "airflow-triggerer": "triggerers",
     "airflow-worker": "workers",
@@ -480,7 +483,7 @@ class Cluster:
         snapshot = set(seen).union(*by_name.values())
         for proc in procs:
             kind = self.instance(proc.name).spec.kind if proc.name in self.names() else ""
-            default = signal.SIGINT if kind == "postgres" else signal.SIGTERM
+            default = _STOP_SIGNALS.get(kind, signal.SIGTERM)
             signal_group(proc.pid, sig if sig is not None else default)
 
         def left() -> list[int]:
