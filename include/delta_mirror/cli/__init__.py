@@ -5,7 +5,8 @@ shows the traceback. Exit codes: 0 ok, 1 failure or validation problems, 2 usage
 4 invalid data, 5 transient (safe to retry).
 
 The commands live by topic: ``tables`` (init, import, commit), ``publishing`` (mirror, sync,
-checkpoint, validate, reconcile, resume), ``monitoring`` (status, health), ``service`` (serve),
+checkpoint, validate, reconcile, resume), ``recovery`` (recover: a store behind its
+published log, a lost store rebuilt), ``monitoring`` (status, health), ``service`` (serve),
 ``jars`` (jar: where the jars shipped in the package are).
 """
 
@@ -15,7 +16,7 @@ import logging
 
 import click
 
-from delta_mirror.cli import jars, monitoring, publishing, service, tables
+from delta_mirror.cli import jars, monitoring, publishing, recovery, service, tables
 from delta_mirror.cli.common import EXIT_CODES, Ctx, end_process, process_start
 from delta_mirror.version import __version__
 
@@ -50,6 +51,7 @@ for _command in (
     publishing.validate,
     publishing.reconcile,
     publishing.resume,
+    recovery.recover,
     monitoring.status,
     monitoring.health,
     service.serve,

@@ -98,17 +98,34 @@ def commit(
             )
         actions = parse_actions(data, table=name)
         target = normalize_location(location) if location else None
-        if target is not None:
-            try:
-                store.get_table(name)
-            except TableNotFoundError:
+        try:
+            table = store.get_table(name)
+        except TableNotFoundError:
+            if target is not None:
                 _check_new_location(name, target)
+        else:
+            _refuse_if_store_behind(store, table)
         # The table is created in the commit's own transaction: a refused commit leaves no table.
         click.echo(
             store.commit(
                 name, actions, expected_version=expected_version, operation=operation, location=target
             )
         )
+
+
+def _refuse_if_store_behind(store: Any, table: Any) -> None:
+    """No version is committed while its ``<v>.json`` is already published (the store lost it: an
+    asynchronous failover, a restore from backup): ``StoreBehindError`` naming ``recover``."""
+    from delta_mirror.delta.log_path import LOG_DIR
+    from delta_mirror.jobs.published_frontier import refuse_if_published
+    from delta_mirror.storage import local_path, open_store
+
+    folder = local_path(table.location)
+    if folder is not None and not (folder / LOG_DIR).is_dir():
+        return  # nothing published there (and no folder created for a check)
+    latest = store.latest_version(table.id)
+    version = table.first_version if latest is None else latest + 1
+    refuse_if_published(open_store(table.location), table.name, version, store_latest=latest)
 
 
 def _check_new_location(name: str, location: str) -> None:

@@ -19,7 +19,10 @@ TROUBLESHOOTING: dict[ErrorClass, str] = {
         "Conflict: a different file already sits where the commit belongs (an external writer or a "
         "split brain), or another writer took the version. Nothing was overwritten and the table is "
         "halted. Compare both hashes, import the foreign commit or restore the log, then run "
-        "`delta-mirror resume <table>`."
+        "`delta-mirror resume <table>`. 'Store behind published log by K versions (failover or "
+        "restore?)' is not halted: the store lost versions readers may have seen (an asynchronous "
+        "failover, a restore from backup) and refuses commits until `delta-mirror recover <table>` "
+        "adopts the published versions back (docs/recovery.md)."
     ),
     ErrorClass.DATA: (
         "Data: an invalid action or a version gap in the store. Nothing partial was published and the "

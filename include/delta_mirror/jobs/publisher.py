@@ -152,6 +152,9 @@ class Publisher:
         self.retry = retry or RetryPolicy()
         self.storage_options = dict(storage_options or {})
         self.open_location = open_location or (lambda location: open_store(location, self.storage_options))
+        # the store's latest version per table when this publisher last checked it was not behind
+        # the published log (``_check_not_behind``)
+        self._not_behind_at: dict[int, int] = {}
 
     @property
     def owner(self) -> str:
@@ -223,6 +226,7 @@ class Publisher:
             return result
         target = latest if to_version is None else min(to_version, latest)
         objects = self.open_location(table.location)
+        self._check_not_behind(table, objects, latest)
         start = table.first_version if last is None else last + 1
         if (
             table.base_checkpoint_version is not None
@@ -235,6 +239,20 @@ class Publisher:
         self._publish_commits(table, objects, start, target, result, progress)
         self._redrive_checkpoints(table, objects, result)
         return result
+
+    def _check_not_behind(self, table: TableInfo, objects: ObjectStore, latest: int) -> None:
+        """Versions published beyond the store's latest: the store lost them (an asynchronous failover,
+        a restore from backup). ``StoreBehindError`` (recorded as the table's failure, no halt: the
+        store only needs to catch up, ``delta-mirror recover``) instead of publishing on. One HEAD
+        the first time this publisher sees the table and whenever its latest went back since."""
+        seen = self._not_behind_at.get(table.id)
+        if seen is not None and latest >= seen:
+            self._not_behind_at[table.id] = latest
+            return
+        from delta_mirror.jobs.recover import check_not_behind
+
+        check_not_behind(self.store, table, objects)
+        self._not_behind_at[table.id] = latest
 
     def _redrive_checkpoints(self, table: TableInfo, objects: ObjectStore, result: PublishResult) -> None:
         """Finish checkpoints a crashed or failed run left unfinished (parts or pointer missing).

@@ -21,7 +21,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from delta_mirror.delta.locations import normalize_table_root
-from delta_mirror.errors import CommitTooLargeError, MirrorError, PermanentError, TableNotFoundError
+from delta_mirror.errors import (
+    CommitTooLargeError,
+    MirrorError,
+    PermanentError,
+    StoreBehindError,
+    TableNotFoundError,
+)
+from delta_mirror.jobs.published_frontier import PublishedFrontiers, recover_hint
 from delta_mirror.service.auth import TokenCheck
 from delta_mirror.service.errors import (
     INTERNAL_BODY,
@@ -114,14 +121,19 @@ class CommitService:
         allowed_roots: Sequence[str] = (),
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         metrics: Metrics | None = None,
+        frontiers: PublishedFrontiers | None = None,
     ) -> None:
         self.store = store
+        # what of each table is published: no version is accepted while its <v>.json exists with
+        # other bytes (a store behind its log after a failover or a restore)
+        self.frontiers = frontiers or PublishedFrontiers()
         self.auth = TokenCheck(token)
         self.allowed_roots = tuple(normalize_table_root(r) for r in allowed_roots)
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics or Metrics()
         self.threads = StoreThreads(_store_threads(store))
         on_dead_connection(store.engine, self.metrics.store_reconnected)
+        on_dead_connection(store.engine, self.frontiers.forget)  # perhaps a promoted standby now
 
     # -- request checks ---------------------------------------------------------------------------
     def authorize(self, request: Request) -> None:
@@ -283,7 +295,12 @@ class CommitService:
 
         def commit() -> CommitResult:
             try:
-                return self.store.commit_verbatim(
+                self.frontiers.check(root, version, data)
+            except StoreBehindError as exc:
+                self._name_table(exc, root)
+                raise
+            try:
+                result = self.store.commit_verbatim(
                     root, version, data, create_name=default_table_name(root) if allowed else None
                 )
             except TableNotFoundError:
@@ -294,8 +311,18 @@ class CommitService:
                         hint="start the service with --allow-root for it, or import the table first",
                     ) from None
                 raise
+            self.frontiers.acknowledged(root, version)
+            return result
 
         return commit
+
+    def _name_table(self, exc: StoreBehindError, root: str) -> None:
+        """The refusal names the table and the command that recovers it (read only when refusing)."""
+        try:
+            exc.table = self.store.table_at(root).name
+        except MirrorError:
+            return
+        exc.hint = recover_hint(exc.table)
 
     @staticmethod
     def commit_answer(result: CommitResult) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
