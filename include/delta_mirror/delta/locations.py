@@ -2,13 +2,17 @@
 
 ``normalize_table_root`` takes a root as a writer or a user names it (Hadoop's ``file:/x``,
 ``s3a://b/x``, a local path) and returns the form the store keeps, or refuses it with one line
-(``PermanentError``). ``location_key`` is the same normalisation without I/O and without refusing,
+(``PermanentError``). It is the only normaliser: the commit service's roots, the store's
+``create_table`` (so ``delta-mirror commit --location``, ``import`` and every API caller), the
+publisher's and readers' ``open_store`` (``storage.normalize_location`` is this function) all go
+through it. ``location_key`` is the same normalisation without I/O and without refusing,
 for comparing locations already stored (the overlap check): two roots that name the same folder
 or prefix have the same key, so ``s3a://lake/w//t`` can never become a second table beside
 ``s3://lake/w/t``.
 
 Invariants of a normalised root: scheme in lower case, ``s3a``/``s3n`` spelled ``s3``; no empty
-segment (``//``), no trailing ``/``; no ``.``/``..`` segment and no segment ending in ``.``; no
+segment (``//``), no trailing ``/``; no ``.``/``..`` segment and no segment ending in ``.`` (a
+plain local path, without a scheme, may say ``.``/``..``: it is resolved as the shell would); no
 control character or NUL (raw or percent-encoded); every segment at most 255 UTF-8 bytes and the
 root at most ``MAX_ROOT_CHARS`` characters; object-store paths percent-decoded except ``%``, ``?``
 and ``#`` (so ``a%20b`` and ``a b`` are one root); local roots absolute ``file:///`` URIs as
@@ -108,6 +112,8 @@ def _local_root(root: str, scheme: str, rest: str) -> str:
         if not path.startswith("/"):
             raise _refuse(root, "a file: URI whose path is not absolute")
     for segment in _segments(path):
+        if not scheme and segment in (".", ".."):
+            continue  # a path on this machine as a shell names it (``../t``): resolved below
         _check_segment(root, segment)
     local = "/" + "/".join(_segments(path)) if path.startswith("/") else path
     try:

@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlparse
 from sqlalchemy import Connection, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from delta_mirror.delta.locations import same_or_nested
+from delta_mirror.delta.locations import normalize_table_root, same_or_nested
 from delta_mirror.delta.protocol import now_ms
 from delta_mirror.errors import (
     CommitConflictError,
@@ -135,6 +135,17 @@ def table_and_latest_at(conn: Connection, location: str) -> tuple[TableInfo, int
     return table_info(row), None if row.latest_version is None else int(row.latest_version)
 
 
+def stored_location(name: str, location: str) -> str:
+    """``location`` as the store keeps it (``delta.locations.normalize_table_root``: every caller,
+    the commit service, ``delta-mirror commit --location``, ``import`` and the API, stores one
+    spelling of a root), or the normaliser's one-line refusal naming the table."""
+    try:
+        return normalize_table_root(location)
+    except PermanentError as exc:
+        exc.table = name
+        raise
+
+
 def check_location(conn: Connection, name: str, location: str) -> None:
     """A table root is no ``_delta_log/`` folder, and neither holds nor sits inside another table."""
     parsed = urlparse(location)
@@ -168,6 +179,7 @@ class Tables(StoreBase):
         """``create_table`` in the store's own transaction ``conn`` (an import, a commit that
         creates its table), or in a new one when ``conn`` is None."""
         check_table_name(name)
+        location = stored_location(name, location)
         with db.translated(self.url, f"creating table '{name}'"):
             if conn is not None:
                 check_location(conn, name, location)
@@ -224,7 +236,7 @@ class Tables(StoreBase):
             return get_table(conn, name)
 
     def table_at(self, location: str) -> TableInfo:
-        """The table whose root is ``location`` (normalised, see ``storage.normalize_commit_root``)."""
+        """The table whose root is ``location`` (normalised: ``delta.locations.normalize_table_root``)."""
         with db.translated(self.url, f"looking up the table at {location}"), self.reader.connect() as conn:
             return table_and_latest_at(conn, location)[0]
 
@@ -288,6 +300,7 @@ __all__ = [
     "check_table_name",
     "default_table_name",
     "get_table",
+    "stored_location",
     "table_and_latest_at",
     "table_info",
 ]
