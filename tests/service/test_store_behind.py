@@ -55,7 +55,7 @@ def _published_to_3_with_backup_at_1(service: CommitService, root: Path, db: Pat
 
 def _assert_refused(service: CommitService, root: Path, version: int, behind: int) -> None:
     answer = service.post(root.as_uri(), version, commit_file(add_line("other.parquet")))
-    assert answer.status == 409, answer.body
+    assert answer.status == 422, answer.body
     body = answer.json()
     assert body["code"] == "store_behind", body
     assert b"\n" not in answer.body.rstrip(b"\n")

@@ -47,7 +47,7 @@ ERROR_STATUS: tuple[tuple[type[MirrorError], int, str], ...] = (
     (RootNotAllowedError, 403, "root_not_allowed"),
     (NotCommittedError, 404, "not_committed"),
     (TableNotFoundError, 404, "unknown_table"),
-    (StoreBehindError, 409, "store_behind"),
+    (StoreBehindError, 422, "store_behind"),
     (CommitConflictError, 409, "version_taken"),
     (CommitTooLargeError, 413, "too_large"),
     (TableHaltedError, 423, "halted"),
