@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from click.testing import CliRunner
@@ -39,7 +40,7 @@ def _fleet(store: SqlStore, lake: Path) -> dict[str, Path]:
     for i in range(TABLES):
         name, root = f"t{i:02d}", lake / f"t{i:02d}"
         create_data_table(store, root, name, first_rows=[i * 100], checkpoint_interval=3)
-        adds = []
+        adds: list[dict[str, Any]] = []
         for v in range(1, VERSIONS):
             if v == 4:
                 store.commit(name, [("remove", remove_body(adds[0]["path"]))])
