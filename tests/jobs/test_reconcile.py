@@ -82,7 +82,7 @@ def test_full_reconcile_republishes_lost_commits_and_checkpoints(store: SqlStore
     assert again.audit is not None and again.action == "up-to-date"
 
 
-def test_smart_reconcile_halts_on_a_foreign_commit_and_leaves_healthy_tables_alone(
+def test_smart_reconcile_reports_a_commit_beyond_the_store_and_leaves_healthy_tables_alone(
     store: SqlStore, tmp_path: Path
 ) -> None:
     healthy, hijacked = tmp_path / "healthy", tmp_path / "hijacked"
@@ -97,6 +97,12 @@ def test_smart_reconcile_halts_on_a_foreign_commit_and_leaves_healthy_tables_alo
 
     by_name = {t.table: t for t in report.tables}
     assert by_name["healthy"].action == "up-to-date" and by_name["healthy"].audit is None  # no full listing
-    assert by_name["hijacked"].action == "halted" and "external writer" in (by_name["hijacked"].error or "")
-    assert store.get_table("hijacked").state == "HALTED"
+    # a commit file right after the store's latest: the store lost it (failover, restore) or an
+    # external writer wrote it; either way nothing is overwritten, commits are refused, and
+    # `delta-mirror recover` adopts what readers saw (issue 40); no split-brain halt
+    hijacked_entry = by_name["hijacked"]
+    assert hijacked_entry.action == "failed", hijacked_entry
+    assert "store behind published log by 1 version (failover or restore?)" in (hijacked_entry.error or "")
+    assert "delta-mirror recover hijacked" in (hijacked_entry.error or "")
+    assert store.get_table("hijacked").state != "HALTED"
     assert (hijacked / "_delta_log" / "00000000000000000001.json").read_bytes() == foreign

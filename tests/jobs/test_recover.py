@@ -27,6 +27,7 @@ from delta_mirror.delta.log_path import LOG_DIR, commit_name
 from delta_mirror.errors import PermanentError, StoreBehindError, TableNotFoundError
 from delta_mirror.health.troubleshooting import troubleshooting
 from delta_mirror.jobs.publisher import Publisher
+from delta_mirror.jobs.reconcile import reconcile
 from delta_mirror.jobs.recover import recover_table
 from delta_mirror.store import SqlStore
 
@@ -194,3 +195,16 @@ def test_a_store_with_other_bytes_at_its_latest_is_a_split_brain_recover_refuses
         assert store.latest_version(store.get_table("t").id) == 2
         with pytest.raises(TableNotFoundError):
             recover_table(store, "nope")
+
+
+def test_the_reconcile_dag_says_store_behind_instead_of_halting(restored: tuple[str, Path]) -> None:
+    """``reconcile --strategy full`` lists the log: the commit files beyond the store's latest are
+    the store's lost versions, not an external writer's."""
+    url, _root = restored
+    with contextlib.closing(SqlStore(url)) as store:
+        entry = reconcile(store, strategy="full").tables[0]
+        assert entry.action == "failed", entry
+        assert "store behind published log by 2 versions" in (entry.error or "")
+        assert store.get_table("t").state != "HALTED"
+        recover_table(store, "t", publish=Publisher(store).publish)
+        assert reconcile(store, strategy="full").tables[0].action != "failed"

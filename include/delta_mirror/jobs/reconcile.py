@@ -16,9 +16,10 @@ from dataclasses import asdict, dataclass, field
 
 from delta_mirror.delta.log_path import LOG_DIR, commit_name
 from delta_mirror.delta.protocol import now_ms
-from delta_mirror.errors import ErrorClass, LeaseHeldError, MirrorError
+from delta_mirror.errors import ErrorClass, LeaseHeldError, MirrorError, StoreBehindError
 from delta_mirror.jobs.log_audit import audit_log
 from delta_mirror.jobs.publisher import Publisher
+from delta_mirror.storage import ObjectStore
 from delta_mirror.store.sql_store import SqlStore, TableInfo
 from delta_mirror.store.states import Artifact, PublishState, TableState
 
@@ -99,8 +100,11 @@ def _troubled(store: SqlStore, publisher: Publisher, table: TableInfo) -> bool:
 
 def _repair(store: SqlStore, publisher: Publisher, table: TableInfo, entry: TableReconcile) -> bool:
     """Full listing; returns False when the table had to be halted (never overwrite)."""
-    audit = audit_log(store, table, publisher.open_location(table.location))
+    objects = publisher.open_location(table.location)
+    audit = audit_log(store, table, objects)
     entry.audit = asdict(audit)
+    if audit.foreign_commits and not audit.different_commits and _store_behind(store, table, objects, entry):
+        return False
     if audit.different_commits or audit.foreign_commits:
         what = (
             f"different commit file(s) at versions {audit.different_commits}"
@@ -130,6 +134,21 @@ def _repair(store: SqlStore, publisher: Publisher, table: TableInfo, entry: Tabl
     if not audit.clean:
         entry.action = "repaired"
     return True
+
+
+def _store_behind(store: SqlStore, table: TableInfo, objects: ObjectStore, entry: TableReconcile) -> bool:
+    """Commit files beyond the store's latest, contiguous from it: the store lost them (an
+    asynchronous failover, a restore from backup), not an external writer. The table's failure
+    says so and names `delta-mirror recover` (jobs/recover.py); no halt."""
+    from delta_mirror.jobs.recover import check_not_behind
+
+    try:
+        check_not_behind(store, table, objects)
+    except StoreBehindError as exc:
+        store.record_table_failure(table.id, exc.error_class.value, exc.message)
+        entry.action, entry.error_class, entry.error = "failed", exc.error_class.value, exc.message
+        return True
+    return False
 
 
 def _reconcile_table(
