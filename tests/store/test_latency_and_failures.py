@@ -148,7 +148,7 @@ def test_init_upgrades_a_0005_store_with_the_commit_time_index_and_the_failures_
     store = SqlStore(store_url)
     store.init()
     with store.engine.connect() as conn:
-        assert conn.execute(text("select version_num from alembic_version")).scalar() == "0007"
+        assert conn.execute(text("select version_num from alembic_version")).scalar() == "0008"
     if store.engine.dialect.name == "duckdb":  # duckdb-engine does not reflect indexes
         with store.engine.connect() as conn:
             sql = "SELECT index_name FROM duckdb_indexes() WHERE table_name = 'dl_commits'"

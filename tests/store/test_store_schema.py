@@ -34,7 +34,7 @@ def test_init_is_idempotent_and_creates_the_schema(store: SqlStore, location: st
     assert state(store) == before
     assert store.latest_version(table_id) == 0
     with store.engine.connect() as conn:
-        assert conn.execute(text("select version_num from alembic_version")).scalars().all() == ["0007"]
+        assert conn.execute(text("select version_num from alembic_version")).scalars().all() == ["0008"]
 
 
 def test_action_payloads_are_text_that_keeps_key_order_not_jsonb(store: SqlStore, location: str) -> None:
@@ -148,7 +148,7 @@ def test_init_upgrades_a_store_of_the_previous_revision_keeping_its_tables(
     store = SqlStore(store_url)
     store.init()
     with store.engine.connect() as conn:
-        assert conn.execute(text("select version_num from alembic_version")).scalar() == "0007"
+        assert conn.execute(text("select version_num from alembic_version")).scalar() == "0008"
         assert latest_action(conn, table_id, "metaData", 0) is not None
     assert store.commit("t", [add("c.parquet")]) == 1
     assert store.count_active_files(table_id, 1) == 3
