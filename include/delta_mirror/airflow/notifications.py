@@ -130,8 +130,10 @@ def task_failure_callback(notify: Notify, table: str) -> Any:
             f"Error: {error}\n\n"
             "What to do: the task log has the details. [TRANSIENT] errors were retried and the next run "
             "or the reconcile DAG picks the versions up again; [CONFLICT] and [DATA] halt the table until "
-            "the cause is fixed and `delta-mirror resume <table>` is run; [PERMANENT] needs a configuration "
-            "fix (connection, bucket, location). `delta-mirror status` shows each table's state.\n"
+            "the cause is fixed and `delta-mirror resume <table>` is run, except 'store behind published "
+            "log' (a failover or a restore: `delta-mirror recover <table>` adopts the published versions); "
+            "[PERMANENT] needs a configuration fix (connection, bucket, location). `delta-mirror status` "
+            "shows each table's state.\n"
         )
         send(notify, subject, body, context)
 
