@@ -51,8 +51,11 @@ MAX_BODY = 64 << 10
 MAX_HEAD = 16 << 10
 LIMIT_CONCURRENCY = 200
 HEAD_SECONDS = 3
-#: The service's memory may grow this much over its size after start, whatever the clients do.
-MEMORY_HEADROOM_KIB = 96 << 10
+#: The service's memory may grow this much over its size after start, whatever the clients do:
+#: measured +10.0-11.0 MiB (short profile, three runs 2026-11-29 04:50-04:52 UTC, load 5.5-7) and
+#: +15.5 MiB (make fuzz, 10 minutes) since the guard caps pipelining; make fuzz before that cap:
+#: +79.5 MiB (peak 138.3 MiB). 40 MiB leaves room for a loaded machine, and fails the uncapped growth.
+MEMORY_HEADROOM_KIB = 40 << 10
 
 
 def profile(max_examples: int) -> settings:
