@@ -110,3 +110,18 @@ def test_the_store_refuses_a_second_table_at_another_spelling_of_a_root(tmp_path
         assert [t.name for t in store.list_tables()] == ["t"]
     finally:
         store.close()
+
+
+def test_a_plain_local_path_may_say_dot_and_dot_dot_as_a_shell_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    assert normalize_table_root("../t") == (tmp_path / "t").as_uri()
+    assert normalize_table_root("./t/") == (tmp_path / "a" / "t").as_uri()
+    assert normalize_table_root(f"{tmp_path}/a/../t") == (tmp_path / "t").as_uri()
+    for uri in (f"file:{tmp_path}/a/../t", f"file://{tmp_path}/./t", "s3://lake/a/../t"):
+        with pytest.raises(PermanentError, match=r"'\.\.' or ends in '\.'"):
+            normalize_table_root(uri)
+    with pytest.raises(PermanentError, match=r"ends in '\.'"):
+        normalize_table_root("../t.")
