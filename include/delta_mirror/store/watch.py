@@ -34,6 +34,10 @@ from delta_mirror.store.schema import COMMIT_CHANNEL
 log = logging.getLogger(__name__)
 
 
+#: The first pause before reconnecting a lost ``LISTEN`` (doubling up to the poll interval): a
+#: promoted standby is listened to again within about a second of taking writes.
+LISTEN_RETRY = 0.25
+
 #: ``schema.COMMIT_CHANNEL``, the channel every new version is announced on.
 CHANNEL = COMMIT_CHANNEL
 
@@ -198,6 +202,7 @@ class CommitWatcher:
         conninfo = urls.libpq_url(self.url, primary=True)
         where = urls.hosts_text(self.url)
         failing = False
+        pause = LISTEN_RETRY
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
@@ -207,6 +212,7 @@ class CommitWatcher:
                     if failing:
                         log.info("LISTEN %s on the store (%s) is back", CHANNEL, where)
                         failing = False
+                    pause = LISTEN_RETRY
                     self._wake.set()  # commits made while (re)connecting: poll once now
                     async for _note in conn.notifies():
                         self.notifications += 1
@@ -225,7 +231,8 @@ class CommitWatcher:
                 failing = True
             finally:
                 self.listening = False
-            await asyncio.sleep(self.interval)
+            await asyncio.sleep(min(pause, self.interval))
+            pause *= 2  # a store down for long is retried every interval, a failover within a second
 
 
 # The watchers polling in each event loop (for tests and the fleet benchmark).
