@@ -243,7 +243,7 @@ def _dynamic_sql_sites() -> set[tuple[str, str]]:
 def test_sql_text_is_built_from_runtime_values_only_in_these_reviewed_places() -> None:
     # Each one interpolates no value that comes from a user: reviewed, and listed so a new one fails.
     assert _dynamic_sql_sites() == {
-        ("db.py", "migrate"),  # a module constant (the advisory lock key)
+        ("backends/postgresql.py", "migration_lock"),  # a module constant (the advisory lock key)
         ("reads.py", "_file_payload_query"),  # 'add' / 'remove' and constant SQL fragments
         ("mirror_status.py", "_mark_succeeded_pg"),  # placeholder names (:v0, :s0...), values bound
         ("mirror_status.py", "_mark_commits_succeeded"),  # _SUCCESS_SET with two column names, values bound

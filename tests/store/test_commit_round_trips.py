@@ -210,7 +210,7 @@ def test_a_commit_whose_connection_dies_under_it_is_sent_once_more(
 ) -> None:
     """The connection is found dead only by the statement itself (the check at checkout misses
     it): native and verbatim commits are tried once more on a fresh connection and land once."""
-    from delta_mirror.store import db
+    from delta_mirror.store.backends import postgresql
 
     pg_store.create_table("t", location)
     pg_store.commit("t", [protocol(), metadata(), add("a.parquet")])
@@ -223,7 +223,7 @@ def test_a_commit_whose_connection_dies_under_it_is_sent_once_more(
         with closing(SqlStore(pg_store.url)) as admin, admin.engine.connect() as conn:
             conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
 
-    monkeypatch.setattr(db, "_closed_by_server", lambda _conn: False)
+    monkeypatch.setattr(postgresql, "_closed_by_server", lambda _conn: False)
     pg_store.engine.dispose()
     kill_pooled()
     assert pg_store.commit("t", [remove("a.parquet"), add("b.parquet")]) == 1

@@ -25,6 +25,7 @@ from support.waiting import load_scaled
 
 from delta_mirror.errors import TransientError
 from delta_mirror.store import SqlStore, db
+from delta_mirror.store.backends.duckdb import BACKEND as DUCKDB
 from delta_mirror.store.schema import dl_breakers, dl_tables
 
 pytestmark = pytest.mark.duckdb
@@ -133,7 +134,7 @@ def test_duckdb_conflicts_and_duplicate_keys_are_told_apart_by_exception_class(d
             conn.execute(insert(dl_breakers).values(**row))
         with pytest.raises(IntegrityError) as dup, store.engine.begin() as conn:  # at the statement
             conn.execute(insert(dl_breakers).values(**row))
-        assert db.is_unique_violation(dup.value)
+        assert DUCKDB.is_unique_violation(dup.value)
 
         with store.reader.connect() as a, store.reader.connect() as b:
             a.begin()
@@ -145,7 +146,7 @@ def test_duckdb_conflicts_and_duplicate_keys_are_told_apart_by_exception_class(d
             b.rollback()
         error = db.classify_db_error(conflict.value, duck, "testing")
         assert isinstance(error, TransientError) and "DuckDB write conflict" in error.message
-        assert not db.is_unique_violation(conflict.value)
+        assert not DUCKDB.is_unique_violation(conflict.value)
 
         with store.reader.connect() as a, store.reader.connect() as b:
             a.begin()
@@ -155,7 +156,7 @@ def test_duckdb_conflicts_and_duplicate_keys_are_told_apart_by_exception_class(d
             a.commit()
             with pytest.raises(OperationalError) as at_commit:  # the same key, found at commit
                 b.commit()
-        assert db.is_unique_violation(at_commit.value)
+        assert DUCKDB.is_unique_violation(at_commit.value)
         with store.reader.connect() as conn:
             assert conn.execute(select(dl_breakers.c.failures).where(dl_breakers.c.key == "k")).scalar() == 1
 

@@ -16,7 +16,8 @@ from support.mariadb import MariaDbServer
 from support.services import ServiceUnavailable, free_port, skip_or_fail
 
 from delta_mirror.errors import PermanentError, TransientError
-from delta_mirror.store import SqlStore, db
+from delta_mirror.store import SqlStore
+from delta_mirror.store.backends import backend_of
 from delta_mirror.store.schema import dl_files, dl_tables
 
 pytestmark = pytest.mark.mysql
@@ -82,7 +83,7 @@ def test_a_duplicate_key_is_a_unique_violation_by_its_error_number(mysql_store: 
         conn.execute(insert(dl_tables).values(**row))
     with pytest.raises(IntegrityError) as info, mysql_store.engine.begin() as conn:
         conn.execute(insert(dl_tables).values(**row))
-    assert db.is_unique_violation(info.value)
+    assert backend_of(mysql_store.engine).is_unique_violation(info.value)
 
 
 def test_mysql_errors_are_classified_by_number(mysql_store_url: str) -> None:

@@ -11,6 +11,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from delta_mirror.store import db, pg_exec
+from delta_mirror.store.backends import postgresql
 
 pytestmark = pytest.mark.postgres
 
@@ -63,14 +64,14 @@ def test_a_duplicate_key_is_sqlalchemys_integrity_error(engine: Engine) -> None:
     pg_exec.scalar(engine, "INSERT INTO t (k) VALUES (%(k)s) RETURNING k", {"k": 1})
     with pytest.raises(IntegrityError) as caught:
         pg_exec.scalar(engine, "INSERT INTO t (k) VALUES (%(k)s) RETURNING k", {"k": 1})
-    assert db.is_unique_violation(caught.value)
+    assert postgresql.BACKEND.is_unique_violation(caught.value)
     assert pg_exec.scalar(engine, "SELECT count(*) FROM t", {}) == 1  # the connection is still good
 
 
 def test_a_connection_killed_under_the_statement_is_reported_dead_and_replaced(
     engine: Engine, pg_store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(db, "_closed_by_server", lambda _conn: False)  # the checkout misses it
+    monkeypatch.setattr(postgresql, "_closed_by_server", lambda _conn: False)  # the checkout misses it
     pid = pg_exec.scalar(engine, "SELECT pg_backend_pid()", {})
     admin = db.make_engine(pg_store_url)
     with closing(admin.connect()) as conn:

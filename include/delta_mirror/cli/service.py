@@ -142,7 +142,7 @@ def serve(
     with errors(ctx):
         if workers > 1:  # DuckDB: one read-write process per file
             from delta_mirror.config import store_url
-            from delta_mirror.store.duckdb_store import refuse_several_processes
+            from delta_mirror.store.backends.duckdb import refuse_several_processes
 
             refuse_several_processes(
                 store_url(ctx.store_url),

@@ -35,6 +35,7 @@ from sqlalchemy.exc import IntegrityError
 from delta_mirror.delta.actions import Action
 from delta_mirror.errors import CommitConflictError, DataError, TransientError
 from delta_mirror.store import db, pg_commit, sqlite_commit
+from delta_mirror.store.backends import backend_of
 from delta_mirror.store.base import version_taken
 from delta_mirror.store.schema import dl_commits
 from delta_mirror.store.states import CommitSource
@@ -118,7 +119,7 @@ class _Translated:
             try:
                 yield
             except IntegrityError as exc:  # here, not in ``translated``: a lost race
-                if not db.is_unique_violation(exc):
+                if not backend_of(self.engine).is_unique_violation(exc):
                     raise
                 raise version_taken(commit.table.name, commit.version) from None
 
@@ -264,6 +265,17 @@ class TableCache:
             self.by_root.clear()
             self.protocols.clear()
         self.by_root[table.location] = table
+
+    def protocol_in_force(
+        self, table: TableInfo, version: int, actions: Sequence[Action]
+    ) -> tuple[int | None, Mapping[str, Any] | None] | None:
+        """What the Delta rules of a commit at ``version`` are checked against: (the version, the
+        body) of the remembered protocol in force, (None, None) when the commit needs none, None
+        when it needs one and none is remembered (then it takes the transaction path)."""
+        if not pg_commit.needs_previous_protocol(table, version, actions):
+            return None, None
+        known = self.protocols.get(table.id)
+        return None if known is None else (known.version, known.body)
 
     def learn_protocol(self, table_id: int, protocol: pg_commit.Protocol | None) -> None:
         """Remember the protocol a commit wrote (a later protocol change checks against it)."""

@@ -39,6 +39,7 @@ from delta_mirror.errors import (
     TransientError,
 )
 from delta_mirror.store import db, pg_commit
+from delta_mirror.store.backends import backend_of
 from delta_mirror.store.base import version_taken
 from delta_mirror.store.commit_writer import (
     CommitWriter,
@@ -148,7 +149,7 @@ class Commits(Tables):
             except TransientError as exc:
                 # a deadlock victim (MySQL's racing inserters of one version): nothing was written
                 self._tables.by_name.pop(name, None)
-                if attempt >= attempts or not db.lost_a_race(exc):
+                if attempt >= attempts or not db.lost_a_race(exc, self.engine):
                     raise
         raise AssertionError("unreachable")
 
@@ -189,12 +190,10 @@ class Commits(Tables):
         version = table.first_version if known.latest is None else known.latest + 1
         if expected_version is not None and expected_version != version:
             return None
-        protocol_version, previous = None, None
-        if pg_commit.needs_previous_protocol(table, version, actions):
-            protocol = self._tables.protocols.get(table.id)
-            if protocol is None:
-                return None
-            protocol_version, previous = protocol.version, protocol.body
+        in_force = self._tables.protocol_in_force(table, version, actions)
+        if in_force is None:
+            return None
+        protocol_version, previous = in_force
         ordered = commit_rules.in_spark_order(actions)
         metadata = next((b for k, b in ordered if k == "metaData"), known.metadata)
         if commit_rules.in_commit_timestamps_enabled(metadata) and not known.ict_known:
@@ -274,7 +273,7 @@ class Commits(Tables):
                     version, known, protocol = self._commit(conn, table, actions, expected_version, operation)
                     reached_commit.append(True)
             except IntegrityError as exc:
-                if db.is_unique_violation(exc):
+                if backend_of(self.engine).is_unique_violation(exc):
                     raise version_taken(name, expected_version) from None
                 raise
         self._remember(known, protocol)

@@ -1,38 +1,26 @@
-"""Engines, migrations and database error classification for the store."""
+"""Engines, migrations and database error classification for the store: what every database
+shares; what differs by database is asked of its ``Backend`` (``store/backends/``)."""
 
 from __future__ import annotations
 
 import os
-import re
-import select
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, inspect
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import (
-    ArgumentError,
-    DBAPIError,
-    DisconnectionError,
-    OperationalError,
-    SQLAlchemyError,
-)
+from sqlalchemy import Connection, Engine, inspect
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
 from delta_mirror.config import redact_url
 from delta_mirror.errors import MirrorError, PermanentError, TransientError
-from delta_mirror.extras import require
+from delta_mirror.store.backends import Backend, backend_named, backend_of
 from delta_mirror.store.urls import canonical
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
-# SQLSTATE classes that are worth retrying: serialization failures, deadlocks, connection
-# exceptions, and the server shutting down or starting up.
-_TRANSIENT_SQLSTATES = ("40001", "40P01", "57P01", "57P02", "57P03", "53300")
-_TRANSIENT_SQLSTATE_CLASSES = ("08",)
-
+_URL_HINT = "use sqlite:///path, postgresql+psycopg://..., mysql+pymysql://... or duckdb:///path"
 
 READ_ONLY = "delta_mirror_read_only"
 
@@ -43,100 +31,21 @@ def reader(engine: Engine) -> Engine:
 
 
 def make_engine(url: str) -> Engine:
-    """An engine for ``url``; SQLite gets WAL and a busy timeout so writers queue, not fail."""
+    """An engine for ``url``, made by its database's backend (SQLite: WAL and a busy timeout so
+    writers queue, not fail)."""
     url = canonical(url)  # libpq's multi-host H1:P1,H2:P2 form as SQLAlchemy's ?host=...&host=...
     try:
         parsed = make_url(url)
     except Exception as exc:
+        raise PermanentError(f"store URL is not valid: {exc}", hint=_URL_HINT) from None
+    backend = backend_named(parsed.get_backend_name())
+    if backend is None:
         raise PermanentError(
-            f"store URL is not valid: {exc}",
-            hint="use sqlite:///path, postgresql+psycopg://..., mysql+pymysql://... or duckdb:///path",
-        ) from None
-    if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
-            folder = Path(parsed.database).expanduser().parent
-            try:
-                folder.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise PermanentError(
-                    f"cannot create the folder {folder} of the SQLite store: {exc.strerror or exc}",
-                    hint="point --store (or DELTA_MIRROR_HOME) at a writable folder",
-                ) from None
-        engine = create_engine(parsed, connect_args={"timeout": 60})
-
-        @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-            cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA synchronous=NORMAL")
-            cur.close()
-
-        @event.listens_for(engine, "begin")
-        def _sqlite_begin(conn: Connection) -> None:
-            # Writers take the write lock up front: two writers queue on the busy timeout instead of
-            # failing late with "database is locked" on lock upgrade. Readers (``reader(engine)``)
-            # begin deferred: under WAL they read a snapshot and must not block writers.
-            conn.exec_driver_sql(
-                "BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE"
-            )
-
-        @event.listens_for(engine, "connect")
-        def _sqlite_autocommit_off(dbapi_conn: Any, _record: Any) -> None:
-            dbapi_conn.isolation_level = None
-
-        return engine
-    if parsed.get_backend_name() == "duckdb":
-        require("duckdb", "duckdb", "the DuckDB store")
-        require("duckdb_engine", "duckdb", "the DuckDB store")
-        from delta_mirror.store.duckdb_store import make_duckdb_engine
-
-        return make_duckdb_engine(parsed, READ_ONLY)
-    if parsed.get_backend_name() == "mysql":
-        if parsed.drivername in ("mysql", "mysql+pymysql"):  # "mysql://" is PyMySQL here too
-            require("pymysql", "mysql", "the MySQL/MariaDB store")
-        from delta_mirror.store.mysql_store import make_mysql_engine
-
-        return make_mysql_engine(parsed, url)
-    if parsed.get_backend_name() == "postgresql":
-        return _postgresql_engine(parsed, url)
-    raise PermanentError(
-        f"unsupported store backend '{parsed.get_backend_name()}'",
-        hint="use sqlite:///path, postgresql+psycopg://user@host/db, mysql+pymysql://user@host/db"
-        " or duckdb:///path",
-    )
-
-
-def _postgresql_engine(parsed: URL, url: str) -> Engine:
-    """No pre-ping (a round trip per checkout, as many as a whole commit): a connection the server
-    closed is found without one (``_closed_by_server``), and a commit that still finds its
-    connection dead is tried once more (``dead_connection``)."""
-    try:
-        engine = create_engine(parsed, pool_pre_ping=False, connect_args={"connect_timeout": 10})
-    except (ArgumentError, ValueError) as exc:  # e.g. a non-numeric port
-        raise PermanentError(
-            f"store URL {redact_url(url)} is not valid: {exc}",
-            hint="use postgresql+psycopg://user@host:port/db",
-        ) from None
-
-    @event.listens_for(engine, "checkout")
-    def _drop_closed(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
-        if _closed_by_server(dbapi_conn):
-            raise DisconnectionError("the server closed this pooled connection")  # the pool reconnects
-
-    return engine
-
-
-def _closed_by_server(dbapi_conn: Any) -> bool:
-    """Whether the server closed this idle pooled connection, without a round trip: an idle
-    connection's socket has nothing to read unless the server wrote to it since (a restart's or
-    ``pg_terminate_backend``'s FATAL message, then end of file). Anything else it may have written
-    (a parameter change report) only costs a new connection."""
-    try:
-        poller = select.poll()
-        poller.register(dbapi_conn.fileno(), select.POLLIN)
-    except Exception:  # closed already: no socket
-        return True
-    return bool(poller.poll(0))
+            f"unsupported store backend '{parsed.get_backend_name()}'",
+            hint="use sqlite:///path, postgresql+psycopg://user@host/db, mysql+pymysql://user@host/db"
+            " or duckdb:///path",
+        )
+    return backend.engine(parsed, url)
 
 
 # One engine (and pool) per store URL per process: hooks, triggers and operators share it instead of
@@ -155,7 +64,8 @@ def shared_engine(url: str) -> Engine:
         parsed = make_url(url)
     except Exception:
         return make_engine(url)  # raises the clear error for a bad URL
-    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+    backend = backend_named(parsed.get_backend_name())
+    if backend is None or not backend.shared(parsed):
         return make_engine(url)
     with _SHARED_LOCK:
         engine = _SHARED.get(url)
@@ -174,100 +84,32 @@ def _forget_pools_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_pools_after_fork)
 
 
-def sqlstate(exc: BaseException) -> str | None:
-    orig = getattr(exc, "orig", None)
-    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
-    return str(state) if state else None
+def _backend_of_url(url: str) -> Backend | None:
+    try:
+        return backend_named(make_url(canonical(url)).get_backend_name())
+    except Exception:
+        return None
 
 
 def classify_db_error(exc: SQLAlchemyError, url: str, action: str) -> MirrorError:
-    """Database errors by SQLSTATE (never by message text), SQLite by its error codes."""
-    from delta_mirror.store import mysql_store
-
-    if mysql_store.is_mysql_error(exc):  # MySQL/MariaDB: by error number
-        return mysql_store.classify_error(exc, url, action)
-    state = sqlstate(exc)
+    """A database error as the core's error class: first as its database names it (by SQLSTATE,
+    error number, code or exception class: ``Backend.classify_error``), then by the rules every
+    database shares (never by message text)."""
+    backend = _backend_of_url(url)
+    known = backend.classify_error(exc, url, action) if backend is not None else None
+    if known is not None:
+        return known
     where = redact_url(url)
-    orig = getattr(exc, "orig", None)
-    if state:
-        if state in _TRANSIENT_SQLSTATES or state[:2] in _TRANSIENT_SQLSTATE_CLASSES:
-            return TransientError(
-                f"database unavailable while {action} ({where}, SQLSTATE {state})",
-                hint="retried automatically; check the database if it persists",
-            )
-        if state == "42P01":
-            return PermanentError(f"the store at {where} is not initialised", hint="run `delta-mirror init`")
-        if state[:2] == "28":
-            return PermanentError(
-                f"database login failed for {where} (SQLSTATE {state})",
-                hint="check the user and password of the store connection",
-            )
-        if state == "3D000":
-            return PermanentError(
-                f"database does not exist: {where}", hint="create it, then run `delta-mirror init`"
-            )
-        return PermanentError(f"database error while {action} ({where}, SQLSTATE {state}): {str(orig)[:200]}")
-    if type(orig).__module__.startswith(("duckdb", "_duckdb")):
-        return _classify_duckdb_error(exc, url, action)
-    code = getattr(orig, "sqlite_errorname", "")
-    if code in ("SQLITE_BUSY", "SQLITE_LOCKED") or (
-        isinstance(exc, OperationalError) and "locked" in str(exc)
-    ):
-        return TransientError(f"SQLite store busy while {action} ({where})", hint="retried automatically")
-    if isinstance(exc, OperationalError) and "no such table" in str(exc):
-        return PermanentError(f"the store at {where} is not initialised", hint="run `delta-mirror init`")
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return TransientError(
             f"database connection lost while {action} ({where})", hint="retried automatically"
         )
     if isinstance(exc, OperationalError):
         return TransientError(
-            f"database error while {action} ({where}): {str(orig)[:200]}",
+            f"database error while {action} ({where}): {str(exc.orig)[:200]}",
             hint="retried automatically; check the database if it persists",
         )
     return PermanentError(f"database error while {action} ({where}): {str(exc)[:300]}")
-
-
-def _classify_duckdb_error(exc: SQLAlchemyError, url: str, action: str) -> MirrorError:
-    """DuckDB's errors by exception class (it has no SQLSTATE)."""
-    from delta_mirror.store import duckdb_store
-
-    where = redact_url(url)
-    kind = duckdb_store.classify(exc)
-    if kind == "locked":
-        return duckdb_store.lock_error(exc, str(make_url(url).database))
-    if kind == "missing":
-        return PermanentError(f"the store at {where} is not initialised", hint="run `delta-mirror init`")
-    if kind == "conflict":
-        return TransientError(f"DuckDB write conflict while {action} ({where})", hint="retried automatically")
-    return PermanentError(f"database error while {action} ({where}): {str(getattr(exc, 'orig', exc))[:300]}")
-
-
-def is_unique_violation(exc: SQLAlchemyError) -> bool:
-    """A duplicate primary or unique key (the store's commit race is decided by one)."""
-    if type(getattr(exc, "orig", None)).__module__.startswith(("duckdb", "_duckdb")):
-        from delta_mirror.store import duckdb_store
-
-        return duckdb_store.classify(exc) == "unique"
-    from delta_mirror.store import mysql_store
-
-    if mysql_store.is_mysql_error(exc):
-        return mysql_store.is_unique_violation(exc)
-    state = sqlstate(exc)
-    if state:
-        return state == "23505"
-    orig = getattr(exc, "orig", None)
-    code = getattr(orig, "sqlite_errorname", "")  # SQLite has no SQLSTATE; Python 3.11+ names the code
-    if code:
-        return code in ("SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY")
-    return re.search(r"UNIQUE|PRIMARY KEY", str(orig), re.IGNORECASE) is not None
-
-
-# A transaction the database rolled back to break a lock cycle or a serialization conflict: nothing
-# was written. MySQL/InnoDB picks such a victim among inserters of one duplicate key whenever the
-# holder of that key rolls back (a refused or killed writer), so racing committers see it there.
-_LOST_RACE_SQLSTATES = ("40001", "40P01")
-_MYSQL_DEADLOCK = 1213
 
 
 def _causes(exc: BaseException) -> Iterator[BaseException]:
@@ -279,17 +121,12 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
         cause = cause.__cause__
 
 
-def lost_a_race(exc: BaseException) -> bool:
+def lost_a_race(exc: BaseException, bind: Engine | Connection) -> bool:
     """Whether ``exc`` (a core error raised from a SQLAlchemy one) is a deadlock or serialization
-    victim: nothing was written, and a writer taking the next free version may simply try again."""
+    victim on ``bind``'s database: nothing was written, and a writer taking the next free version
+    may simply try again."""
     cause = next((c for c in _causes(exc) if isinstance(c, SQLAlchemyError)), None)
-    if cause is None:
-        return False
-    from delta_mirror.store import mysql_store
-
-    if mysql_store.is_mysql_error(cause):
-        return mysql_store.error_code(cause) == _MYSQL_DEADLOCK
-    return sqlstate(cause) in _LOST_RACE_SQLSTATES
+    return cause is not None and backend_of(bind).is_deadlock_victim(cause)
 
 
 def dead_connection(exc: BaseException) -> bool:
@@ -300,8 +137,6 @@ def dead_connection(exc: BaseException) -> bool:
 
 # Alembic keeps its migration context in module globals: one migration at a time per process.
 _MIGRATE_LOCK = threading.Lock()
-# Any constant works: it only has to be the same for every delta-mirror process.
-_PG_MIGRATE_LOCK_KEY = 0x64656C7461  # "delta"
 
 
 def migrate(engine: Engine, revision: str = "head") -> None:
@@ -312,32 +147,10 @@ def migrate(engine: Engine, revision: str = "head") -> None:
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
-    with _MIGRATE_LOCK, engine.begin() as conn:
-        if conn.dialect.name == "postgresql":
-            # Concurrent `init`s queue here; the later ones then find the schema at head.
-            # (SQLite needs nothing: every transaction starts with BEGIN IMMEDIATE.)
-            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_MIGRATE_LOCK_KEY})")
-        if conn.dialect.name == "mysql":  # the same queue; MySQL's DDL commits at once, the lock stays
-            _mysql_migrate(cfg, conn, revision)
-            return
+    with _MIGRATE_LOCK, engine.begin() as conn, backend_of(conn).migration_lock(conn):
+        # concurrent `init`s of one store queue on its database's lock, then find it at head
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
-
-
-def _mysql_migrate(cfg: Any, conn: Connection, revision: str) -> None:
-    """Alembic under a session-level ``GET_LOCK`` (released on every way out)."""
-    from alembic import command
-
-    from delta_mirror.store.mysql_store import migrate_lock_name
-
-    name = migrate_lock_name(conn)
-    if conn.exec_driver_sql("SELECT GET_LOCK(%s, 600)", (name,)).scalar() != 1:
-        raise TransientError("another delta-mirror init holds the store's migration lock", hint="retry")
-    try:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
-    finally:
-        conn.exec_driver_sql("SELECT RELEASE_LOCK(%s)", (name,))
 
 
 def is_initialised(engine: Engine) -> bool:
@@ -361,7 +174,6 @@ __all__ = [
     "classify_db_error",
     "dead_connection",
     "is_initialised",
-    "is_unique_violation",
     "lost_a_race",
     "make_engine",
     "migrate",

@@ -21,7 +21,7 @@ from delta_mirror.delta.actions import Action, canonical_line
 from delta_mirror.delta.protocol import now_ms
 from delta_mirror.delta.replay import FileKey, file_key
 from delta_mirror.errors import CommitTooLargeError
-from delta_mirror.store import db
+from delta_mirror.store.backends import backend_of
 from delta_mirror.store.base import CHUNK, version_taken
 from delta_mirror.store.file_index import file_rows, index_changes, whole
 from delta_mirror.store.schema import dl_actions, dl_commits, dl_files, dl_mirror_status
@@ -80,7 +80,7 @@ def claim_version(
             )
         )
     except IntegrityError as exc:
-        if not db.is_unique_violation(exc):
+        if not backend_of(conn).is_unique_violation(exc):
             raise
         raise version_taken(table.name, version) from None
     return ts

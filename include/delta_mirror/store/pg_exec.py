@@ -7,10 +7,10 @@ a regular-expression callback per double quote of every JSON line). Here the sta
 pooled connection's psycopg connection directly, with its arrays passed as PostgreSQL array
 literals built by ``str.join`` (the statement casts every array parameter: ``%(x)s::text[]``).
 
-What stays SQLAlchemy's: the pool (checkout with its dead-socket check, ``db._closed_by_server``;
+What stays SQLAlchemy's: the pool (checkout with its dead-socket check, ``backends.postgresql._closed_by_server``;
 the reset on return), and the errors: a driver error is raised as SQLAlchemy would raise it (the
 ``DBAPIError`` subclass by the driver's class, ``connection_invalidated`` when the connection is
-dead, which then leaves the pool), so ``db.translated``, ``db.is_unique_violation``,
+dead, which then leaves the pool), so ``db.translated``, the backend's ``is_unique_violation``,
 ``db.dead_connection`` and ``db.lost_a_race`` read it unchanged.
 """
 

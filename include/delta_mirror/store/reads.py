@@ -358,7 +358,7 @@ class Reads(StoreBase):
         each): what a checkpoint parses in bulk, without a Python string per file on PostgreSQL."""
         backend = backend_of(self.engine)
         if backend.arrow_blocks:
-            from delta_mirror.store.duckdb_store import arrow_line_blocks
+            from delta_mirror.store.backends.duckdb import arrow_line_blocks
 
             q = _file_payload_query("add", _ACTIVE_ADDS)
             with db.translated(self.url, "reading active files"), self.reader.connect() as conn:

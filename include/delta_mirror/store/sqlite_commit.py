@@ -13,7 +13,7 @@ The statements run on the pooled connection's ``sqlite3`` connection directly: t
 SQLAlchemy's ``Connection`` (its begin, execution contexts and commit) they cost about as much
 CPU as SQLite's own work. The pool (checkout, reset on return) and the errors stay SQLAlchemy's:
 a driver error is raised as ``exec_driver_sql`` raises it, so ``db.translated`` and
-``db.is_unique_violation`` read it unchanged.
+the backend's ``is_unique_violation`` read it unchanged.
 """
 
 from __future__ import annotations

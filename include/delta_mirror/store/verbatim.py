@@ -176,12 +176,10 @@ class VerbatimCommits(Tables):
         that needs the protocol in force and finds none remembered, or that the rules refuse, takes
         it too (it decides the refusal in its usual order)."""
         version, actions = commit.version, commit.actions
-        protocol_version, previous = None, None
-        if pg_commit.needs_previous_protocol(table, version, actions):
-            known = self._tables.protocols.get(table.id)
-            if known is None:
-                return None
-            protocol_version, previous = known.version, known.body
+        in_force = self._tables.protocol_in_force(table, version, actions)
+        if in_force is None:
+            return None
+        protocol_version, previous = in_force
         try:
             check_rules_as_known(table, version, actions, previous)
         except MirrorError:

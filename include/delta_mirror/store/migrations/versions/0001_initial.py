@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
 
-from delta_mirror.store import mysql_store
+from delta_mirror.store.backends import mysql as mysql_backend
 
 revision = "0001"
 down_revision = None
@@ -51,13 +51,16 @@ def upgrade() -> None:
         sa.Column("checkpoint_interval", sa.Integer),
         sa.Column("checkpoint_max_bytes", sa.BigInteger),
         sa.Column(
-            "settings", sa.Text, nullable=False, server_default=mysql_store.text_default(op.get_bind(), "{}")
+            "settings",
+            sa.Text,
+            nullable=False,
+            server_default=mysql_backend.text_default(op.get_bind(), "{}"),
         ),
         sa.Column("created_at", sa.BigInteger, nullable=False),
         sa.Column("lease_owner", sa.String(255)),
         sa.Column("lease_expires_at", sa.BigInteger),
         sa.UniqueConstraint("name", name="uq_dl_tables_name"),
-        **mysql_store.table_options(op.get_bind()),
+        **mysql_backend.table_options(op.get_bind()),
     )
     op.create_table(
         "dl_commits",
@@ -70,7 +73,7 @@ def upgrade() -> None:
         sa.Column("sha256", sa.String(64), nullable=False),
         sa.Column("has_json", sa.Boolean, nullable=False, server_default=sa.true()),
         sa.Column("source", sa.String(16), nullable=False, server_default="native"),
-        **mysql_store.table_options(op.get_bind()),
+        **mysql_backend.table_options(op.get_bind()),
     )
     op.create_table(
         "dl_actions",
@@ -81,7 +84,7 @@ def upgrade() -> None:
         sa.Column("action_type", sa.String(32), nullable=False),
         # MySQL TEXT holds 64 KiB: a wide table's metaData line is longer.
         sa.Column("payload", sa.Text().with_variant(mysql.LONGTEXT(), "mysql"), nullable=False),
-        **mysql_store.table_options(op.get_bind()),
+        **mysql_backend.table_options(op.get_bind()),
     )
     op.create_index("ix_dl_actions_type", "dl_actions", ["table_id", "action_type", "version"])
     op.create_table(
@@ -90,7 +93,7 @@ def upgrade() -> None:
         sa.Column("table_id", sa.Integer, nullable=False),
         sa.Column("path", sa.Text, nullable=False),
         sa.Column(
-            "dv_id", sa.Text, nullable=False, server_default=mysql_store.text_default(op.get_bind(), "")
+            "dv_id", sa.Text, nullable=False, server_default=mysql_backend.text_default(op.get_bind(), "")
         ),
         sa.Column("add_version", sa.BigInteger),
         sa.Column("add_part", sa.SmallInteger),
@@ -101,7 +104,7 @@ def upgrade() -> None:
         sa.Column("size", sa.BigInteger),
         sa.Column("partition_values", sa.Text),
         sa.Column("deletion_timestamp", sa.BigInteger),
-        **mysql_store.table_options(op.get_bind()),
+        **mysql_backend.table_options(op.get_bind()),
     )
     op.create_index("ix_dl_files_active", "dl_files", ["table_id", "remove_version"])
     # MySQL indexes a TEXT column by a prefix: equal prefixes are told apart by the rows themselves.
@@ -124,7 +127,7 @@ def upgrade() -> None:
         sa.Column("finished_at", sa.BigInteger),
         sa.Column("lease_owner", sa.String(255)),
         sa.Column("lease_expires_at", sa.BigInteger),
-        **mysql_store.table_options(op.get_bind()),
+        **mysql_backend.table_options(op.get_bind()),
     )
     op.create_index("ix_dl_mirror_status_state", "dl_mirror_status", ["state", "table_id"])
 

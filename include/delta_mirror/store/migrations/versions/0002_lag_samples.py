@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
 
-from delta_mirror.store import mysql_store
+from delta_mirror.store.backends import mysql as mysql_backend
 
 revision = "0002"
 down_revision = "0001"
@@ -41,7 +41,7 @@ def upgrade() -> None:
             "lag_seconds", sa.Float().with_variant(mysql.DOUBLE(), "mysql"), nullable=False
         ),  # not single
         sa.Column("versions_behind", sa.BigInteger, nullable=False),
-        **mysql_store.table_options(op.get_bind()),
+        **mysql_backend.table_options(op.get_bind()),
     )
     op.create_index("ix_dl_lag_samples_table_time", "dl_lag_samples", ["table_id", "sampled_at"])
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from delta_mirror.store import mysql_store
+from delta_mirror.store.backends import mysql as mysql_backend
 
 revision = "0003"
 down_revision = "0002"
@@ -24,7 +24,7 @@ def upgrade() -> None:
         sa.Column("opened_at", sa.BigInteger),
         sa.Column("updated_at", sa.BigInteger, nullable=False),
         sa.Column("last_error", sa.Text),
-        **mysql_store.table_options(op.get_bind()),
+        **mysql_backend.table_options(op.get_bind()),
     )
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from delta_mirror.store import mysql_store
+from delta_mirror.store.backends import mysql as mysql_backend
 
 revision = "0006"
 down_revision = "0005"
@@ -35,7 +35,7 @@ def upgrade() -> None:
         sa.Column("first_failed_at", sa.BigInteger, nullable=False),
         sa.Column("last_failed_at", sa.BigInteger, nullable=False),
         sa.Column("attempts", sa.Integer, nullable=False, server_default="1"),
-        **mysql_store.table_options(op.get_bind()),
+        **mysql_backend.table_options(op.get_bind()),
     )
 
 
