@@ -215,7 +215,9 @@ def _file_lines(
 ) -> tuple[Any, int, int]:
     """A DataFrame of one string column ``line`` (adds then tombstones) and the two counts."""
     table_id, v = plan.table.id, plan.version
-    if store.engine.dialect.name == "postgresql":
+    from delta_mirror.store.backends import backend_of
+
+    if backend_of(store.engine).jdbc_reads:  # PostgreSQL
         from delta_mirror.store.urls import jdbc_url  # URL parsing by SQLAlchemy stays in store/
 
         url, props = jdbc_url(store.url)
