@@ -141,6 +141,8 @@ def test_the_publisher_says_store_behind_instead_of_halting(restored: tuple[str,
     assert row["state"] != "HALTED"
     assert "store behind published log by 2 versions (failover or restore?)" in row["failure"]["error"]
     assert "delta-mirror recover t" in row["failure"]["error"]
+    text = _run(url, "status", "t").output
+    assert "store behind published log by 2 versions (failover or restore?)" in text, text
     health = _run(url, "health", "--json")
     assert "delta-mirror recover t" in health.output, health.output
     # the alert's text (task failures, emails) for the error's class names the command too

@@ -14,9 +14,12 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
+import pytest
+import sqlalchemy as sa
 from support.cli import executable
 from support.commit_service import FIRST_COMMIT as V0
 from support.commit_service import CommitService, add_line, commit_file, commit_service
+from support.services import PgServer
 from support.stores import init_store
 
 from delta_mirror.delta.log_path import LOG_DIR, commit_name
@@ -87,7 +90,13 @@ def test_a_fresh_service_on_a_restored_store_refuses_then_recover_lets_writers_c
     init_store(url).close()
     with commit_service(url, [lake.as_uri()]) as service:
         _published_to_3_with_backup_at_1(service, root, db, backup)
-    restored = f"sqlite:///{backup}"
+    _refused_then_recovered(f"sqlite:///{backup}", lake)
+
+
+def _refused_then_recovered(restored: str, lake: Path) -> None:
+    """A fresh service on the restored store: refused at first sight; `recover` adopts 2..3
+    byte-identical; the next version is committed."""
+    root = lake / "t"
     with commit_service(restored, [lake.as_uri()]) as service:
         _assert_refused(service, root, 2, behind=2)
         assert _latest(restored) == 1
@@ -102,3 +111,28 @@ def test_a_fresh_service_on_a_restored_store_refuses_then_recover_lets_writers_c
                 assert store.commit_bytes(table.id, v) == (root / LOG_DIR / commit_name(v)).read_bytes()
         _commit_as_logstore(service, root, 4, _v(4))  # writers continue at the right version
         assert _latest(restored) == 4
+
+
+def test_on_postgresql_a_restored_copy_is_refused_then_recovered(
+    pg_server: PgServer, pg_store_url: str, lake: Path, request: pytest.FixtureRequest
+) -> None:
+    """The same on PostgreSQL: the backup is a copy of the database at version 1
+    (``CREATE DATABASE ... TEMPLATE``, with the service stopped: a template has no sessions)."""
+    url, root = pg_store_url, lake / "t"
+    init_store(url).close()
+    with commit_service(url, [lake.as_uri()]) as service:
+        _commit_as_logstore(service, root, 0, V0)
+        _commit_as_logstore(service, root, 1, _v(1))
+    backup = pg_server.create_database(prefix="dm_backup_")
+    pg_server.drop_database(backup)  # its name, free: the copy takes it
+    engine = sa.create_engine(pg_server.url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.exec_driver_sql(
+            f'CREATE DATABASE "{sa.make_url(backup).database}" TEMPLATE "{sa.make_url(url).database}"'
+        )
+    engine.dispose()
+    request.addfinalizer(lambda: pg_server.drop_database(backup))
+    with commit_service(url, [lake.as_uri()]) as service:
+        _commit_as_logstore(service, root, 2, _v(2))
+        _commit_as_logstore(service, root, 3, _v(3))
+    _refused_then_recovered(backup, lake)
