@@ -39,6 +39,10 @@ class Ctx:
         if read_only and not self.store_url:
             self._existing_default_store()
         store = SqlStore(self.store_url)
+        from delta_mirror.store.urls import refuse_read_only
+
+        # a read-only standby as the only node reached: one line now, not a failure at the first write
+        refuse_read_only(store.engine, store.url, writes=not read_only)
         if initialised:
             store.ensure_initialised()
         started()  # the engine has imported the driver and its dialect, and connected

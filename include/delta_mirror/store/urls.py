@@ -203,17 +203,19 @@ def _standby_error(where: str) -> PermanentError:
     return PermanentError(f"the store at {where} is a read-only standby", hint=READ_ONLY_HINT)
 
 
-def refuse_read_only(engine: Engine, url: str) -> None:
+def refuse_read_only(engine: Engine, url: str, *, writes: bool = True) -> None:
     """On a PostgreSQL store: ``PermanentError`` when the only node reached is a read-only standby
-    (a multi-host URL with ``target_session_attrs=read-write`` whose primary is not reachable, or a
-    standby given as the only host). Nothing is written; any other failure is left to the caller's
-    own first use of the store (which reports it as it always did)."""
+    (a multi-host URL with ``target_session_attrs=read-write`` whose primary is not reachable, or,
+    for a command that ``writes``, a standby given as the only host). Nothing is written; any other
+    failure is left to the caller's own first use of the store (which reports it as it always did)."""
     if engine.dialect.name != "postgresql":
         return
     try:
         with engine.connect() as conn:
             dbapi: Any = conn.connection.dbapi_connection
             info = dbapi.info
+            if not writes:
+                return
             standby = info.parameter_status("in_hot_standby")  # PostgreSQL 14+: no round trip
             if standby is None:
                 standby = "on" if conn.exec_driver_sql("SELECT pg_is_in_recovery()").scalar() else "off"
