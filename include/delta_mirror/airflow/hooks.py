@@ -25,6 +25,34 @@ def _mask(value: str | None) -> None:
             pass
 
 
+# The extras of a Postgres connection that are libpq connection options (as the Postgres provider's
+# hook passes them to the driver): they go into the store URL's query. The rest of the extra is not
+# the store's (e.g. ``cursor``, ``iam``).
+_LIBPQ_OPTIONS = frozenset(
+    {
+        "target_session_attrs",
+        "load_balance_hosts",
+        "connect_timeout",
+        "sslmode",
+        "sslrootcert",
+        "sslcert",
+        "sslkey",
+        "application_name",
+        "options",
+        "keepalives",
+        "keepalives_idle",
+        "keepalives_interval",
+        "keepalives_count",
+        "tcp_user_timeout",
+    }
+)
+
+
+def _has_port(host: str) -> bool:
+    """``db1:5432`` or ``[::1]:5432`` (not a bare IPv6 address)."""
+    return host.rsplit("]", 1)[-1].count(":") == 1 if host.startswith("[") else host.count(":") == 1
+
+
 def _conn_id(value: str | None) -> str | None:
     if value is None or str(value).strip() in ("", "None"):
         return None
@@ -39,7 +67,10 @@ class DeltaMirrorHook(BaseHook):
 
     :param store_conn_id: Airflow connection of the SQL store: a Postgres connection (host, login,
         password, schema as the database) or any connection whose extra holds ``sqlalchemy_url``;
-        ``""`` and ``"None"`` (a rendered template) mean none.
+        ``""`` and ``"None"`` (a rendered template) mean none. A replicated PostgreSQL store: every
+        host in the host field, comma-separated (``db1:5432,db2:5432``; the port field is the port
+        of a host without one) and ``{"target_session_attrs": "read-write"}`` in the extra, as the
+        Postgres provider takes libpq options (sslmode, connect_timeout, ... likewise).
     :param aws_conn_id: Airflow connection with the object store's credentials and endpoint
         (``""`` and ``"None"`` mean none).
     """
@@ -60,7 +91,7 @@ class DeltaMirrorHook(BaseHook):
         scheduler, triggerer and workers would open its file from several processes at once."""
         url = self._configured_store_url()
         from delta_mirror.config import store_url as resolved
-        from delta_mirror.store.duckdb_store import refuse_several_processes
+        from delta_mirror.store.backends.duckdb import refuse_several_processes
 
         refuse_several_processes(
             resolved(url),
@@ -85,15 +116,29 @@ class DeltaMirrorHook(BaseHook):
                 _mask(make_url(url_text).password)
             return url_text
 
-        url = URL.create(
-            # a MySQL connection is a MySQL/MariaDB store (PyMySQL); any other one a PostgreSQL store
-            "mysql+pymysql" if conn.conn_type == "mysql" else "postgresql+psycopg",
-            username=conn.login or None,
-            password=conn.password or None,
-            host=conn.host or None,
-            port=conn.port or None,
-            database=conn.schema or None,
-        )
+        mysql = conn.conn_type == "mysql"
+        hosts = [h.strip() for h in str(conn.host or "").split(",") if h.strip()]
+        options = {k: str(v) for k, v in extra.items() if k in _LIBPQ_OPTIONS and v not in (None, "")}
+        if not mysql and len(hosts) > 1:  # a replicated PostgreSQL store: every host, in order
+            port = f":{conn.port}" if conn.port else ""
+            url = URL.create(
+                "postgresql+psycopg",
+                username=conn.login or None,
+                password=conn.password or None,
+                database=conn.schema or None,
+                query={"host": [h if _has_port(h) else h + port for h in hosts], **options},
+            )
+        else:
+            url = URL.create(
+                # a MySQL connection is a MySQL/MariaDB store (PyMySQL); any other one a PostgreSQL store
+                "mysql+pymysql" if mysql else "postgresql+psycopg",
+                username=conn.login or None,
+                password=conn.password or None,
+                host=conn.host or None,
+                port=conn.port or None,
+                database=conn.schema or None,
+                query={} if mysql else options,
+            )
         rendered = url.render_as_string(hide_password=False)
         if conn.password:
             _mask(rendered)  # the password appears percent-encoded in it when it has special characters
@@ -120,21 +165,30 @@ class DeltaMirrorHook(BaseHook):
 
         From an HTTP connection (host with or without ``http(s)://``, port, the token as password;
         an ``url`` extra wins), else ``DELTA_MIRROR_COMMIT_URL`` / ``DELTA_MIRROR_COMMIT_TOKEN``.
+        Replicas: every one's URL comma-separated (in the ``url`` extra, the host field or
+        ``DELTA_MIRROR_COMMIT_URL``); the URL returned is then that list, which the LogStore fails
+        over across.
         """
+        from delta_mirror.spark.session import commit_url_from_env, commit_url_list
+
         conn_id = _conn_id(commit_conn_id)
         if conn_id is None:
-            url = os.environ.get("DELTA_MIRROR_COMMIT_URL", "").strip()
+            url = commit_url_from_env() or ""
             token = os.environ.get("DELTA_MIRROR_COMMIT_TOKEN") or None
         else:
             conn = self.get_connection(conn_id)
             extra = conn.extra_dejson
-            host = str(conn.host or "")
             if extra.get("url"):
                 url = str(extra["url"])
-            elif "://" in host:
-                url = host + (f":{conn.port}" if conn.port else "")
             else:
-                url = f"{conn.schema or 'http'}://{host}" + (f":{conn.port}" if conn.port else "")
+                port = f":{conn.port}" if conn.port else ""
+                url = ",".join(
+                    (h if "://" in h else f"{conn.schema or 'http'}://{h}")
+                    + ("" if _has_port(h.split("://")[-1]) else port)
+                    for h in (part.strip() for part in str(conn.host or "").split(","))
+                    if h
+                )
+            url = ",".join(commit_url_list(url, f"the connection {conn_id!r}"))
             token = conn.password or None
         _mask(token)
         if not url:
@@ -145,4 +199,4 @@ class DeltaMirrorHook(BaseHook):
                 hint="set commit_conn_id (an HTTP connection to `delta-mirror serve`, token as password) "
                 "or DELTA_MIRROR_COMMIT_URL",
             )
-        return url.rstrip("/"), token
+        return url, token
