@@ -25,29 +25,6 @@ def _mask(value: str | None) -> None:
             pass
 
 
-# The extras of a Postgres connection that are libpq connection options (as the Postgres provider's
-# hook passes them to the driver): they go into the store URL's query. The rest of the extra is not
-# the store's (e.g. ``cursor``, ``iam``).
-_LIBPQ_OPTIONS = frozenset(
-    {
-        "target_session_attrs",
-        "load_balance_hosts",
-        "connect_timeout",
-        "sslmode",
-        "sslrootcert",
-        "sslcert",
-        "sslkey",
-        "application_name",
-        "options",
-        "keepalives",
-        "keepalives_idle",
-        "keepalives_interval",
-        "keepalives_count",
-        "tcp_user_timeout",
-    }
-)
-
-
 def _has_port(host: str) -> bool:
     """``db1:5432`` or ``[::1]:5432`` (not a bare IPv6 address)."""
     return host.rsplit("]", 1)[-1].count(":") == 1 if host.startswith("[") else host.count(":") == 1
@@ -116,13 +93,17 @@ class DeltaMirrorHook(BaseHook):
                 _mask(make_url(url_text).password)
             return url_text
 
-        mysql = conn.conn_type == "mysql"
+        from delta_mirror.store.backends import server_backend
+
+        # a MySQL connection is a MySQL/MariaDB store (PyMySQL); any other one a PostgreSQL store
+        backend = server_backend(conn.conn_type or "")
+        scheme = str(backend.server_scheme)
         hosts = [h.strip() for h in str(conn.host or "").split(",") if h.strip()]
-        options = {k: str(v) for k, v in extra.items() if k in _LIBPQ_OPTIONS and v not in (None, "")}
-        if not mysql and len(hosts) > 1:  # a replicated PostgreSQL store: every host, in order
+        options = {k: str(v) for k, v in extra.items() if k in backend.url_options and v not in (None, "")}
+        if backend.multi_host and len(hosts) > 1:  # a replicated PostgreSQL store: every host, in order
             port = f":{conn.port}" if conn.port else ""
             url = URL.create(
-                "postgresql+psycopg",
+                scheme,
                 username=conn.login or None,
                 password=conn.password or None,
                 database=conn.schema or None,
@@ -130,14 +111,13 @@ class DeltaMirrorHook(BaseHook):
             )
         else:
             url = URL.create(
-                # a MySQL connection is a MySQL/MariaDB store (PyMySQL); any other one a PostgreSQL store
-                "mysql+pymysql" if mysql else "postgresql+psycopg",
+                scheme,
                 username=conn.login or None,
                 password=conn.password or None,
                 host=conn.host or None,
                 port=conn.port or None,
                 database=conn.schema or None,
-                query={} if mysql else options,
+                query=options,
             )
         rendered = url.render_as_string(hide_password=False)
         if conn.password:

@@ -57,6 +57,10 @@ class Backend:
     #: For a server database: the URL scheme (dialect+driver) of a store URL built from a
     #: connection's host, login and database (the Airflow hook); None for a file database.
     server_scheme: str | None = None
+    #: The connection options such a URL takes in its query (PostgreSQL: libpq's, e.g. ``sslmode``).
+    url_options: frozenset[str] = frozenset()
+    #: Whether such a URL may name several hosts (libpq's ``?host=H1:P1&host=H2:P2``).
+    multi_host = False
     #: Makes the database's ``commit_writer.CommitWriter`` (once per store) from the engine and the
     #: URL; ``bulk_import``: the import's bulk loader for a new table (``bulk_load.BulkImport`` or
     #: the database's own). Typed loosely: the modules they name import this one.
@@ -140,14 +144,14 @@ def backend_named(name: str) -> Backend | None:
     return backend
 
 
-def server_scheme(kind: str) -> str:
-    """The URL scheme of a store on the server database ``kind`` (e.g. an Airflow connection's
-    type); PostgreSQL's for any other kind."""
+def server_backend(kind: str) -> Backend:
+    """The backend of a store on the server database ``kind`` (e.g. an Airflow connection's
+    type: ``mysql``, ``postgres``): PostgreSQL for any kind that names no server database."""
     for name in (kind, "postgresql"):
         backend = backend_named(name)
         if backend is not None and backend.server_scheme is not None:
-            return backend.server_scheme
-    raise AssertionError("the PostgreSQL backend has a server scheme")
+            return backend
+    raise AssertionError("the PostgreSQL backend is a server database")
 
 
 __all__ = [
@@ -156,6 +160,6 @@ __all__ = [
     "backend_of",
     "no_such_database",
     "not_initialised",
-    "server_scheme",
+    "server_backend",
     "unavailable",
 ]

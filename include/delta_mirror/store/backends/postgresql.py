@@ -32,6 +32,27 @@ _UNIQUE_VIOLATION = "23505"
 # Any constant works: it only has to be the same for every delta-mirror process.
 _MIGRATE_LOCK_KEY = 0x64656C7461  # "delta"
 
+# libpq's connection options a store URL may carry in its query (the Airflow hook takes them from a
+# Postgres connection's extra, as the Postgres provider passes them to the driver).
+_LIBPQ_OPTIONS = frozenset(
+    {
+        "target_session_attrs",
+        "load_balance_hosts",
+        "connect_timeout",
+        "sslmode",
+        "sslrootcert",
+        "sslcert",
+        "sslkey",
+        "application_name",
+        "options",
+        "keepalives",
+        "keepalives_idle",
+        "keepalives_interval",
+        "keepalives_count",
+        "tcp_user_timeout",
+    }
+)
+
 # One row per version: the server joins the lines (payloads hold no raw newline).
 _JOINED_LINES = (
     "SELECT version, string_agg(payload, E'\\n' ORDER BY seq) FROM dl_actions "
@@ -48,6 +69,8 @@ class PostgreSQL(Backend):
     joined_lines = _JOINED_LINES
     jdbc_reads = True
     server_scheme = "postgresql+psycopg"
+    url_options = _LIBPQ_OPTIONS
+    multi_host = True
     writer = PgOneStatement
     bulk_import = BulkImport  # its rows by COPY
 
