@@ -98,6 +98,19 @@ def parse(url: str) -> URL:
         ) from None
 
 
+def _backend(u: URL) -> Any:
+    """The store's ``backends.Backend`` for ``u`` (``PermanentError`` when there is none)."""
+    from delta_mirror.store.backends import backend_named
+
+    backend = backend_named(u.get_backend_name())
+    if backend is None:
+        raise PermanentError(
+            f"unsupported store backend '{u.get_backend_name()}'",
+            hint="use sqlite:///path, postgresql+psycopg://..., mysql+pymysql://... or duckdb:///path",
+        )
+    return backend
+
+
 def _last(value: str | tuple[str, ...]) -> str:
     return value if isinstance(value, str) else value[-1]
 
@@ -138,7 +151,7 @@ def libpq_url(url: str, *, primary: bool = False) -> str:
     gets ``read-write`` (a standby cannot ``LISTEN``). It holds the password: hand it to the
     driver only, never to a log."""
     u = parse(url)
-    if not u.drivername.startswith("postgresql"):
+    if not _backend(u).notifies:  # the LISTEN connection's database: PostgreSQL
         raise PermanentError(f"no libpq mapping for a {u.drivername} store", hint="use a PostgreSQL store")
     found = hosts(u)
     parts: dict[str, str] = {"host": ",".join(h for h, _ in found)}
@@ -162,7 +175,7 @@ def jdbc_url(url: str) -> tuple[str, dict[str, str]]:
     for a replicated store; credentials and other options in the properties, never in the URL.
     ``PermanentError`` for another database."""
     u = parse(url)
-    if not u.drivername.startswith("postgresql"):
+    if not _backend(u).jdbc_reads:
         raise PermanentError(f"no JDBC mapping for a {u.drivername} store", hint="use PostgreSQL or SQLite")
     netloc = ",".join(
         f"[{h}]:{p or DEFAULT_PORT}" if ":" in h else f"{h}:{p or DEFAULT_PORT}" for h, p in hosts(u)
@@ -208,13 +221,15 @@ def refuse_read_only(engine: Engine, url: str, *, writes: bool = True) -> None:
     (a multi-host URL with ``target_session_attrs=read-write`` whose primary is not reachable, or,
     for a command that ``writes``, a standby given as the only host). Nothing is written; any other
     failure is left to the caller's own first use of the store (which reports it as it always did)."""
-    if engine.dialect.name != "postgresql":
+    from delta_mirror.store.backends import backend_of
+
+    if backend_of(engine).server_scheme is None:  # a file database has no standby
         return
     try:
         with engine.connect() as conn:
             dbapi: Any = conn.connection.dbapi_connection
-            info = dbapi.info
-            if not writes:
+            info: Any = getattr(dbapi, "info", None)  # psycopg's ConnectionInfo (libpq's view of the session)
+            if not writes or not hasattr(info, "parameter_status"):
                 return
             standby = info.parameter_status("in_hot_standby")  # PostgreSQL 14+: no round trip
             if standby is None:
