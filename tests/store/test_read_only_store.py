@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from support.cli import assert_one_error_line, clean_env, executable
 from support.pg_pair import PgPair
-from support.waiting import load_scaled
+from support.waiting import load_scaled, wait_until
 
 pytestmark = pytest.mark.postgres
 
@@ -72,3 +72,34 @@ def test_a_multi_host_url_whose_only_reachable_node_is_the_standby_is_refused(
     )
     assert pair.password not in done.stderr + done.stdout
     assert standby_tables(pair) == []
+
+
+def test_a_write_that_reaches_a_standby_anyway_is_one_permanent_line_naming_it() -> None:
+    """Past the start-up check (a node demoted under a running process): the write's SQLSTATE
+    25006 is a permanent error naming the store and what to give, not a retried database error."""
+    from delta_mirror.errors import PermanentError
+    from delta_mirror.store import SqlStore
+
+    pair = PgPair.start(synchronous=False)
+    try:
+        primary = SqlStore(pair.url)
+        primary.init()
+        primary.create_table("t", "file:///tmp/t")
+        primary.close()
+        standby = SqlStore(pair.node_url(pair.standby))
+
+        def replayed() -> bool:
+            try:
+                return standby.get_table("t") is not None
+            except PermanentError:  # not there yet
+                return False
+
+        wait_until(replayed, load_scaled(30), "the standby to replay the table")
+        with pytest.raises(PermanentError) as caught:
+            standby.create_table("u", "file:///tmp/u")
+        assert caught.value.message == (
+            f"the store at 127.0.0.1:{pair.standby.port} is a read-only standby — {ADVICE}"
+        )
+        standby.close()
+    finally:
+        pair.stop()

@@ -95,6 +95,12 @@ class PostgreSQL(Backend):
         where = redact_url(url)
         if state in _TRANSIENT_SQLSTATES or state[:2] in _TRANSIENT_SQLSTATE_CLASSES:
             return unavailable(action, where, f"SQLSTATE {state}")
+        if state == "25006":  # a write on a standby: no retry helps (urls.refuse_read_only at start)
+            from delta_mirror.store.urls import READ_ONLY_HINT, hosts_text
+
+            return PermanentError(
+                f"the store at {hosts_text(url)} is a read-only standby", hint=READ_ONLY_HINT
+            )
         if state == "42P01":
             return not_initialised(where)
         if state[:2] == "28":
