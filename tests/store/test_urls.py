@@ -139,3 +139,32 @@ def test_libpqs_skipped_standby_is_named_from_its_connection_failure() -> None:
     )
     assert read_only_host(message) == "127.0.0.1:5002"
     assert read_only_host('connection to server at "h", port 1 failed: Connection refused') is None
+
+
+@pytest.mark.postgres
+def test_the_comma_form_with_the_standby_first_reaches_the_primary_for_the_store_and_listen() -> None:
+    """Real servers (a primary and a streaming standby): the store's engine and the libpq
+    connection both skip the standby listed first and write to, and listen on, the primary."""
+    from urllib.parse import quote
+
+    from support.pg_pair import APP_DB, APP_ROLE, PgPair
+
+    from delta_mirror.store import SqlStore
+
+    pair = PgPair.start(synchronous=False)
+    try:
+        url = (
+            f"postgresql+psycopg://{APP_ROLE}:{quote(pair.password, safe='')}@127.0.0.1:{pair.standby.port},"
+            f"127.0.0.1:{pair.primary.port}/{APP_DB}?target_session_attrs=read-write"
+        )
+        store = SqlStore(url)
+        store.init()
+        store.create_table("t", "file:///tmp/t")
+        store.close()
+        with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+            assert conn.info.port == pair.primary.port
+            assert conn.execute("SELECT pg_is_in_recovery()").fetchone() == (False,)
+            conn.execute("LISTEN delta_mirror_commits")
+            assert conn.execute("SELECT count(*) FROM dl_tables").fetchone() == (1,)
+    finally:
+        pair.stop()
