@@ -101,6 +101,19 @@ def test_a_postgresql_store_url_becomes_a_jdbc_url_with_its_credentials_and_opti
     }
 
 
+def test_libpq_option_names_become_pgjdbcs_where_it_spells_them_its_own_way() -> None:
+    _, props = jdbc_url(
+        "postgresql+psycopg://u@db/meta?connect_timeout=3&application_name=dm&sslmode=require"
+    )
+    assert props == {
+        "driver": "org.postgresql.Driver",
+        "user": "u",
+        "connectTimeout": "3",
+        "ApplicationName": "dm",
+        "sslmode": "require",
+    }
+
+
 def test_a_postgresql_url_without_host_or_port_gets_libpq_defaults_and_no_password() -> None:
     url, props = jdbc_url("postgresql+psycopg://mirror@/meta")
     assert url == "jdbc:postgresql://localhost:5432/meta"

@@ -42,6 +42,13 @@ _TARGET_SERVER_TYPES: Mapping[str, str] = {
     "prefer-standby": "preferSecondary",
 }
 
+# libpq's option names that PgJDBC spells its own way (the rest, e.g. sslmode, are the same).
+_JDBC_NAMES: Mapping[str, str] = {
+    "connect_timeout": "connectTimeout",
+    "application_name": "ApplicationName",
+    "tcp_user_timeout": "tcpUserTimeout",
+}
+
 # Query keys that are hosts, not options handed on to the driver as they are.
 _HOST_KEYS = ("host", "hostaddr", "port")
 
@@ -185,7 +192,8 @@ def jdbc_url(url: str) -> tuple[str, dict[str, str]]:
         props["password"] = str(u.password)
     options = _options(u)
     attrs = options.pop("target_session_attrs", None)
-    props.update(options)  # e.g. sslmode: the JDBC driver takes the same names
+    # e.g. sslmode: the JDBC driver takes the same names; connect_timeout is its connectTimeout
+    props.update({_JDBC_NAMES.get(k, k): v for k, v in options.items()})
     query = ""
     if attrs is not None:
         server_type = _TARGET_SERVER_TYPES.get(attrs)
