@@ -142,13 +142,15 @@ fuzz:
 	DELTA_MIRROR_FUZZ_SECONDS=$${DELTA_MIRROR_FUZZ_SECONDS:-600} $(PY) -m pytest -q -s tests/service/test_fuzz_commit.py $(PYTEST_ARGS)
 
 # The inner loop before every commit (docs/development.md): `lint`, then every test that needs no
-# service, on SQLite. tests/conftest.py marks `service` each test that needs a server, a JVM or a
-# cluster (PostgreSQL, MariaDB, S3, the emulators, Spark, kernel-java, an Airflow server, the
-# cluster, packaging) from the fixtures it requests; `make test` runs those, the DuckDB params of
-# the store tests and the corpus sweeps too.
-CHECK_TESTS := not service and not duckdb and not corpus
+# service and takes well under a second or two, on SQLite. tests/conftest.py marks `service` each
+# test that needs a server, a JVM or a cluster (PostgreSQL, MariaDB, S3, the emulators, Spark,
+# kernel-java, an Airflow server, the cluster, packaging) from the fixtures it requests, and `slow`
+# the DAG runs in Airflow (and the few marked by hand); `make test` runs those, the DuckDB params
+# of the store tests and the corpus sweeps too. CHECK_WORKERS pytest-xdist processes (0: one).
+CHECK_TESTS := not service and not slow and not duckdb and not corpus
+CHECK_WORKERS ?= 2
 check: lint
-	$(PY) -m pytest -q -m "$(CHECK_TESTS)" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "$(CHECK_TESTS)" $(if $(filter-out 0,$(CHECK_WORKERS)),-n $(CHECK_WORKERS)) $(PYTEST_ARGS)
 
 # ruff (pyflakes, bugbear, complexity <= 12, SIM, RUF) and formatting; mypy --strict on the package
 # (Airflow glue included) and on the tests and benchmarks (tests/airflow and tests/spark each have a

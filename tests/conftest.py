@@ -22,7 +22,8 @@ incidental (bad CLI input, the UI, Airflow) stays on SQLite and PostgreSQL (``_r
 
 A test that needs a server, a JVM or a cluster is marked ``service`` (and the service's own marker)
 from the fixtures it requests (``_SERVICE_MARKERS``), its store or location param, or its folder;
-``make check`` runs the rest (``-m "not service"``). A server or Spark started for a test without
+one that takes seconds without a service is marked ``slow`` (a DAG run: ``_SLOW_FIXTURES``, else by
+hand); ``make check`` runs the rest (``-m "not service and not slow"``). A server or Spark started for a test without
 the marker (a fixture reached with ``request.getfixturevalue``, ``shared_spark()`` called directly)
 fails that test (``support.services.refuse_unmarked``), so the inner loop never starts one.
 """
@@ -94,6 +95,10 @@ _NEEDS_A_SERVICE = {
 }
 #: Test folders (relative to tests/) whose every test needs a service, whatever its fixtures.
 _SERVICE_DIRS = ("airflow_e2e", "cluster", "chaos", "packaging")
+#: Fixtures that make a test take seconds with no service: ``airflow_db`` is requested by the tests
+#: that run a DAG in Airflow (``dag.test()``, 1-20 s each: 24 tests, 60 s of the inner loop's 171 s).
+#: They get ``slow``, which ``make check`` leaves to ``make test``, as does a test marked by hand.
+_SLOW_FIXTURES = ("airflow_db",)
 
 _NEW_MARKERS = (
     "spark: needs a SparkSession (a JVM; the session's one local[2] Spark)",
@@ -101,6 +106,8 @@ _NEW_MARKERS = (
     "jvm: starts a JVM of its own (the delta-kernel-java reader)",
     "airflow_server: starts an Airflow API server (airflow standalone or api-server) for the module",
     "service: needs any server, JVM or cluster (set by tests/conftest.py); `make check` runs the rest",
+    "slow: takes seconds without a service (a DAG run in Airflow, a timing wait, a subprocess that "
+    "imports Airflow); `make check` leaves it to `make test`",
 )
 
 
@@ -129,6 +136,8 @@ def _service_marks(item: pytest.Item) -> set[str]:
     rel = Path(str(item.path)).resolve().relative_to(Path(__file__).resolve().parent)
     if (marks | have) & _NEEDS_A_SERVICE or (rel.parts and rel.parts[0] in _SERVICE_DIRS):
         marks.add("service")
+    if any(f in names for f in _SLOW_FIXTURES):
+        marks.add("slow")
     return marks - have
 
 
@@ -170,6 +179,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         for m in sorted(_service_marks(item)):
             item.add_marker(m)
+        group = _one_worker_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+#: Under pytest-xdist (``make test PYTEST_WORKERS=2``, ``--dist loadgroup``) each worker is a process
+#: with its own PostgreSQL, MariaDB, S3 server, emulators and Airflow home (free ports, temporary
+#: folders, fresh database names). What one run must start once runs on one worker: Spark (a JVM of
+#: a GB; the Delta jars' Ivy cache is not safe for two resolutions at once), the Spark writers and
+#: kernel-java JVMs, the cluster, the Airflow servers, the end-to-end Airflow and the packaging venvs.
+_ONE_WORKER = {"spark", "jvm", "cluster", "airflow_e2e", "airflow_server", "packaging"}
+
+
+def _one_worker_group(item: pytest.Item) -> str | None:
+    rel = Path(str(item.path)).resolve().relative_to(Path(__file__).resolve().parent)
+    if rel.parts and rel.parts[0] in ("spark", *_SERVICE_DIRS):
+        return "one-worker"
+    if {mk.name for mk in item.iter_markers()} & _ONE_WORKER:
+        return "one-worker"
+    return None
 
 
 @pytest.hookimpl(wrapper=True)

@@ -188,6 +188,7 @@ def test_status_lists_tables_and_reports_one_as_json(store_url: str, tmp_path: P
     assert [r["table"] for r in every] == ["alpha", "beta"]
 
 
+@pytest.mark.slow
 def test_the_store_url_is_taken_before_or_after_the_subcommand_or_from_the_environment(
     store_url: str, tmp_path: Path
 ) -> None:
@@ -218,6 +219,7 @@ def test_the_store_url_is_taken_before_or_after_the_subcommand_or_from_the_envir
     assert_one_error_line(run("status", env=decoy).stderr, "not initialised", "delta-mirror init")
 
 
+@pytest.mark.slow
 def test_the_default_store_is_sqlite_under_delta_mirror_home(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = clean_env(DELTA_MIRROR_HOME=str(home))

@@ -134,6 +134,7 @@ def test_the_plugin_file_defines_nothing_when_the_entry_point_registers_the_page
     assert "DeltaMirrorPlugin" not in module
 
 
+@pytest.mark.slow
 def test_the_development_layout_registers_the_page_once_without_import_errors(tmp_path: Path) -> None:
     """``make airflow``'s plugins folder (the repository's ``plugins/``) beside the editable install's
     entry point: one ``delta_mirror`` plugin and no plugin import error (a second copy, or a second

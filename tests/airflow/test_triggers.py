@@ -127,6 +127,7 @@ def test_a_trigger_joining_a_running_stream_gets_its_pending_versions_at_once(
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_a_trigger_busy_longer_than_its_queue_of_reports_keeps_its_stream(
     sqlite_store: str, local_location: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -293,6 +294,7 @@ async def quiet_then(
     assert len(events) == count, events
 
 
+@pytest.mark.slow
 def test_commits_during_an_unpublished_run_are_coalesced_into_one_event_after_it_publishes(
     sqlite_store: str, local_location: Path
 ) -> None:
@@ -330,6 +332,7 @@ def test_commits_during_an_unpublished_run_are_coalesced_into_one_event_after_it
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_a_held_batch_fires_anyway_when_the_run_does_not_publish_within_coalesce_seconds(
     sqlite_store: str, local_location: Path
 ) -> None:

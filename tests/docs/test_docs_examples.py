@@ -53,6 +53,7 @@ def _base_env(home: Path) -> dict[str, str]:
     return {"PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
 
 
+@pytest.mark.slow
 def test_the_getting_started_cli_blocks_run_in_an_empty_folder(tmp_path: Path) -> None:
     script = _script(DOCS / "getting-started.md", "local")
     proc = _run(script, tmp_path, _base_env(tmp_path), load_scaled(300))

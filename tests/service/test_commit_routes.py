@@ -347,6 +347,7 @@ def test_posts_beside_the_commit_route_answer_404_or_405_in_one_json_line(
     assert (answer.status, answer.json()["code"]) == (405, "method_not_allowed")
 
 
+@pytest.mark.slow
 def test_one_keep_alive_connection_carries_every_commit_of_a_writer(service: Service, lake: Path) -> None:
     root = hadoop_root(lake / "t")
     conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=load_scaled(30))
