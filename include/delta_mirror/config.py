@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 
 def home() -> Path:
@@ -26,12 +28,30 @@ _SECRET_QUERY_KEYS = frozenset(
 )
 
 
+# ``scheme://[userinfo@]H1[:P1],H2[:P2][/...]``: libpq's multi-host URI form (a comma in the netloc).
+_COMMA_NETLOC = re.compile(r"^(?P<scheme>[^:/?#]+://)(?:(?P<userinfo>[^@/?#]*)@)?(?P<hosts>[^/?#]*,[^/?#]*)")
+
+
+def multi_host_query_form(url: str) -> str:
+    """``url`` with libpq's comma form ``H1:P1,H2:P2`` in the netloc as SQLAlchemy's
+    ``?host=H1:P1&host=H2:P2`` (which SQLAlchemy parses); any other URL unchanged. The store's
+    ``urls.canonical`` checks the ports first."""
+    match = _COMMA_NETLOC.match(url)
+    if match is None:
+        return url
+    entries = [e.strip() for e in match["hosts"].split(",") if e.strip()]
+    path, _, query = url[match.end() :].partition("?")
+    hosts = "&".join(f"host={quote(unquote(e), safe='[]:')}" for e in entries)
+    userinfo = f"{match['userinfo']}@" if match["userinfo"] is not None else ""
+    return f"{match['scheme']}{userinfo}{path or '/'}?{hosts}" + (f"&{query}" if query else "")
+
+
 def redact_url(url: str) -> str:
     """The URL with any password (in the userinfo or the query string) replaced, for messages and logs."""
     from sqlalchemy.engine import make_url
 
     try:
-        parsed = make_url(url)
+        parsed = make_url(multi_host_query_form(url))
         query = {k: ("***" if k.lower() in _SECRET_QUERY_KEYS else v) for k, v in parsed.query.items()}
         return parsed.set(query=query).render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
     except Exception:
@@ -74,6 +94,7 @@ __all__ = [
     "home",
     "max_commit_actions",
     "max_commit_bytes",
+    "multi_host_query_form",
     "redact_url",
     "store_url",
 ]

@@ -181,3 +181,11 @@ def test_the_comma_form_with_the_standby_first_reaches_the_primary_for_the_store
             assert conn.execute("SELECT count(*) FROM dl_tables").fetchone() == (1,)
     finally:
         pair.stop()
+
+
+def test_messages_redact_the_comma_form_like_any_store_url() -> None:
+    from delta_mirror.config import redact_url
+
+    assert redact_url(COMMA_FORM) == (
+        "postgresql+psycopg://mirror:***@/meta?host=db1%3A5001&host=db2%3A5002&target_session_attrs=read-write"
+    )

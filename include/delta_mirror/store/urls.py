@@ -22,12 +22,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import parse_qs
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import SQLAlchemyError
 
+from delta_mirror.config import multi_host_query_form
 from delta_mirror.errors import PermanentError
 
 DEFAULT_PORT = 5432
@@ -52,8 +53,6 @@ _JDBC_NAMES: Mapping[str, str] = {
 # Query keys that are hosts, not options handed on to the driver as they are.
 _HOST_KEYS = ("host", "hostaddr", "port")
 
-# ``scheme://[userinfo@]H1[:P1],H2[:P2][/...]``: libpq's multi-host URI form (a comma in the netloc).
-_COMMA_NETLOC = re.compile(r"^(?P<scheme>[^:/?#]+://)(?:(?P<userinfo>[^@/?#]*)@)?(?P<hosts>[^/?#]*,[^/?#]*)")
 
 READ_ONLY_HINT = "give the primary or all hosts with target_session_attrs=read-write"
 
@@ -78,18 +77,13 @@ def _split_host(entry: str) -> tuple[str, int | None]:
 
 def canonical(url: str) -> str:
     """``url`` with libpq's comma form ``H1:P1,H2:P2`` in the netloc rewritten into SQLAlchemy's
-    ``?host=H1:P1&host=H2:P2``; any other URL unchanged (the same string)."""
-    match = _COMMA_NETLOC.match(url)
-    if match is None:
-        return url
-    entries = [e for e in match["hosts"].split(",") if e.strip()]
-    for entry in entries:
-        _split_host(entry)  # a bad port: one clear line
-    rest = url[match.end() :]
-    path, _, query = rest.partition("?")
-    hosts = "&".join(f"host={quote(unquote(e.strip()), safe='[]:')}" for e in entries)
-    userinfo = f"{match['userinfo']}@" if match["userinfo"] is not None else ""
-    return f"{match['scheme']}{userinfo}{path or '/'}?{hosts}" + (f"&{query}" if query else "")
+    ``?host=H1:P1&host=H2:P2`` (``config.multi_host_query_form``, which messages' redaction
+    shares); any other URL unchanged (the same string). A host's port that is not a number: one line."""
+    rewritten = multi_host_query_form(url)
+    if rewritten != url:
+        for entry in parse_qs(rewritten.partition("?")[2]).get("host", []):
+            _split_host(entry)
+    return rewritten
 
 
 def parse(url: str) -> URL:
