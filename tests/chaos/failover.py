@@ -74,6 +74,8 @@ class FailoverResult:
     recover_runs: int = 0
     publisher_cycles: int = 0
     publish_errors: dict[str, int] = field(default_factory=dict)
+    recover_failures: list[str] = field(default_factory=list)
+    stuck_writers: list[str] = field(default_factory=list)
     answers: dict[str, int] = field(default_factory=dict)
     kill_to_first_commit_s: float | None = None
     kill_to_all_published_s: float | None = None
@@ -143,10 +145,11 @@ class Writer(threading.Thread):
         self.run_, self.table = run, table
         self.root = f"file:{run.lake}/t{table}"
         self.logstore = table % 2 == 0  # writes <v>.json itself after the 201, as the LogStore does
-        self.acked: dict[int, str] = {}
+        self.acked: list[tuple[int, str]] = []  # every 200/201, a version answered twice included
         self.answers: dict[str, int] = {}
         self.first_after_kill: float | None = None
         self.after_kill = 0
+        self.last = ""
         self.store_behind = 0
 
     def run(self) -> None:
@@ -161,6 +164,7 @@ class Writer(threading.Thread):
                 time.sleep(0.05)
                 continue
             code = answer.json().get("code", "") if answer.status >= 400 else ""
+            self.last = f"v{version}: {answer.status} {answer.body[:300]!r}"
             self._count(f"{answer.status} {code}".strip())
             if answer.status in (200, 201):
                 self._acknowledged(version, body)
@@ -177,7 +181,7 @@ class Writer(threading.Thread):
                 body = commit_body(self.table, version)
 
     def _acknowledged(self, version: int, body: bytes) -> None:
-        self.acked[version] = hashlib.sha256(body).hexdigest()
+        self.acked.append((version, hashlib.sha256(body).hexdigest()))
         now = time.monotonic()
         if self.run_.killed_at is not None and now > self.run_.killed_at:
             self.after_kill += 1
@@ -213,7 +217,8 @@ class Run:
         self.lake = workdir / "lake"
         self.lake.mkdir(parents=True)
         self.workdir = workdir
-        self.stop = threading.Event()  # the publisher's
+        self.stop_file = workdir / "stop-publishing"
+        self.publisher: subprocess.Popen[str] | None = None
         self.writers_stop = threading.Event()
         self.behind = threading.Event()
         self.killed_at: float | None = None
@@ -221,8 +226,7 @@ class Run:
         self.replicas: list[CommitService] = []
         self.pair: PgPair | None = None
         self.recover_runs = 0
-        self.publisher_runs = 0
-        self.publish_errors: dict[str, int] = {}
+        self.recover_failures: list[str] = []
 
     def execute(self) -> FailoverResult:
         started = time.monotonic()
@@ -231,8 +235,8 @@ class Run:
         try:
             self._serve()
             writers = [Writer(self, i) for i in range(self.load.tables)]
-            publisher = threading.Thread(target=self._publish, daemon=True)
-            for t in (*writers, publisher):
+            self.publisher = self._start_publisher()
+            for t in writers:
                 t.start()
             time.sleep(self.load.before_kill)
             self.killed_at = self.pair.kill_primary()
@@ -246,7 +250,10 @@ class Run:
             self._finish(result, writers)
         finally:
             self.writers_stop.set()
-            self.stop.set()
+            self.stop_file.touch()
+            if self.publisher is not None and self.publisher.poll() is None:
+                self.publisher.kill()
+                self.publisher.wait(30)
             for svc in self.replicas:
                 svc.stop()
             self.pair.stop()
@@ -278,28 +285,17 @@ class Run:
 
     def _recover(self) -> None:
         assert self.pair is not None
-        cli(self.pair.url, "recover", "--all", "--json")
+        out = cli(self.pair.url, "recover", "--all")
         self.recover_runs += 1
+        if out.returncode != 0:
+            self.recover_failures.append(f"exit {out.returncode}: {(out.stdout + out.stderr).strip()[-600:]}")
 
-    def _publish(self) -> None:
-        """The publish path (what ``delta-mirror mirror NAME`` runs), every table in turn, until the
-        run stops; a failure (the store gone mid-publish) is retried on the next turn."""
+    def _start_publisher(self) -> subprocess.Popen[str]:
+        """The publish path in a process of its own (``publish_loop``), as a publisher runs."""
         assert self.pair is not None
-        store = SqlStore(self.pair.url)
-        publisher = Publisher(store)
-        try:
-            while not self.stop.is_set():
-                for table in range(self.load.tables):
-                    try:
-                        publisher.publish(f"t{table}")
-                    except Exception as exc:  # the store or the table failing mid-failover
-                        self.publish_errors[type(exc).__name__] = (
-                            self.publish_errors.get(type(exc).__name__, 0) + 1
-                        )
-                        time.sleep(0.1)
-                self.publisher_runs += 1
-        finally:
-            store.close()
+        env = {**os.environ, "DELTA_MIRROR_STORE": self.pair.url, "PYTHONPATH": os.pathsep.join(sys.path)}
+        argv = [sys.executable, __file__, "--publish-loop", str(self.load.tables), str(self.stop_file)]
+        return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
     # -- the checks --------------------------------------------------------------------------------
 
@@ -316,6 +312,7 @@ class Run:
             result.commits_after_kill += w.after_kill
         firsts = [w.first_after_kill for w in writers if w.first_after_kill is not None]
         result.writers_resumed = len(firsts)
+        result.stuck_writers = [f"t{w.table} {w.last}" for w in writers if w.first_after_kill is None]
         if firsts:
             result.kill_to_first_commit_s = round(min(firsts) - self.killed_at, 3)
         stored = {w.table: self._stored(w.root) for w in writers}
@@ -325,7 +322,13 @@ class Run:
             result.writers_stopped_to_all_published_s = round(max(0.0, since), 2)
         for w in writers:
             self._compare(result, w, stored[w.table])
-        result.publisher_cycles, result.publish_errors = self.publisher_runs, dict(self.publish_errors)
+        self.stop_file.touch()
+        assert self.publisher is not None
+        out, _ = self.publisher.communicate(timeout=load_scaled(60))
+        report = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+        result.publisher_cycles = int(report.get("cycles", 0))
+        result.publish_errors = dict(report.get("errors", {}))
+        result.recover_failures = self.recover_failures[-5:]
 
     def _stored(self, root: str) -> dict[int, str]:
         """Every version the store has of ``root``, with its sha256 (read through a replica)."""
@@ -358,7 +361,7 @@ class Run:
     def _compare(self, result: FailoverResult, w: Writer, stored: dict[int, str]) -> None:
         if sorted(stored) != list(range(len(stored))):
             result.duplicated += 1  # not contiguous: a version twice or a hole
-        for v, sha in w.acked.items():
+        for v, sha in w.acked:
             if stored.get(v) != sha:
                 result.lost += 1
                 result.lost_versions.append(f"t{w.table}@{v}")
@@ -372,6 +375,33 @@ class Run:
                 result.other_bytes += 1
 
 
+def publish_loop(tables: int, stop_file: Path) -> None:
+    """The publish path (what ``delta-mirror mirror NAME`` runs) over every table in turn until
+    ``stop_file`` exists and a whole turn published nothing; a failure (the store gone mid-publish)
+    is retried on the next turn. Prints its counts as one JSON line."""
+    store = SqlStore(os.environ["DELTA_MIRROR_STORE"])
+    publisher = Publisher(store)
+    cycles, errors = 0, dict[str, int]()
+    try:
+        while True:
+            stopping, busy = stop_file.exists(), False
+            for table in range(tables):
+                try:
+                    busy |= bool(publisher.publish(f"t{table}").published)
+                except Exception as exc:  # the store or the table failing mid-failover
+                    errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                    busy = True
+                    time.sleep(0.1)
+            cycles += 1
+            if stopping and not busy:
+                break
+            if not busy:
+                time.sleep(0.1)
+    finally:
+        store.close()
+    print(json.dumps({"cycles": cycles, "errors": errors}))
+
+
 def run_mode(mode: str, load: Load) -> FailoverResult:
     workdir = Path(tempfile.mkdtemp(prefix=f"dm-failover-{mode}-"))
     try:
@@ -381,6 +411,9 @@ def run_mode(mode: str, load: Load) -> FailoverResult:
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--publish-loop"]:
+        publish_loop(int(sys.argv[2]), Path(sys.argv[3]))
+        return 0
     parser = argparse.ArgumentParser(description="the store's PostgreSQL primary lost under load")
     parser.add_argument("--mode", choices=["sync", "async", "both"], default="both")
     parser.add_argument("--tables", type=int, default=FULL.tables)
