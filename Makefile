@@ -29,7 +29,7 @@ DIST_DIR ?= dist
 # which installs a client-only `pyspark` package over the full pyspark 4.2.0 we need (README, Spark).
 SPARK_PROVIDER := apache-airflow-providers-apache-spark==6.3.4
 
-.PHONY: venv jar kernel-jar dist emulators services test check lint docs demo airflow print-local-env cluster cluster-down cluster-status cluster-chaos bench bench-cluster chaos clean distclean
+.PHONY: venv jar kernel-jar dist emulators services test check lint docs demo airflow print-local-env cluster cluster-down cluster-status cluster-chaos bench bench-cluster chaos chaos-failover clean distclean
 
 # Re-installs only when pyproject.toml or requirements.txt changed (or the venv is new).
 # Also builds the LogStore and kernel reader jars, so `make test` and `make demo` have them.
@@ -219,6 +219,12 @@ bench: venv
 # read-only / full targets); one JSON object, also in bench-results/chaos.json. Needs root for tmpfs.
 chaos: venv
 	PYTHONPATH=$(CURDIR)/tests $(PY) tests/chaos/run.py
+
+# The store's PostgreSQL primary SIGKILLed under load and its standby promoted (tests/chaos/failover.py),
+# synchronous and asynchronous replication: acknowledged commits lost, versions duplicated or
+# published with other bytes, time to commit and to publish again; JSON in bench-results/chaos-failover.json.
+chaos-failover: venv
+	PYTHONPATH=$(CURDIR)/tests:$(CURDIR)/tests/chaos $(PY) tests/chaos/failover.py
 
 # Lose one of each cluster service while commits flow (tests/chaos/cluster_chaos.py): a triggerer,
 # a Celery worker mid-task, Redis, a commit-service replica under a Spark writer, PostgreSQL; the
