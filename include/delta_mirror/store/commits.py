@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, func, select, update
 from sqlalchemy.exc import IntegrityError
@@ -102,6 +102,38 @@ def check_rules_as_known(
     )
 
 
+def _with_commit_info(
+    known: KnownTable,
+    actions: list[Action],
+    version: int,
+    ts: int,
+    operation: str | None,
+    metadata: Mapping[str, Any],
+) -> list[Action]:
+    """:func:`commit_rules.with_commit_info` for a commit at ``version`` of the table ``known``
+    describes as of the version before (its first version, its last in-commit timestamp);
+    ``metadata``: the commit's own metaData, else the table's."""
+    return commit_rules.with_commit_info(
+        actions,
+        version=version,
+        first_version=known.table.first_version,
+        timestamp=ts,
+        operation=operation,
+        metadata=metadata,
+        previous_ict=known.ict,
+    )
+
+
+class _Asked(NamedTuple):
+    """A native commit as its caller asked for it (``Commits.commit``'s arguments)."""
+
+    name: str
+    actions: Sequence[Action]
+    expected_version: int | None
+    operation: str | None
+    location: str | None
+
+
 class Commits(Tables):
     """Native commits and imported versions."""
 
@@ -136,12 +168,13 @@ class Commits(Tables):
         check_table_name(name)
         check_commit_size(name, expected_version, len(actions), 0)
         attempts = 1 if expected_version is not None else _NEXT_VERSION_ATTEMPTS
+        asked = _Asked(name, actions, expected_version, operation, location)
         for attempt in range(1, attempts + 1):
             try:
-                done = self._commit_fast(name, actions, expected_version, operation, location)
+                done = self._commit_fast(asked)
                 if done is not None:
                     return done
-                return self._commit_in_transaction(name, actions, expected_version, operation, location)
+                return self._commit_in_transaction(asked)
             except CommitConflictError:
                 self._tables.by_name.pop(name, None)
                 if attempt >= attempts:
@@ -153,34 +186,21 @@ class Commits(Tables):
                     raise
         raise AssertionError("unreachable")
 
-    def _commit_in_transaction(
-        self,
-        name: str,
-        actions: Sequence[Action],
-        expected_version: int | None,
-        operation: str | None,
-        location: str | None,
-    ) -> int:
+    def _commit_in_transaction(self, asked: _Asked) -> int:
         """``_commit_once``, tried once more when the connection was found dead inside the
         transaction (before its COMMIT: nothing of it can have been committed)."""
         reached_commit: list[bool] = []
         return once_more_if_dead(
-            lambda: self._commit_once(name, actions, expected_version, operation, location, reached_commit),
+            lambda: self._commit_once(asked, reached_commit),
             retry=lambda: not reached_commit,
         )
 
-    def _commit_fast(
-        self,
-        name: str,
-        actions: Sequence[Action],
-        expected_version: int | None,
-        operation: str | None,
-        location: str | None,
-    ) -> int | None:
+    def _commit_fast(self, asked: _Asked) -> int | None:
         """The commit prepared from what this store remembers of the table (``KnownTable``) and
         handed to the database's writer, which claims only while the table's latest version is
         still the remembered one, so everything remembered still holds. None (nothing written):
         take the transaction path, which decides any refusal in its usual order."""
+        name, actions, expected_version, operation, location = asked
         known = self._tables.by_name.get(name)
         if known is None or known.table.state == TableState.HALTED:
             return None
@@ -201,15 +221,7 @@ class Commits(Tables):
         ts = now_ms()
         try:
             check_rules_as_known(table, version, actions, previous)
-            ordered = commit_rules.with_commit_info(
-                ordered,
-                version=version,
-                first_version=table.first_version,
-                timestamp=ts,
-                operation=operation,
-                metadata=metadata,
-                previous_ict=known.ict,
-            )
+            ordered = _with_commit_info(known, ordered, version, ts, operation, metadata)
             lines = [canonical_line(k, b) for k, b in ordered]
             data = render_commit(lines)
             check_commit_size(name, version, len(ordered), len(data))
@@ -243,17 +255,10 @@ class Commits(Tables):
         if protocol is not None:
             self._tables.protocols[known.table.id] = protocol
 
-    def _commit_once(
-        self,
-        name: str,
-        actions: Sequence[Action],
-        expected_version: int | None,
-        operation: str | None,
-        location: str | None,
-        reached_commit: list[bool],
-    ) -> int:
+    def _commit_once(self, asked: _Asked, reached_commit: list[bool]) -> int:
         """One transaction; ``reached_commit`` gets an item once its body is done (a dead connection
         found from then on may have committed it)."""
+        name, actions, expected_version, operation, location = asked
         with db.translated(self.url, f"committing to table '{name}'"):
             try:
                 with self.engine.begin() as conn:
@@ -342,15 +347,7 @@ class Commits(Tables):
                 select(func.max(dl_commits.c.in_commit_timestamp)).where(dl_commits.c.table_id == table.id)
             ).scalar()
         known = KnownTable(table, None, metadata, previous_ict, ict_known)  # as of version - 1
-        return commit_rules.with_commit_info(
-            actions,
-            version=version,
-            first_version=table.first_version,
-            timestamp=ts,
-            operation=operation,
-            metadata=metadata,
-            previous_ict=previous_ict,
-        ), known
+        return _with_commit_info(known, actions, version, ts, operation, metadata), known
 
     # -- import ---------------------------------------------------------------------------------
     def _import_version(
