@@ -12,6 +12,7 @@ The synchronous mode is ``synchronous_standby_names='*'`` and ``synchronous_comm
 primary (``ALTER SYSTEM``) once the standby is cloned: the standby, once promoted, commits alone (what
 Patroni does outside ``synchronous_mode_strict``) instead of waiting for a standby that never comes.
 
+``stall_replication()`` stops the primary's WAL senders (the link to the standby lagging or cut).
 ``kill_primary()`` is the machine lost: SIGKILL of the postmaster and of every child, by PID.
 ``promote()`` is ``pg_ctl promote`` of the standby, returning once it takes writes. The old primary
 is fenced: it is never started again. ``stop()`` kills what is left by PID and removes the folder
@@ -248,6 +249,19 @@ class PgPair:
         wait_until(lambda: all(not _alive(v) for v in victims), 10, "the primary's processes to exit")
         return at
 
+    def stall_replication(self) -> int:
+        """SIGSTOP the primary's WAL senders: the standby receives nothing more (a replication link
+        lagging or cut, as over a real network) while the primary runs on; ``kill_primary`` ends
+        them. The number of senders stopped."""
+        pid = self.primary.postmaster_pid()
+        if pid is None:
+            raise RuntimeError("the primary is not running")
+        senders = [p for p in _children(pid) if "walsender" in _cmdline(p)]
+        for sender in senders:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(sender, signal.SIGSTOP)
+        return len(senders)
+
     def promote(self) -> float:
         """``pg_ctl promote`` of the standby; returns once it takes writes (the seconds it took)."""
         started = time.monotonic()
@@ -283,6 +297,13 @@ class PgPair:
             with contextlib.suppress(AssertionError):
                 wait_until(lambda p=pid: not _alive(p), 10, f"{node.name} to exit")  # type: ignore[misc]
         shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _alive(pid: int) -> bool:
