@@ -46,6 +46,8 @@ REVISED = {
     "spark_session.py is spark/session.py",
     "costs 0.050 ms instead of 0.073); SQLite": "benchmarks.md: commit_http.py, which these figures "
     "name, was retired (issue 38 item 1); the figures are unchanged",
+    "3 conflict (a racing writer, or a different file already published), 4 invalid data (the": "cli.md: "
+    "exit 3 also covers a store behind its published log (issue 40 item 2)",
 }
 
 
