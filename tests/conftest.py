@@ -114,7 +114,17 @@ _NEW_MARKERS = (
 def pytest_configure(config: pytest.Config) -> None:
     for line in _NEW_MARKERS:
         config.addinivalue_line("markers", line)
+    _own_ivy_cache(config)
     config.stash[_INNER_LOOP] = "not service" in str(config.getoption("markexpr", "") or "")
+
+
+def _own_ivy_cache(config: pytest.Config) -> None:
+    """A pytest-xdist worker past the first resolves the Delta jars into an Ivy cache of its own
+    (``<repo>/.cache/ivy-gw1``, …): a JVM outside the one-worker group (a corpus sweep with Spark, a
+    docs example's ``spark-submit``) must not resolve into the cache another worker is filling."""
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    if worker and worker != "gw0" and "DELTA_MIRROR_SPARK_IVY" not in os.environ:
+        os.environ["DELTA_MIRROR_SPARK_IVY"] = str(repo_root() / ".cache" / f"ivy-{worker}")
 
 
 #: Whether this run leaves the ``service`` tests out (``make check``).
@@ -170,6 +180,8 @@ def _backend_of(item: pytest.Item) -> str | None:
     return None
 
 
+# tryfirst: before pytest-xdist's worker hook, which reads the xdist_group marks added here
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     dropped = [i for i in items if _backend_of(i) in _STORE_ONLY_BACKENDS and not _runs_on_every_backend(i)]
     if dropped:
@@ -189,6 +201,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 #: folders, fresh database names). What one run must start once runs on one worker: Spark (a JVM of
 #: a GB; the Delta jars' Ivy cache is not safe for two resolutions at once), the Spark writers and
 #: kernel-java JVMs, the cluster, the Airflow servers, the end-to-end Airflow and the packaging venvs.
+#: (pytest 9.2 loses the group on its way to the scheduler, pytest-xdist issue 1386: hence opt-in.)
 _ONE_WORKER = {"spark", "jvm", "cluster", "airflow_e2e", "airflow_server", "packaging"}
 
 
