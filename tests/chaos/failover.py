@@ -3,8 +3,10 @@
 A primary and a streaming standby (``support/pg_pair.py``), two ``delta-mirror serve`` replicas on the
 multi-host store URL (``target_session_attrs=read-write``), one writer thread per table committing
 over HTTP as the LogStore does (half of them also write ``<v>.json`` after the 201, as the LogStore
-does; the other half leave publishing to the publisher), and a publisher (the publish path of
-``delta-mirror mirror`` over every table, in a process of its own). Mid-load the link to the standby stalls for ``stall`` seconds (the primary's WAL
+does; the other half leave publishing to the publishers), and two publisher processes: the first
+half of the tables published in a loop by the path of ``delta-mirror mirror``, the rest by the
+event-table trigger path (a ``CommitWatcher`` with its ``LISTEN`` on the multi-host URL and
+``publish_from_watcher``, as the Airflow trigger runs them). Mid-load the link to the standby stalls for ``stall`` seconds (the primary's WAL
 senders SIGSTOPped: the lag a real network has at the worst moment), then the primary is SIGKILLed
 (postmaster and children), the standby promoted after ``promote_after`` seconds (what a failover
 manager takes), the old primary never started again.
@@ -25,6 +27,8 @@ Run as ``make chaos-failover`` (both modes, JSON in bench-results/chaos-failover
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -45,7 +49,9 @@ from support.pg_pair import PgPair
 from support.waiting import load_scaled, wait_until
 
 from delta_mirror.jobs.publisher import Publisher
+from delta_mirror.jobs.watch_publish import publish_from_watcher
 from delta_mirror.store import SqlStore
+from delta_mirror.store.watch import CommitWatcher
 
 HERE = Path(__file__).resolve().parent
 
@@ -76,8 +82,7 @@ class FailoverResult:
     missing_from_store: int = 0
     store_behind_refusals: int = 0
     recover_runs: int = 0
-    publisher_cycles: int = 0
-    publish_errors: dict[str, int] = field(default_factory=dict)
+    publishers: list[dict[str, Any]] = field(default_factory=list)  # the loop's, the watcher's
     recover_failures: list[str] = field(default_factory=list)
     stuck_writers: list[str] = field(default_factory=list)
     answers: dict[str, int] = field(default_factory=dict)
@@ -226,7 +231,7 @@ class Run:
         self.lake.mkdir(parents=True)
         self.workdir = workdir
         self.stop_file = workdir / "stop-publishing"
-        self.publisher: subprocess.Popen[str] | None = None
+        self.publishers: list[subprocess.Popen[str]] = []
         self.writers_stop = threading.Event()
         self.behind = threading.Event()
         self.killed_at: float | None = None
@@ -243,7 +248,7 @@ class Run:
         try:
             self._serve()
             writers = [Writer(self, i) for i in range(self.load.tables)]
-            self.publisher = self._start_publisher()
+            self.publishers = self._start_publishers()
             for t in writers:
                 t.start()
             time.sleep(self.load.before_kill)
@@ -262,9 +267,10 @@ class Run:
         finally:
             self.writers_stop.set()
             self.stop_file.touch()
-            if self.publisher is not None and self.publisher.poll() is None:
-                self.publisher.kill()
-                self.publisher.wait(30)
+            for proc in self.publishers:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(30)
             for svc in self.replicas:
                 svc.stop()
             self.pair.stop()
@@ -301,12 +307,20 @@ class Run:
         if out.returncode != 0 or os.environ.get("FAILOVER_DEBUG"):
             self.recover_failures.append(f"exit {out.returncode}: {(out.stdout + out.stderr).strip()[-600:]}")
 
-    def _start_publisher(self) -> subprocess.Popen[str]:
-        """The publish path in a process of its own (``publish_loop``), as a publisher runs."""
+    def _start_publishers(self) -> list[subprocess.Popen[str]]:
+        """Two publisher processes: the first half of the tables by ``publish_loop`` (the path of
+        ``delta-mirror mirror``), the rest by ``watch_loop`` (the event-table trigger path)."""
         assert self.pair is not None
         env = {**os.environ, "DELTA_MIRROR_STORE": self.pair.url, "PYTHONPATH": os.pathsep.join(sys.path)}
-        argv = [sys.executable, __file__, "--publish-loop", str(self.load.tables), str(self.stop_file)]
-        return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        half = self.load.tables // 2
+        procs = []
+        for kind, names in (("loop", range(half)), ("watch", range(half, self.load.tables))):
+            argv = [sys.executable, __file__, "--publish-loop", kind, str(self.stop_file)]
+            argv += [f"t{i}" for i in names]
+            procs.append(
+                subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            )
+        return procs
 
     # -- the checks --------------------------------------------------------------------------------
 
@@ -335,11 +349,9 @@ class Run:
         for w in writers:
             self._compare(result, w, stored[w.table])
         self.stop_file.touch()
-        assert self.publisher is not None
-        out, _ = self.publisher.communicate(timeout=load_scaled(60))
-        report = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
-        result.publisher_cycles = int(report.get("cycles", 0))
-        result.publish_errors = dict(report.get("errors", {}))
+        for proc in self.publishers:
+            out, _ = proc.communicate(timeout=load_scaled(60))
+            result.publishers.append(json.loads(out.strip().splitlines()[-1]) if out.strip() else {})
         result.recover_failures = self.recover_failures[-5:]
 
     def _stored(self, root: str) -> dict[int, str]:
@@ -388,19 +400,19 @@ class Run:
                 result.other_bytes += 1
 
 
-def publish_loop(tables: int, stop_file: Path) -> None:
-    """The publish path (what ``delta-mirror mirror NAME`` runs) over every table in turn until
+def publish_loop(names: list[str], stop_file: Path) -> dict[str, Any]:
+    """The publish path (what ``delta-mirror mirror NAME`` runs) over ``names`` in turn until
     ``stop_file`` exists and a whole turn published nothing; a failure (the store gone mid-publish)
-    is retried on the next turn. Prints its counts as one JSON line."""
+    is retried on the next turn."""
     store = SqlStore(os.environ["DELTA_MIRROR_STORE"])
     publisher = Publisher(store)
     cycles, errors = 0, dict[str, int]()
     try:
         while True:
             stopping, busy = stop_file.exists(), False
-            for table in range(tables):
+            for name in names:
                 try:
-                    busy |= bool(publisher.publish(f"t{table}").published)
+                    busy |= bool(publisher.publish(name).published)
                 except Exception as exc:  # the store or the table failing mid-failover
                     errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
                     busy = True
@@ -412,7 +424,56 @@ def publish_loop(tables: int, stop_file: Path) -> None:
                 time.sleep(0.1)
     finally:
         store.close()
-    print(json.dumps({"cycles": cycles, "errors": errors}))
+    return {"cycles": cycles, "errors": errors}
+
+
+def watch_loop(names: list[str], stop_file: Path) -> dict[str, Any]:
+    """The event-table trigger path: a ``CommitWatcher`` (``LISTEN`` on the multi-host URL, polling
+    every second besides) and ``publish_from_watcher`` for ``names`` on each of its reports, until
+    ``stop_file`` exists and a report found nothing to publish."""
+    url = os.environ["DELTA_MIRROR_STORE"]
+    store = SqlStore(url)
+    watcher = CommitWatcher(url, interval=1.0, names=lambda: names)
+    actions: dict[str, int] = {}
+    errors: list[str] = []
+
+    async def follow() -> None:
+        reports: asyncio.Queue[object] = asyncio.Queue()
+
+        async def produce() -> None:
+            async for report in watcher.reports():
+                await reports.put(report)
+
+        producer = asyncio.create_task(produce())
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):  # no report: look at the stop file anyway
+                    await asyncio.wait_for(reports.get(), 1.0)
+                stopping, busy = stop_file.exists(), False
+                for name in names:
+                    out = await asyncio.to_thread(publish_from_watcher, store, name)
+                    actions[out.action] = actions.get(out.action, 0) + 1
+                    if out.error and len(errors) < 5 and f"{name}: {out.error}" not in errors:
+                        errors.append(f"{name}: {out.error}"[:400])
+                    busy |= (
+                        bool(out.published) or out.action == "failed"
+                    )  # a held lease: its holder publishes
+                if stopping and not busy:
+                    return
+        finally:
+            producer.cancel()
+            await asyncio.wait([producer], timeout=10)
+
+    try:
+        asyncio.run(follow())
+    finally:
+        store.close()
+    return {
+        "watch_actions": actions,
+        "errors": errors,
+        "listens": watcher.listens,
+        "notifications": watcher.notifications,
+    }
 
 
 def run_mode(mode: str, load: Load) -> FailoverResult:
@@ -424,8 +485,9 @@ def run_mode(mode: str, load: Load) -> FailoverResult:
 
 
 def main() -> int:
-    if sys.argv[1:2] == ["--publish-loop"]:
-        publish_loop(int(sys.argv[2]), Path(sys.argv[3]))
+    if sys.argv[1:2] == ["--publish-loop"]:  # a publisher process of a run: KIND STOP_FILE NAME...
+        loop = watch_loop if sys.argv[2] == "watch" else publish_loop
+        print(json.dumps(loop(sys.argv[4:], Path(sys.argv[3]))))
         return 0
     parser = argparse.ArgumentParser(description="the store's PostgreSQL primary lost under load")
     parser.add_argument("--mode", choices=["sync", "async", "both"], default="both")
