@@ -100,3 +100,40 @@ def test_a_root_without_a_log_or_credentials_is_not_opened(
     frontiers.check(new_root.as_uri(), 0, b"x")
     assert not new_root.exists()  # no folder created by the check
     frontiers.check("s3://bucket/t", 5, b"x")  # no credentials: not checked (said once in the log)
+
+
+def test_a_commit_published_between_the_publishers_two_reads_is_not_a_store_behind(tmp_path: Path) -> None:
+    """The publisher reads the store's latest, then HEADs the next ``<v>.json``; a writer whose
+    LogStore commits and publishes v in between must not make it say "store behind" (a
+    ``<v>.json`` only follows v in the store, so the store read again after the HEADs decides)."""
+    from support.commit_service import FIRST_COMMIT, add_line, commit_file
+    from support.stores import sqlite_store
+
+    from delta_mirror.jobs.recover import check_not_behind
+
+    root = tmp_path / "t"
+    _url, store = sqlite_store(tmp_path)
+
+    def body(v: int) -> bytes:
+        return FIRST_COMMIT if v == 0 else commit_file(add_line(f"p{v}.parquet"))
+
+    for v in range(2):
+        store.commit_verbatim(root.as_uri(), v, body(v), create_name="t")
+        (write_commit(root, v, [])).write_bytes(body(v))
+    table = store.get_table("t")
+    inner = open_store(root.as_uri())
+
+    class _WriterInBetween(_Counting):
+        def head(self, path: str) -> ObjectMeta | None:
+            if self.heads == 0:  # the first HEAD (of 2.json): a writer commits 2 and publishes it
+                store.commit_verbatim(root.as_uri(), 2, body(2))
+                write_commit(root, 2, []).write_bytes(body(2))
+            return super().head(path)
+
+    check_not_behind(store, table, _WriterInBetween(inner))  # type: ignore[arg-type]
+    # and a store really behind is still said so
+    write_commit(root, 3, [add("p3.parquet")])
+    write_commit(root, 4, [add("p4.parquet")])
+    with pytest.raises(StoreBehindError, match="store behind published log by 2 versions"):
+        check_not_behind(store, table, inner)
+    store.close()

@@ -109,6 +109,10 @@ def _refused_then_recovered(restored: str, lake: Path) -> None:
             table = store.get_table("t")
             for v in range(4):
                 assert store.commit_bytes(table.id, v) == (root / LOG_DIR / commit_name(v)).read_bytes()
+        # the store has 3 again: another writer's bytes for it are a conflict (the LogStore reads
+        # the winner), no longer "behind", though this service learned the frontier before
+        again = service.post(root.as_uri(), 3, commit_file(add_line("other.parquet")))
+        assert again.status == 409, again.body
         _commit_as_logstore(service, root, 4, _v(4))  # writers continue at the right version
         assert _latest(restored) == 4
 

@@ -77,7 +77,12 @@ def check_not_behind(store: SqlStore, table: TableInfo, objects: ObjectStore) ->
     check: status and alert say so instead of a split-brain halt)."""
     latest, frontier = behind_by(store, table, objects)
     if latest is not None and frontier > latest:
-        raise store_behind(table.name, latest, frontier)
+        # A writer may have committed (and its LogStore published) between the two reads: a
+        # ``<v>.json`` is only ever written after ``v`` is in the store, so the store read again
+        # after the HEADs decides.
+        latest = store.latest_version(table.id)
+        if latest is not None and frontier > latest:
+            raise store_behind(table.name, latest, frontier)
 
 
 def recover_table(

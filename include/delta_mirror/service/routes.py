@@ -297,8 +297,11 @@ class CommitService:
             try:
                 self.frontiers.check(root, version, data)
             except StoreBehindError as exc:
-                self._name_table(exc, root)
-                raise
+                if not self._store_has(root, version):
+                    self._name_table(exc, root)
+                    raise
+                # The store has the version (recovered, or another replica's writer won it and its
+                # LogStore published it): the store's own answer, 200 existing or 409 conflict.
             try:
                 result = self.store.commit_verbatim(
                     root, version, data, create_name=default_table_name(root) if allowed else None
@@ -315,6 +318,14 @@ class CommitService:
             return result
 
         return commit
+
+    def _store_has(self, root: str, version: int) -> bool:
+        """Whether the store already holds ``version`` at ``root`` (read only when refusing)."""
+        try:
+            latest = self.store.latest_version(self.store.table_at(root).id)
+        except MirrorError:
+            return False
+        return latest is not None and latest >= version
 
     def _name_table(self, exc: StoreBehindError, root: str) -> None:
         """The refusal names the table and the command that recovers it (read only when refusing)."""
