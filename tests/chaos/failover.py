@@ -9,7 +9,9 @@ event-table trigger path (a ``CommitWatcher`` with its ``LISTEN`` on the multi-h
 ``publish_from_watcher``, as the Airflow trigger runs them). Mid-load the link to the standby stalls for ``stall`` seconds (the primary's WAL
 senders SIGSTOPped: the lag a real network has at the worst moment), then the primary is SIGKILLed
 (postmaster and children), the standby promoted after ``promote_after`` seconds (what a failover
-manager takes), the old primary never started again.
+manager takes), the old primary never started again. In the full run a Delta-Spark job
+(``failover_spark.py``: its own process and JVM, the LogStore jar, ``DELTA_MIRROR_COMMIT_URL``
+listing both replicas) appends to two tables of its own throughout, from before the kill to after.
 
 Every answer 200/201 is recorded by the writers (version, sha256). Measured and checked after the
 load: acknowledged commits missing from the store or stored with other bytes (``lost``), versions
@@ -43,6 +45,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from failover_spark import SparkJob
+from failover_spark import clean as spark_clean
 from support.builders import action, add_body, log_line
 from support.commit_service import FIRST_COMMIT, TOKEN_ENV, CommitService, cli_path
 from support.pg_pair import PgPair
@@ -63,9 +67,10 @@ class Load:
     after_kill: float = 15.0  # seconds of load after it
     promote_after: float = 0.5  # the failover manager's reaction time
     stall: float = 0.3  # the replication link stalled this long before the kill (WAL senders stopped)
+    spark: int = 0  # tables appended to by a Delta-Spark job through the replicas (failover_spark.py)
 
 
-FULL = Load()
+FULL = Load(spark=2)
 REDUCED = Load(tables=4, before_kill=3.0, after_kill=5.0)
 
 
@@ -95,6 +100,8 @@ class FailoverResult:
     writers_resumed: int = 0
     seconds: float = 0.0
     load_avg: list[float] = field(default_factory=list)
+    spark: dict[str, Any] = field(default_factory=dict)  # the Spark job's tables (failover_spark.check)
+    spark_start_s: float | None = None  # the job's start until its first commits (JVM, packages)
 
     def clean(self) -> bool:
         """0 duplicated, 0 other bytes, 0 missing from the store in every mode; 0 lost if synchronous
@@ -105,6 +112,7 @@ class FailoverResult:
             lossless
             and (self.duplicated, self.other_bytes, self.missing_from_store) == (0, 0, 0)
             and self.writers_resumed == self.tables
+            and (not self.spark or spark_clean(self.spark, self.mode))
         )
 
 
@@ -240,6 +248,7 @@ class Run:
         self.pair: PgPair | None = None
         self.recover_runs = 0
         self.recover_failures: list[str] = []
+        self.spark: SparkJob | None = None
 
     def execute(self) -> FailoverResult:
         started = time.monotonic()
@@ -247,6 +256,9 @@ class Run:
         self.pair = PgPair.start(synchronous=self.mode == "sync")
         try:
             self._serve()
+            if self.load.spark:  # its JVM up and committing before the load and the kill
+                self.spark = SparkJob(self.workdir, self.lake, self.replicas, self.load.spark).start()
+                result.spark_start_s = self.spark.wait_committing()
             writers = [Writer(self, i) for i in range(self.load.tables)]
             self.publishers = self._start_publishers()
             for t in writers:
@@ -262,11 +274,15 @@ class Run:
             self.writers_stop.set()
             for t in writers:
                 t.join(load_scaled(60))
+            if self.spark is not None:
+                self.spark.stop()
             self.writers_stopped_at = time.monotonic()
             self._finish(result, writers)
         finally:
             self.writers_stop.set()
             self.stop_file.touch()
+            if self.spark is not None:
+                self.spark.kill()
             for proc in self.publishers:
                 if proc.poll() is None:
                     proc.kill()
@@ -296,6 +312,8 @@ class Run:
         """The load goes on; in asynchronous mode a store-behind refusal runs the recovery."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
+            if self.spark is not None and self.spark.behind_refused():
+                self.behind.set()
             if self.behind.wait(0.2):
                 self.behind.clear()
                 self._recover()
@@ -348,6 +366,8 @@ class Run:
             result.writers_stopped_to_all_published_s = round(max(0.0, since), 2)
         for w in writers:
             self._compare(result, w, stored[w.table])
+        if self.spark is not None:
+            result.spark = self.spark.check(self._stored, self.killed_at)
         self.stop_file.touch()
         for proc in self.publishers:
             out, _ = proc.communicate(timeout=load_scaled(60))
@@ -494,10 +514,11 @@ def main() -> int:
     parser.add_argument("--tables", type=int, default=FULL.tables)
     parser.add_argument("--seconds", type=float, default=FULL.before_kill, help="load before the kill")
     parser.add_argument("--after", type=float, default=FULL.after_kill, help="load after the kill")
+    parser.add_argument("--spark", type=int, default=FULL.spark, help="tables of the Spark job (0: none)")
     parser.add_argument("--stall", type=float, default=FULL.stall, help="replication stalled before the kill")
     parser.add_argument("--out", default=str(HERE.parents[1] / "bench-results" / "chaos-failover.json"))
     args = parser.parse_args()
-    load = Load(args.tables, args.seconds, args.after, stall=args.stall)
+    load = Load(args.tables, args.seconds, args.after, stall=args.stall, spark=args.spark)
     modes = ["sync", "async"] if args.mode == "both" else [args.mode]
     load_before = [round(x, 1) for x in os.getloadavg()]
     results = [run_mode(m, load) for m in modes]
