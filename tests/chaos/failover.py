@@ -112,7 +112,7 @@ class FailoverResult:
             lossless
             and (self.duplicated, self.other_bytes, self.missing_from_store) == (0, 0, 0)
             and self.writers_resumed == self.tables
-            and (not self.spark or spark_clean(self.spark, self.mode))
+            and (not self.spark or spark_clean(self.spark))
         )
 
 

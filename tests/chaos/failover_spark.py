@@ -179,11 +179,13 @@ class SparkJob:
         return out
 
 
-def clean(spark: dict[str, Any], mode: str) -> bool:
-    """0 duplicated / other bytes / missing from the store / unpublished always, 0 lost if
-    synchronous, the job finished and committed after the kill."""
-    return (
-        (spark["lost"] == 0 or mode == "async")
+def clean(spark: dict[str, Any]) -> bool:
+    """0 lost, duplicated, other bytes, missing from the store, unpublished in either mode (the
+    job writes ``<v>.json`` after each 201, as the LogStore does: asynchronous mode loses none of
+    them once ``recover`` has run, as for the run's LogStore tables); the job finished and committed
+    after the kill."""
+    return bool(
+        spark["lost"] == 0
         and spark["duplicated"] == spark["duplicated_txns"] == spark["other_bytes"] == 0
         and spark["missing_from_store"] == spark["unpublished"] == 0
         and spark["finished"]
@@ -197,13 +199,12 @@ def clean(spark: dict[str, Any], mode: str) -> bool:
 def job(spec: dict[str, Any], stop_file: Path) -> dict[str, Any]:
     from delta_mirror.spark.session import get_spark
 
-    timeout_ms = str(int(load_scaled(10) * 1000))
-    spark = get_spark(
-        "local[1]",
-        app_name="failover-spark",
+    # the authority from the environment (AuthorityConfig.from_env), as a user's job gets it
+    conf: dict[str, Any] = {
         **LEAN_CONF,
-        **{"spark.hadoop.delta.mirror.commit.timeoutMs": timeout_ms},
-    )
+        "spark.hadoop.delta.mirror.commit.timeoutMs": str(int(load_scaled(10) * 1000)),
+    }
+    spark = get_spark("local[1]", app_name="failover-spark", **conf)
     locations = [Path(p) for p in spec["locations"]]
     committed, failed, batch = 0, 0, 0
     with open(spec["progress"], "a") as progress:
