@@ -32,6 +32,7 @@ from delta_mirror.errors import (
     MirrorError,
     PermanentError,
     PublishConflictError,
+    StoreBehindError,
     TableNotFoundError,
     TransientError,
     first_line,
@@ -251,7 +252,15 @@ class Publisher:
             return
         from delta_mirror.jobs.recover import check_not_behind
 
-        check_not_behind(self.store, table, objects)
+        try:
+            check_not_behind(self.store, table, objects)
+        except StoreBehindError:
+            raise
+        except MirrorError as exc:
+            # storage unreachable or refusing: the publish below meets the same error and records
+            # it on the version (attempts, error class) as it always has; checked again next run
+            log.debug("table '%s': the published-log check could not run: %s", table.name, exc)
+            return
         self._not_behind_at[table.id] = latest
 
     def _redrive_checkpoints(self, table: TableInfo, objects: ObjectStore, result: PublishResult) -> None:
