@@ -138,8 +138,15 @@ services:
 # (docs/development.md has the figures).
 PYTEST_WORKERS ?= 0
 XDIST = $(if $(filter-out 0,$(1)),-n $(1) --dist loadgroup)
+# PYTEST_SHARDS=2: two plain pytest processes at once instead (scripts/test_shards.py): the tests
+# conftest.py marks one_process (the same set as the xdist group above) in one, the rest in the other.
+PYTEST_SHARDS ?= 1
 test: venv emulators
+ifeq ($(filter-out 0 1,$(PYTEST_SHARDS)),)
 	$(PY) -m pytest -q -ra $(call XDIST,$(PYTEST_WORKERS)) $(PYTEST_ARGS)
+else
+	$(PY) scripts/test_shards.py $(PYTEST_SHARDS) -- -q -ra $(PYTEST_ARGS)
+endif
 
 # The commit service's fuzz suite and slow-client soak (tests/service/test_fuzz_commit.py) for
 # DELTA_MIRROR_FUZZ_SECONDS (10 minutes by default); `make test` runs its short profile. Prints the

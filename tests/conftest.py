@@ -106,6 +106,8 @@ _NEW_MARKERS = (
     "jvm: starts a JVM of its own (the delta-kernel-java reader)",
     "airflow_server: starts an Airflow API server (airflow standalone or api-server) for the module",
     "service: needs any server, JVM or cluster (set by tests/conftest.py); `make check` runs the rest",
+    "one_process: what one run starts once (Spark, the JVMs, the cluster, the Airflow servers, e2e, "
+    "packaging, chaos): make test's jvm shard (scripts/test_shards.py)",
     "slow: takes seconds without a service (a DAG run in Airflow, a timing wait, a subprocess that "
     "imports Airflow); `make check` leaves it to `make test`",
 )
@@ -194,6 +196,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = _one_worker_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+            item.add_marker(pytest.mark.one_process)  # scripts/test_shards.py's jvm shard
 
 
 #: Under pytest-xdist (``make test PYTEST_WORKERS=2``, ``--dist loadgroup``) each worker is a process
