@@ -62,7 +62,8 @@ def main(argv: list[str]) -> int:
         for (name, proc), t in zip(procs, pumps, strict=True):
             code = proc.wait()
             t.join()
-            print(f"[{name}] pytest exited {code}", flush=True)
+            sys.stdout.write(f"[{name}] pytest exited {code}\n")
+            sys.stdout.flush()
             if code not in (0, NO_TESTS):
                 status = status or code
     except KeyboardInterrupt:
