@@ -338,6 +338,14 @@ class Run:
             procs.append(
                 subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             )
+        # the kill must find the watcher LISTENing (a loaded machine may start it seconds late)
+        watcher = procs[-1]
+        wait_until(
+            listening_file(self.stop_file).exists,
+            30,
+            "the watcher process's first LISTEN",
+            alive=lambda: None if watcher.poll() is None else f"it exited {watcher.returncode}",
+        )
         return procs
 
     # -- the checks --------------------------------------------------------------------------------
@@ -447,6 +455,11 @@ def publish_loop(names: list[str], stop_file: Path) -> dict[str, Any]:
     return {"cycles": cycles, "errors": errors}
 
 
+def listening_file(stop_file: Path) -> Path:
+    """Made by the watcher process once its first ``LISTEN`` is up."""
+    return stop_file.with_name(stop_file.name + ".listening")
+
+
 def watch_loop(names: list[str], stop_file: Path) -> dict[str, Any]:
     """The event-table trigger path: a ``CommitWatcher`` (``LISTEN`` on the multi-host URL, polling
     every second besides) and ``publish_from_watcher`` for ``names`` on each of its reports, until
@@ -464,7 +477,13 @@ def watch_loop(names: list[str], stop_file: Path) -> dict[str, Any]:
             async for report in watcher.reports():
                 await reports.put(report)
 
+        async def announce() -> None:  # the run waits for the first LISTEN before the load and the kill
+            while not watcher.listening:
+                await asyncio.sleep(0.05)
+            listening_file(stop_file).touch()
+
         producer = asyncio.create_task(produce())
+        announcer = asyncio.create_task(announce())
         try:
             while True:
                 with contextlib.suppress(TimeoutError):  # no report: look at the stop file anyway
@@ -482,7 +501,8 @@ def watch_loop(names: list[str], stop_file: Path) -> dict[str, Any]:
                     return
         finally:
             producer.cancel()
-            await asyncio.wait([producer], timeout=10)
+            announcer.cancel()
+            await asyncio.wait([producer, announcer], timeout=10)
 
     try:
         asyncio.run(follow())
