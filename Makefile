@@ -138,9 +138,10 @@ services:
 # (docs/development.md has the figures).
 PYTEST_WORKERS ?= 0
 XDIST = $(if $(filter-out 0,$(1)),-n $(1) --dist loadgroup)
-# PYTEST_SHARDS=2: two plain pytest processes at once instead (scripts/test_shards.py): the tests
-# conftest.py marks one_process (the same set as the xdist group above) in one, the rest in the other.
-PYTEST_SHARDS ?= 1
+# PYTEST_SHARDS=2 (the default): two plain pytest processes at once (scripts/test_shards.py): the
+# tests conftest.py marks one_process (the xdist group above) in one, the rest in the other;
+# PYTEST_SHARDS=1 runs one process (docs/development.md has the figures).
+PYTEST_SHARDS ?= 2
 test: venv emulators
 ifeq ($(filter-out 0 1,$(PYTEST_SHARDS)),)
 	$(PY) -m pytest -q -ra $(call XDIST,$(PYTEST_WORKERS)) $(PYTEST_ARGS)
