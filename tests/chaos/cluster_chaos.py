@@ -52,6 +52,7 @@ from typing import Any
 from cluster_chaos_checks import MAIL_DEFAULTS, MAIL_TABLE, check_failure_mail, check_validate_readers
 from cluster_chaos_spark import fault_spark_worker
 from support.cluster import ClusterRun, CommitFlow, start_cluster
+from support.reports import write_report
 from support.waiting import load_scaled, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -301,10 +302,7 @@ def main() -> int:
         report["this_run"] = ran
     report["recovery_s"] = {n: r.get("recovery_s") for n, r in report["faults"].items()}
     report["all_ok"] = all(r["ok"] for r in report["faults"].values())
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report))
-    return 0 if report["all_ok"] else 1
+    return write_report(out, report, report["all_ok"])
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ from failover_spark import clean as spark_clean
 from support.builders import action, add_body, log_line
 from support.commit_service import FIRST_COMMIT, TOKEN_ENV, CommitService, cli_path
 from support.pg_pair import PgPair
+from support.reports import write_report
 from support.waiting import load_scaled, wait_until
 
 from delta_mirror.jobs.publisher import Publisher
@@ -550,11 +551,7 @@ def main() -> int:
         "runs": [asdict(r) for r in results],
         "clean": all(r.clean() for r in results),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report))
-    return 0 if report["clean"] else 1
+    return write_report(Path(args.out), report, report["clean"])
 
 
 if __name__ == "__main__":

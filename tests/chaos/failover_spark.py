@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from support.commit_service import CommitService
+from support.spark import TEST_CONF
 from support.waiting import load_scaled, wait_until
 
-# A lean JVM beside the run's other processes on 2 cores (as tests/spark/writer_process.py).
+# A lean JVM beside the run's other processes on 2 cores (as tests/spark/writer_process.py's).
 LEAN_CONF = {
-    "spark.databricks.delta.snapshotPartitions": "1",
-    "spark.sql.shuffle.partitions": "1",
+    **TEST_CONF,
     "spark.driver.memory": "512m",
     "spark.driver.extraJavaOptions": "-Duser.timezone=UTC -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }

@@ -22,11 +22,8 @@ ADVICE = "give the primary or all hosts with target_session_attrs=read-write"
 
 @pytest.fixture(scope="module")
 def pair() -> Iterator[PgPair]:
-    pair = PgPair.start(synchronous=False)
-    try:
+    with PgPair.running(synchronous=False) as pair:
         yield pair
-    finally:
-        pair.stop()
 
 
 def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -90,28 +90,27 @@ def test_a_unix_socket_folder_and_options_survive_into_libpq() -> None:
     }
 
 
-def test_a_postgresql_store_url_becomes_a_jdbc_url_with_its_credentials_and_options() -> None:
-    url, props = jdbc_url("postgresql+psycopg://mirror:p%40ss@db.example:6543/meta?sslmode=require")
-    assert url == "jdbc:postgresql://db.example:6543/meta"
-    assert props == {
-        "driver": "org.postgresql.Driver",
-        "user": "mirror",
-        "password": "p@ss",
-        "sslmode": "require",
-    }
-
-
-def test_libpq_option_names_become_pgjdbcs_where_it_spells_them_its_own_way() -> None:
-    _, props = jdbc_url(
-        "postgresql+psycopg://u@db/meta?connect_timeout=3&application_name=dm&sslmode=require"
-    )
-    assert props == {
-        "driver": "org.postgresql.Driver",
-        "user": "u",
-        "connectTimeout": "3",
-        "ApplicationName": "dm",
-        "sslmode": "require",
-    }
+@pytest.mark.parametrize(
+    ("store_url", "jdbc", "props"),
+    [
+        pytest.param(  # credentials and options become the driver's properties
+            "postgresql+psycopg://mirror:p%40ss@db.example:6543/meta?sslmode=require",
+            "jdbc:postgresql://db.example:6543/meta",
+            {"user": "mirror", "password": "p@ss", "sslmode": "require"},
+            id="credentials-and-options",
+        ),
+        pytest.param(  # libpq option names PgJDBC spells its own way become its names
+            "postgresql+psycopg://u@db/meta?connect_timeout=3&application_name=dm&sslmode=require",
+            "jdbc:postgresql://db:5432/meta",
+            {"user": "u", "connectTimeout": "3", "ApplicationName": "dm", "sslmode": "require"},
+            id="pgjdbc-spellings",
+        ),
+    ],
+)
+def test_a_postgresql_store_url_becomes_a_jdbc_url_and_driver_properties(
+    store_url: str, jdbc: str, props: dict[str, str]
+) -> None:
+    assert jdbc_url(store_url) == (jdbc, {"driver": "org.postgresql.Driver", **props})
 
 
 def test_a_postgresql_url_without_host_or_port_gets_libpq_defaults_and_no_password() -> None:

@@ -27,11 +27,8 @@ NO_POLLING = 3600.0  # a report within seconds of a commit is the NOTIFY's, neve
 
 @pytest.fixture
 def pair() -> Iterator[PgPair]:
-    pair = PgPair.start(synchronous=True)
-    try:
+    with PgPair.running(synchronous=True) as pair:
         yield pair
-    finally:
-        pair.stop()
 
 
 async def next_report(reports: asyncio.Queue[VersionsReport], seconds: float, latest: int) -> VersionsReport:

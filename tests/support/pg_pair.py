@@ -31,6 +31,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -112,6 +113,16 @@ class PgPair:
     killed: list[str] = field(default_factory=list)
 
     # -- life cycle --------------------------------------------------------------------------------
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls, synchronous: bool = True) -> Iterator[PgPair]:
+        """A started pair, stopped when the block ends (a fixture's whole body)."""
+        pair = cls.start(synchronous=synchronous)
+        try:
+            yield pair
+        finally:
+            pair.stop()
 
     @classmethod
     def start(cls, synchronous: bool = True) -> PgPair:
