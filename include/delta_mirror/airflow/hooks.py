@@ -100,25 +100,17 @@ class DeltaMirrorHook(BaseHook):
         scheme = str(backend.server_scheme)
         hosts = [h.strip() for h in str(conn.host or "").split(",") if h.strip()]
         options = {k: str(v) for k, v in extra.items() if k in backend.url_options and v not in (None, "")}
-        if backend.multi_host and len(hosts) > 1:  # a replicated PostgreSQL store: every host, in order
-            port = f":{conn.port}" if conn.port else ""
-            url = URL.create(
-                scheme,
-                username=conn.login or None,
-                password=conn.password or None,
-                database=conn.schema or None,
-                query={"host": [h if _has_port(h) else h + port for h in hosts], **options},
-            )
-        else:
-            url = URL.create(
-                scheme,
-                username=conn.login or None,
-                password=conn.password or None,
-                host=conn.host or None,
-                port=conn.port or None,
-                database=conn.schema or None,
-                query=options,
-            )
+        multi = backend.multi_host and len(hosts) > 1  # a replicated PostgreSQL store: every host, in order
+        port = f":{conn.port}" if conn.port else ""
+        url = URL.create(
+            scheme,
+            username=conn.login or None,
+            password=conn.password or None,
+            host=None if multi else conn.host or None,
+            port=None if multi else conn.port or None,
+            database=conn.schema or None,
+            query={"host": [h if _has_port(h) else h + port for h in hosts], **options} if multi else options,
+        )
         rendered = url.render_as_string(hide_password=False)
         if conn.password:
             _mask(rendered)  # the password appears percent-encoded in it when it has special characters

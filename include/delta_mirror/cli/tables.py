@@ -116,13 +116,11 @@ def commit(
 def _refuse_if_store_behind(store: Any, table: Any) -> None:
     """No version is committed while its ``<v>.json`` is already published (the store lost it: an
     asynchronous failover, a restore from backup): ``StoreBehindError`` naming ``recover``."""
-    from delta_mirror.delta.log_path import LOG_DIR
-    from delta_mirror.jobs.published_frontier import refuse_if_published
-    from delta_mirror.storage import local_path, open_store
+    from delta_mirror.jobs.published_frontier import nothing_published_at, refuse_if_published
+    from delta_mirror.storage import open_store
 
-    folder = local_path(table.location)
-    if folder is not None and not (folder / LOG_DIR).is_dir():
-        return  # nothing published there (and no folder created for a check)
+    if nothing_published_at(table.location):
+        return
     latest = store.latest_version(table.id)
     version = table.first_version if latest is None else latest + 1
     refuse_if_published(open_store(table.location), table.name, version, store_latest=latest)

@@ -43,6 +43,13 @@ def commit_path(version: int) -> str:
     return f"{LOG_DIR}/{commit_name(version)}"
 
 
+def nothing_published_at(location: str) -> bool:
+    """A local root without ``_delta_log``: nothing can be published there yet, and opening it for
+    a check would create its folder."""
+    folder = local_path(location)
+    return folder is not None and not (folder / LOG_DIR).is_dir()
+
+
 def published_frontier(objects: ObjectStore, start: int) -> int:
     """The highest version ``v >= start - 1`` such that ``start..v`` all have a ``<v>.json`` on
     storage (``start - 1`` when ``start.json`` is absent). HEAD requests only: one when nothing
@@ -62,9 +69,13 @@ def published_frontier(objects: ObjectStore, start: int) -> int:
     return low
 
 
+def _versions_behind(store_latest: int | None, frontier: int) -> int:
+    return frontier - (-1 if store_latest is None else store_latest)
+
+
 def behind_message(store_latest: int | None, frontier: int) -> str:
     """The one line every path prints (the status, the refusal, the alert)."""
-    behind = frontier - (-1 if store_latest is None else store_latest)
+    behind = _versions_behind(store_latest, frontier)
     shown = "-" if store_latest is None else str(store_latest)
     return (
         f"store behind published log by {behind} version{'s' if behind != 1 else ''} "
@@ -79,12 +90,11 @@ def recover_hint(name: str | None) -> str:
 def store_behind(
     name: str | None, store_latest: int | None, frontier: int, version: int | None = None
 ) -> StoreBehindError:
-    behind = frontier - (-1 if store_latest is None else store_latest)
     return StoreBehindError(
         behind_message(store_latest, frontier),
         table=name,
         version=version,
-        behind=behind,
+        behind=_versions_behind(store_latest, frontier),
         hint=recover_hint(name),
     )
 
@@ -146,9 +156,8 @@ class PublishedFrontiers:
         without ``_delta_log``: opening it would create its folder) or this process has no
         credentials for it (a cloud root whose scheme has none in the environment or the options:
         not checked, said once in the log)."""
-        folder = local_path(location)
-        if folder is not None:
-            return open_store(location) if (folder / LOG_DIR).is_dir() else None
+        if local_path(location) is not None:
+            return None if nothing_published_at(location) else open_store(location)
         if not self._options and not (set(storage_options_for(location)) - {"AWS_REGION"}):
             if location not in self._unchecked:
                 self._unchecked.add(location)
@@ -214,6 +223,7 @@ __all__ = [
     "PublishedFrontiers",
     "behind_message",
     "commit_path",
+    "nothing_published_at",
     "published_frontier",
     "recover_hint",
     "refuse_if_published",

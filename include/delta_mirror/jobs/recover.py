@@ -17,7 +17,7 @@ version and never published is lost, and :class:`Rebuilt` says so per table.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from delta_mirror.errors import DataError, PermanentError, TableNotFoundError
@@ -35,12 +35,6 @@ class Recovery:
     store_latest: int | None  # before
     published: int | None  # the published frontier found (None: nothing published)
     adopted: list[int] = field(default_factory=list)
-
-    @property
-    def behind(self) -> int:
-        if self.published is None:
-            return 0
-        return self.published - (-1 if self.store_latest is None else self.store_latest)
 
     def line(self) -> str:
         if not self.adopted:
@@ -223,29 +217,15 @@ def rebuild_from_storage(
         try:
             store.get_table(name)
         except TableNotFoundError:
-            pass
+            result = import_table(store, location, name=name)
+            rebuilt = Rebuilt(name, result.location, result.start_version, result.end_version)
         else:
-            rebuilt = Rebuilt(
-                name,
-                location,
-                existed=recover_table(store, name, open_location=open_location, publish=publish),
-            )
-            done.append(rebuilt)
-            if progress:
-                progress(rebuilt)
-            continue
-        result = import_table(store, location, name=name)
-        rebuilt = Rebuilt(name, result.location, result.start_version, result.end_version)
+            recovered = recover_table(store, name, open_location=open_location, publish=publish)
+            rebuilt = Rebuilt(name, location, existed=recovered)
         done.append(rebuilt)
         if progress:
             progress(rebuilt)
     return done
-
-
-def tables_behind(store: SqlStore, names: Iterable[str] | None = None) -> list[str]:
-    """The store's table names (all, or ``names``), for ``recover --all``."""
-    wanted = None if names is None else set(names)
-    return [t.name for t in store.list_tables() if wanted is None or t.name in wanted]
 
 
 __all__ = [
@@ -256,5 +236,4 @@ __all__ = [
     "parse_table_list",
     "rebuild_from_storage",
     "recover_table",
-    "tables_behind",
 ]

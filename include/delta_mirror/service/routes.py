@@ -297,8 +297,7 @@ class CommitService:
             try:
                 self.frontiers.check(root, version, data)
             except StoreBehindError as exc:
-                if not self._store_has(root, version):
-                    self._name_table(exc, root)
+                if self._refusal_stands(exc, root, version):
                     raise
                 # The store has the version (recovered, or another replica's writer won it and its
                 # LogStore published it): the store's own answer, 200 existing or 409 conflict.
@@ -319,21 +318,21 @@ class CommitService:
 
         return commit
 
-    def _store_has(self, root: str, version: int) -> bool:
-        """Whether the store already holds ``version`` at ``root`` (read only when refusing)."""
+    def _refusal_stands(self, exc: StoreBehindError, root: str, version: int) -> bool:
+        """False when the store already holds ``version`` at ``root`` (its own answer decides);
+        else the refusal names the table and the command that recovers it. Read only when refusing."""
         try:
-            latest = self.store.latest_version(self.store.table_at(root).id)
+            table = self.store.table_at(root)
         except MirrorError:
+            return True
+        try:
+            latest = self.store.latest_version(table.id)
+        except MirrorError:
+            latest = None
+        if latest is not None and latest >= version:
             return False
-        return latest is not None and latest >= version
-
-    def _name_table(self, exc: StoreBehindError, root: str) -> None:
-        """The refusal names the table and the command that recovers it (read only when refusing)."""
-        try:
-            exc.table = self.store.table_at(root).name
-        except MirrorError:
-            return
-        exc.hint = recover_hint(exc.table)
+        exc.table, exc.hint = table.name, recover_hint(table.name)
+        return True
 
     @staticmethod
     def commit_answer(result: CommitResult) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:

@@ -16,11 +16,9 @@ from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from delta_mirror.config import redact_url
 from delta_mirror.errors import MirrorError, PermanentError, TransientError
 from delta_mirror.store.backends import Backend, backend_named, backend_of
-from delta_mirror.store.urls import canonical
+from delta_mirror.store.urls import backend_for, canonical, parse
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-
-_URL_HINT = "use sqlite:///path, postgresql+psycopg://..., mysql+pymysql://... or duckdb:///path"
 
 READ_ONLY = "delta_mirror_read_only"
 
@@ -34,18 +32,8 @@ def make_engine(url: str) -> Engine:
     """An engine for ``url``, made by its database's backend (SQLite: WAL and a busy timeout so
     writers queue, not fail)."""
     url = canonical(url)  # libpq's multi-host H1:P1,H2:P2 form as SQLAlchemy's ?host=...&host=...
-    try:
-        parsed = make_url(url)
-    except Exception as exc:
-        raise PermanentError(f"store URL is not valid: {exc}", hint=_URL_HINT) from None
-    backend = backend_named(parsed.get_backend_name())
-    if backend is None:
-        raise PermanentError(
-            f"unsupported store backend '{parsed.get_backend_name()}'",
-            hint="use sqlite:///path, postgresql+psycopg://user@host/db, mysql+pymysql://user@host/db"
-            " or duckdb:///path",
-        )
-    return backend.engine(parsed, url)
+    parsed = parse(url)
+    return backend_for(parsed).engine(parsed, url)
 
 
 # One engine (and pool) per store URL per process: hooks, triggers and operators share it instead of
@@ -60,12 +48,8 @@ def shared_engine(url: str) -> Engine:
     An in-memory SQLite URL is not shared: each engine of it is a separate database.
     """
     url = canonical(url)
-    try:
-        parsed = make_url(url)
-    except Exception:
-        return make_engine(url)  # raises the clear error for a bad URL
-    backend = backend_named(parsed.get_backend_name())
-    if backend is None or not backend.shared(parsed):
+    parsed = parse(url)  # a bad URL or database: the same one-line errors as make_engine's
+    if not backend_for(parsed).shared(parsed):
         return make_engine(url)
     with _SHARED_LOCK:
         engine = _SHARED.get(url)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
 from sqlalchemy import Engine
@@ -30,6 +30,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from delta_mirror.config import multi_host_query_form
 from delta_mirror.errors import PermanentError
+
+if TYPE_CHECKING:
+    from delta_mirror.store.backends import Backend
 
 DEFAULT_PORT = 5432
 
@@ -55,6 +58,9 @@ _HOST_KEYS = ("host", "hostaddr", "port")
 
 
 READ_ONLY_HINT = "give the primary or all hosts with target_session_attrs=read-write"
+URL_HINT = (
+    "use sqlite:///path, postgresql+psycopg://user@host/db, mysql+pymysql://user@host/db or duckdb:///path"
+)
 
 
 def _split_host(entry: str) -> tuple[str, int | None]:
@@ -93,22 +99,16 @@ def parse(url: str) -> URL:
     except PermanentError:
         raise
     except Exception as exc:
-        raise PermanentError(
-            f"store URL is not valid: {exc}",
-            hint="use sqlite:///path, postgresql+psycopg://..., mysql+pymysql://... or duckdb:///path",
-        ) from None
+        raise PermanentError(f"store URL is not valid: {exc}", hint=URL_HINT) from None
 
 
-def _backend(u: URL) -> Any:
+def backend_for(u: URL) -> Backend:
     """The store's ``backends.Backend`` for ``u`` (``PermanentError`` when there is none)."""
     from delta_mirror.store.backends import backend_named
 
     backend = backend_named(u.get_backend_name())
     if backend is None:
-        raise PermanentError(
-            f"unsupported store backend '{u.get_backend_name()}'",
-            hint="use sqlite:///path, postgresql+psycopg://..., mysql+pymysql://... or duckdb:///path",
-        )
+        raise PermanentError(f"unsupported store backend '{u.get_backend_name()}'", hint=URL_HINT)
     return backend
 
 
@@ -152,7 +152,7 @@ def libpq_url(url: str, *, primary: bool = False) -> str:
     gets ``read-write`` (a standby cannot ``LISTEN``). It holds the password: hand it to the
     driver only, never to a log."""
     u = parse(url)
-    if not _backend(u).notifies:  # the LISTEN connection's database: PostgreSQL
+    if not backend_for(u).notifies:  # the LISTEN connection's database: PostgreSQL
         raise PermanentError(f"no libpq mapping for a {u.drivername} store", hint="use a PostgreSQL store")
     found = hosts(u)
     parts: dict[str, str] = {"host": ",".join(h for h, _ in found)}
@@ -176,7 +176,7 @@ def jdbc_url(url: str) -> tuple[str, dict[str, str]]:
     for a replicated store; credentials and other options in the properties, never in the URL.
     ``PermanentError`` for another database."""
     u = parse(url)
-    if not _backend(u).jdbc_reads:
+    if not backend_for(u).jdbc_reads:
         raise PermanentError(f"no JDBC mapping for a {u.drivername} store", hint="use PostgreSQL or SQLite")
     netloc = ",".join(
         f"[{h}]:{p or DEFAULT_PORT}" if ":" in h else f"{h}:{p or DEFAULT_PORT}" for h, p in hosts(u)
@@ -246,6 +246,8 @@ def refuse_read_only(engine: Engine, url: str, *, writes: bool = True) -> None:
 
 __all__ = [
     "READ_ONLY_HINT",
+    "URL_HINT",
+    "backend_for",
     "canonical",
     "hosts",
     "hosts_text",
