@@ -4,12 +4,20 @@ table's lease"), taken with a bounded wait, renewed during long runs, given back
 The store keeps the lease row (``acquire_lease`` / ``release_lease``); this is the holder's side:
 who it is (``default_owner``), how long a crashed holder blocks the table (``default_lease_ttl``)
 and when to renew.
+
+A release can fail while the work it ended succeeded: the store's primary is lost between the last
+write and the release (a failover). The lease row then names an owner that is done, and until its
+TTL every publisher gets "lease held", even the next one in the same process (a watcher's trigger
+makes a new ``Publisher``, with a new owner, per report). So the process remembers the owners whose
+release failed (``_Unreleased``) and the next ``take`` of that table in the process gives them back
+first, once the store answers again.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 import uuid
 
@@ -35,6 +43,44 @@ def default_lease_ttl() -> float:
         return DEFAULT_LEASE_TTL
 
 
+class _Unreleased:
+    """The owners, per store and table, whose release failed in this process (their work ended).
+
+    One lock orders a giving-back against a ``take`` by one of those owners again (a reused
+    ``Publisher``): the owner leaves the set before it takes, so a lease it holds once more is never
+    given back under it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owners: dict[tuple[str, int], set[str]] = {}
+
+    def remember(self, store: SqlStore, table_id: int, owner: str) -> None:
+        with self._lock:
+            self._owners.setdefault((str(store.url), table_id), set()).add(owner)
+
+    def give_back(self, store: SqlStore, table_id: int, taker: str) -> None:
+        """Before ``taker`` takes the lease: forget it, release every other remembered owner (one
+        whose release fails again stays remembered; the take then fails or waits as before)."""
+        key = (str(store.url), table_id)
+        with self._lock:
+            owners = self._owners.get(key)
+            if not owners:
+                return
+            owners.discard(taker)
+            for owner in sorted(owners):
+                try:
+                    store.release_lease(table_id, owner)
+                except Exception:  # the store is still away: try again at the next take
+                    continue
+                owners.discard(owner)
+            if not owners:
+                del self._owners[key]
+
+
+_UNRELEASED = _Unreleased()
+
+
 class PublishLease:
     """The lease of one owner on the table it publishes (one table at a time)."""
 
@@ -49,6 +95,7 @@ class PublishLease:
         """Take the lease, polling a held one for up to ``wait`` seconds (50 ms doubling to 0.5 s:
         another publisher's run of one commit holds it for milliseconds)."""
         deadline, pause = time.monotonic() + self.wait, 0.05
+        _UNRELEASED.give_back(self.store, table.id, self.owner)
         while not self.store.acquire_lease(table.id, self.owner, self.ttl):
             left = deadline - time.monotonic()
             if left <= 0:
@@ -79,7 +126,13 @@ class PublishLease:
         self._taken_at = time.monotonic()
 
     def release(self, table: TableInfo) -> None:
-        self.store.release_lease(table.id, self.owner)
+        """Give the lease back; when the store cannot be reached, the next ``take`` of the table in
+        this process gives it back (the error still reaches the caller: its run did not end clean)."""
+        try:
+            self.store.release_lease(table.id, self.owner)
+        except Exception:
+            _UNRELEASED.remember(self.store, table.id, self.owner)
+            raise
 
 
 __all__ = [
