@@ -34,6 +34,20 @@ def test_commit_with_a_location_creates_the_table_in_the_same_transaction(
     assert store.commit("t", [add("b")], location=location) == 1
 
 
+
+def test_a_commit_names_its_tables_location_in_any_spelling_of_it(store: SqlStore, location: str) -> None:
+    """``location`` is compared as the store keeps it (one normaliser): Hadoop's ``file:/x``, a
+    trailing ``/`` are the same root; another root is refused in one line and writes nothing."""
+    assert store.commit("t", [protocol(), metadata(), add("a")], location=location + "/") == 0
+    assert store.get_table("t").location == location
+    hadoop = location.replace("file:///", "file:/")
+    assert store.commit("t", [add("b")], location=hadoop) == 1
+    assert store.commit("t", [add("c")], location=location + "/") == 2
+    before = state(store)
+    with pytest.raises(PermanentError, match="the table is at .*, not .*elsewhere"):
+        store.commit("t", [add("d")], location=location + "-elsewhere")
+    assert state(store) == before
+
 @pytest.mark.parametrize(
     "name",
     ["x'; drop table dl_tables;--", 'a"b', "", "a b", "../x", "t\n", "x" * 200, "-lead", "tab\tle", "é"],

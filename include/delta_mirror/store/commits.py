@@ -60,7 +60,14 @@ from delta_mirror.store.log_rows import (
 from delta_mirror.store.reads import latest_action, latest_version_in
 from delta_mirror.store.schema import PART_COMMIT, dl_commits
 from delta_mirror.store.states import CommitSource, TableState
-from delta_mirror.store.tables import TableInfo, Tables, check_table_name, get_table, refuse_if_halted
+from delta_mirror.store.tables import (
+    TableInfo,
+    Tables,
+    check_table_name,
+    get_table,
+    refuse_if_halted,
+    stored_location,
+)
 
 # Without an expected version a writer that loses a race retries on the next version this often.
 _NEXT_VERSION_ATTEMPTS = 50
@@ -167,6 +174,8 @@ class Commits(Tables):
         """
         check_table_name(name)
         check_commit_size(name, expected_version, len(actions), 0)
+        if location is not None:  # compared and stored in the one spelling the store keeps
+            location = stored_location(name, location)
         attempts = 1 if expected_version is not None else _NEXT_VERSION_ATTEMPTS
         asked = _Asked(name, actions, expected_version, operation, location)
         for attempt in range(1, attempts + 1):
@@ -205,7 +214,7 @@ class Commits(Tables):
         if known is None or known.table.state == TableState.HALTED:
             return None
         table = known.table
-        if location is not None and location.rstrip("/") != table.location.rstrip("/"):
+        if location is not None and location != table.location:
             return None
         version = table.first_version if known.latest is None else known.latest + 1
         if expected_version is not None and expected_version != version:
@@ -269,7 +278,7 @@ class Commits(Tables):
                             raise
                         table = self._create_in(conn, name, location, expected_version)
                     else:
-                        if location is not None and location.rstrip("/") != table.location.rstrip("/"):
+                        if location is not None and location != table.location:
                             raise PermanentError(
                                 f"the table is at {table.location}, not {location}",
                                 table=name,
