@@ -107,7 +107,7 @@ _NEW_MARKERS = (
     "airflow_server: starts an Airflow API server (airflow standalone or api-server) for the module",
     "service: needs any server, JVM or cluster (set by tests/conftest.py); `make check` runs the rest",
     "one_process: what one run starts once (Spark, the JVMs, the cluster, the Airflow servers, e2e, "
-    "packaging, chaos): make test's jvm shard (scripts/test_shards.py)",
+    "packaging): make test's jvm shard (scripts/test_shards.py)",
     "slow: takes seconds without a service (a DAG run in Airflow, a timing wait, a subprocess that "
     "imports Airflow); `make check` leaves it to `make test`",
 )
@@ -206,11 +206,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 #: kernel-java JVMs, the cluster, the Airflow servers, the end-to-end Airflow and the packaging venvs.
 #: (pytest 9.2 loses the group on its way to the scheduler, pytest-xdist issue 1386: hence opt-in.)
 _ONE_WORKER = {"spark", "jvm", "cluster", "airflow_e2e", "airflow_server", "packaging"}
+#: The folders whose every test runs there. Not chaos: its runs start their own servers (the faulty
+#: S3 proxy, the failover's PostgreSQL pair) or restart the shard's own PostgreSQL between tests, and
+#: no JVM; in the ``rest`` shard they balance the two (the ``jvm`` shard was the longer by ~190 s).
+_ONE_PROCESS_DIRS = ("spark", "airflow_e2e", "cluster", "packaging")
 
 
 def _one_worker_group(item: pytest.Item) -> str | None:
     rel = Path(str(item.path)).resolve().relative_to(Path(__file__).resolve().parent)
-    if rel.parts and rel.parts[0] in ("spark", *_SERVICE_DIRS):
+    if rel.parts and rel.parts[0] in _ONE_PROCESS_DIRS:
         return "one-worker"
     if {mk.name for mk in item.iter_markers()} & _ONE_WORKER:
         return "one-worker"
