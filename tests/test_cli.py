@@ -601,3 +601,27 @@ def test_the_cli_runs_as_a_module_with_every_command() -> None:
     listed = set(proc.stdout.split("Commands:")[1].split())
     commands = {"checkpoint", "commit", "health", "import", "init", "mirror", "reconcile", "resume"}
     assert commands | {"serve", "status", "validate"} <= listed
+
+
+def test_every_option_of_every_command_says_what_it_does() -> None:
+    """``--help`` is the CLI's reference: no option is listed without a line of help."""
+    import click
+
+    def commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:
+        found: list[tuple[str, click.Command]] = []
+        for name, command in sorted(group.commands.items()):
+            if isinstance(command, click.Group):
+                found += commands(command, f"{prefix}{name} ")
+            else:
+                found.append((f"{prefix}{name}", command))
+        return found
+
+    every = commands(cli)
+    assert {"commit", "mirror", "recover", "serve", "status", "validate"} <= {name for name, _ in every}
+    silent = [
+        f"{name} {'/'.join(p.opts)}"
+        for name, command in every
+        for p in command.params
+        if isinstance(p, click.Option) and not p.hidden and not p.help
+    ]
+    assert silent == []

@@ -206,6 +206,12 @@ def emit(data: object, as_json: bool, text: Callable[[], None]) -> None:
         text()
 
 
+#: ``--json`` on every command that reports something: one JSON document on stdout, for scripts.
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print the result as one JSON document instead of text."
+)
+
+
 def store_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The store option, accepted after the sub-command too (``delta-mirror status --store URL``)."""
 
@@ -236,6 +242,7 @@ __all__ = [
     "emit",
     "end_process",
     "errors",
+    "json_option",
     "one_line",
     "process_start",
     "progress",

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from delta_mirror.cli.common import Ctx, emit, errors, store_option, version_text
+from delta_mirror.cli.common import Ctx, emit, errors, json_option, store_option, version_text
 
 _CONFIG_HELP = (
     "Table config (default: $DELTA_MIRROR_CONFIG or config/delta_mirror.yaml when it exists). A table it "
@@ -53,7 +53,7 @@ def _name_of(table: Any) -> str:
 
 @click.command()
 @click.argument("name", required=False)
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.option(
     "--limit",
     type=click.IntRange(min=1),
@@ -136,7 +136,7 @@ def _grace(config: Any, duration_text: str | None, attempts: int | None) -> Call
 
 @click.command()
 @click.argument("name", required=False)
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @config_option("; each table's lag_slo comes from it (without one: 15m for every table)")
 @click.option("--record", is_flag=True, help="Also store a lag sample per table (lag history).")
 @click.option(

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from delta_mirror.cli.common import Ctx, emit, errors, progress, store_option
+from delta_mirror.cli.common import Ctx, emit, errors, json_option, progress, store_option
 from delta_mirror.errors import DataError, TableNotFoundError
 from delta_mirror.jobs.validate.readers import reader_names
 from delta_mirror.store.states import TableState
@@ -68,8 +68,13 @@ def _checkpoint_settings(config_path: str | None, name: str) -> CheckpointSettin
 
 @click.command()
 @click.argument("name")
-@click.option("--to-version", type=click.IntRange(min=0), default=None)
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--to-version",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Publish up to this version only (default: every committed version).",
+)
+@json_option
 @engine_options
 @store_option
 @click.pass_obj
@@ -106,7 +111,7 @@ def mirror(
 
 @click.command()
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @engine_options
 @store_option
 @click.pass_obj
@@ -157,7 +162,13 @@ def sync(ctx: Ctx, name: str, as_json: bool, engine: str | None, config_path: st
 
 @click.command()
 @click.argument("name")
-@click.option("--version", "version", type=click.IntRange(min=0), default=None)
+@click.option(
+    "--version",
+    "version",
+    type=click.IntRange(min=0),
+    default=None,
+    help="The published version to checkpoint (default: the last published one).",
+)
 @engine_options
 @store_option
 @click.pass_obj
@@ -173,8 +184,18 @@ def checkpoint(ctx: Ctx, name: str, version: int | None, engine: str | None, con
 
 @click.command()
 @click.argument("name")
-@click.option("--from-version", type=click.IntRange(min=0), default=None)
-@click.option("--to-version", type=click.IntRange(min=0), default=None)
+@click.option(
+    "--from-version",
+    type=click.IntRange(min=0),
+    default=None,
+    help="First version to compare (default: the first readable one).",
+)
+@click.option(
+    "--to-version",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Last version to compare (default: the last published one).",
+)
 @click.option(
     "--reader",
     type=click.Choice(reader_names()),
@@ -183,7 +204,7 @@ def checkpoint(ctx: Ctx, name: str, version: int | None, engine: str | None, con
     help="auto: deltalake, and Delta-Spark for the versions deltalake cannot read (when installed).",
 )
 @click.option("--strict", is_flag=True, help="Fail on reader limitations too, not only on mirror problems.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @store_option
 @click.pass_obj
 def validate(
@@ -250,7 +271,7 @@ def validate(
     show_default=True,
     help="incremental: re-drive PENDING / FAILED / stuck versions; full: also list _delta_log/ against the store and repair what is safe; smart: full only where there are signs of trouble.",
 )
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @store_option
 @click.pass_obj
 def reconcile(ctx: Ctx, name: str | None, strategy: str, as_json: bool) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from delta_mirror.cli.common import Ctx, emit, errors, store_option
+from delta_mirror.cli.common import Ctx, emit, errors, json_option, store_option
 
 
 def _publish_with(store: Any) -> Any:
@@ -52,7 +52,7 @@ def _publish_with(store: Any) -> Any:
     help="The store was lost: rebuild the tables FILE names ('NAME ROOT' lines, or a saved "
     "`status --json`) from their published logs.",
 )
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @store_option
 @click.pass_obj
 def recover(ctx: Ctx, names: tuple[str, ...], all_tables: bool, from_storage: Any, as_json: bool) -> None:

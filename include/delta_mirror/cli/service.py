@@ -17,7 +17,9 @@ STORE_ENV = "DELTA_MIRROR_STORE"
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True)
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8787, show_default=True, help="Port to listen on."
+)
 @click.option(
     "--allow-root",
     "allow_roots",

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from delta_mirror.cli.common import Ctx, emit, errors, progress, store_option
+from delta_mirror.cli.common import Ctx, emit, errors, json_option, progress, store_option
 from delta_mirror.errors import DataError, TableNotFoundError
 
 
@@ -25,7 +25,7 @@ def init(ctx: Ctx) -> None:
 @click.argument("source_uri")
 @click.option("--table", "name", required=True, help="Name of the table in the store.")
 @click.option("--location", default=None, help="Where to publish (default: the source, in place).")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @store_option
 @click.pass_obj
 def import_(ctx: Ctx, source_uri: str, name: str, location: str | None, as_json: bool) -> None:
