@@ -150,6 +150,16 @@ class InvalidActionError(DataError):
     pass
 
 
+class VersionGapError(DataError):
+    """A commit beyond the store's next version. From a LogStore writer it means ``<next>.json`` is
+    on storage already: a writer outside the authority, or a store that lost its tail (the commit
+    service then answers ``StoreBehindError``, naming ``recover``)."""
+
+    def __init__(self, what: str, *, next_version: int, **context: Unpack[ErrorContext]) -> None:
+        self.next_version = next_version
+        super().__init__(what, **context)
+
+
 class CommitTooLargeError(InvalidActionError):
     """The commit exceeds ``DELTA_MIRROR_MAX_COMMIT_ACTIONS`` or ``DELTA_MIRROR_MAX_COMMIT_BYTES``."""
 
@@ -189,5 +199,6 @@ __all__ = [
     "TableNotFoundError",
     "TransientError",
     "UnsupportedTableError",
+    "VersionGapError",
     "first_line",
 ]

@@ -140,3 +140,35 @@ def test_on_postgresql_a_restored_copy_is_refused_then_recovered(
         _commit_as_logstore(service, root, 2, _v(2))
         _commit_as_logstore(service, root, 3, _v(3))
     _refused_then_recovered(backup, lake)
+
+
+def test_a_writer_that_listed_the_lost_tail_and_asks_beyond_it_is_told_store_behind(
+    tmp_path: Path, lake: Path
+) -> None:
+    """The Delta-Spark LogStore lists ``_delta_log`` before it commits: after the store lost 2..3 it
+    asks for 4, beyond the store's next version. That is the lost tail, answered ``store_behind``
+    naming ``recover`` (before: a bare "version gap ... run reconcile"); after ``recover`` the same
+    post is committed. A gap with nothing published at the store's next version stays a gap."""
+    db, backup = tmp_path / "store.db", tmp_path / "backup.db"
+    url, root = f"sqlite:///{db}", lake / "t"
+    init_store(url).close()
+    with commit_service(url, [lake.as_uri()]) as service:
+        _published_to_3_with_backup_at_1(service, root, db, backup)
+        gap = service.post(root.as_uri(), 6, _v(6))  # 4.json is not published: a plain gap
+        assert (gap.status, gap.json()["code"]) == (422, "invalid"), gap.body
+        assert "version gap: the store's next version is 4, not 6" in gap.json()["error"]
+    restored = f"sqlite:///{backup}"
+    with commit_service(restored, [lake.as_uri()]) as service:
+        answer = service.post(root.as_uri(), 4, _v(4))
+        assert answer.status == 422, answer.body
+        body = answer.json()
+        assert body["code"] == "store_behind", body
+        assert "store behind published log by 2 versions (failover or restore?)" in body["error"]
+        assert "delta-mirror recover t" in body["error"], body
+        assert _latest(restored) == 1  # nothing acknowledged
+        done = subprocess.run(
+            [*executable(), "--store", restored, "recover", "t"], capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        _commit_as_logstore(service, root, 4, _v(4))
+        assert _latest(restored) == 4

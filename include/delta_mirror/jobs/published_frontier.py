@@ -174,6 +174,15 @@ class PublishedFrontiers:
         with self._lock:
             self._known.clear()
 
+    def refuse_if_tail_lost(self, location: str, name: str | None, next_version: int) -> None:
+        """A LogStore writer asked for a version beyond the store's next one, having listed the log:
+        when ``<next_version>.json`` is published the store lost that tail (a failover, a restore)
+        and the answer is ``StoreBehindError`` naming ``recover``, not a bare version gap. Only on
+        that refusal, so it costs nothing on the hot path."""
+        objects = self.objects(location)
+        if objects is not None:
+            refuse_if_published(objects, name, next_version)
+
     def objects(self, location: str) -> ObjectStore | None:
         with self._lock:
             found = self._objects.get(location)

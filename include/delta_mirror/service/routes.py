@@ -27,6 +27,7 @@ from delta_mirror.errors import (
     PermanentError,
     StoreBehindError,
     TableNotFoundError,
+    VersionGapError,
 )
 from delta_mirror.jobs.published_frontier import PublishedFrontiers, recover_hint
 from delta_mirror.service.auth import TokenCheck
@@ -312,6 +313,9 @@ class CommitService:
                         version=version,
                         hint="start the service with --allow-root for it, or import the table first",
                     ) from None
+                raise
+            except VersionGapError as gap:  # after a lost tail the writer lists it and asks beyond it
+                self.frontiers.refuse_if_tail_lost(root, gap.table, gap.next_version)
                 raise
             self.frontiers.acknowledged(root, version)
             return result

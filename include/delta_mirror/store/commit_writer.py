@@ -33,7 +33,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError
 
 from delta_mirror.delta.actions import Action
-from delta_mirror.errors import CommitConflictError, DataError, TransientError
+from delta_mirror.errors import CommitConflictError, TransientError, VersionGapError
 from delta_mirror.store import db, pg_commit, sqlite_commit
 from delta_mirror.store.backends import backend_of
 from delta_mirror.store.base import version_taken
@@ -211,7 +211,7 @@ def refuse_version(table: TableInfo, latest: int | None, version: int, source: C
                 f" have written _delta_log/{version - 1:020d}.json outside the authority"
             )
             hint = f"run `delta-mirror reconcile {table.name} --strategy full`"
-        raise DataError(what, table=table.name, version=version, hint=hint)
+        raise VersionGapError(what, next_version=next_version, table=table.name, version=version, hint=hint)
 
 
 @dataclass(frozen=True)
