@@ -40,15 +40,23 @@ def _lost_primary_once(store: SqlStore, monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(store, "release_lease", release_lease)
 
 
+def _ended_with_a_failed_release(
+    store: SqlStore, table: TableInfo, owner: str, monkeypatch: pytest.MonkeyPatch
+) -> PublishLease:
+    """A publisher of ``owner`` took the lease, did its work, and its release failed."""
+    lease = PublishLease(store, owner, TTL)
+    lease.take(table)
+    _lost_primary_once(store, monkeypatch)
+    with pytest.raises(TransientError, match="releasing the publisher lease"):
+        lease.release(table)
+    return lease
+
+
 def test_a_release_that_fails_reaches_the_caller_and_the_next_take_in_the_process_gets_the_lease(
     store_table: tuple[SqlStore, TableInfo], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store, table = store_table
-    first = PublishLease(store, "host:1:first", TTL)
-    first.take(table)
-    _lost_primary_once(store, monkeypatch)
-    with pytest.raises(TransientError, match="releasing the publisher lease"):
-        first.release(table)
+    _ended_with_a_failed_release(store, table, "host:1:first", monkeypatch)
     assert store.get_table("t").lease_owner == "host:1:first"  # the row still names the ended owner
 
     PublishLease(store, "host:1:second", TTL).take(table)  # no wait for the TTL
@@ -73,11 +81,7 @@ def test_an_owner_that_takes_again_is_not_given_back_under_itself(
     """A reused publisher whose release failed takes the table again: it holds the lease once more,
     and a second publisher in the process must see it held."""
     store, table = store_table
-    reused = PublishLease(store, "host:1:reused", TTL)
-    reused.take(table)
-    _lost_primary_once(store, monkeypatch)
-    with pytest.raises(TransientError):
-        reused.release(table)
+    reused = _ended_with_a_failed_release(store, table, "host:1:reused", monkeypatch)
 
     reused.take(table)  # at work again
 
@@ -90,11 +94,7 @@ def test_while_the_store_is_still_away_the_owner_stays_remembered(
     store_table: tuple[SqlStore, TableInfo], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store, table = store_table
-    first = PublishLease(store, "host:1:first", TTL)
-    first.take(table)
-    _lost_primary_once(store, monkeypatch)
-    with pytest.raises(TransientError):
-        first.release(table)
+    _ended_with_a_failed_release(store, table, "host:1:first", monkeypatch)
     _lost_primary_once(store, monkeypatch)  # the first give-back fails too
     with pytest.raises(LeaseHeldError):
         PublishLease(store, "host:1:second", TTL).take(table)
