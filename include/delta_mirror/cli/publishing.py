@@ -68,12 +68,7 @@ def _checkpoint_settings(config_path: str | None, name: str) -> CheckpointSettin
 
 @click.command()
 @click.argument("name")
-@click.option(
-    "--to-version",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Publish up to this version only (default: every committed version).",
-)
+@click.option("--to-version", type=click.IntRange(min=0), help="Publish up to this version (default: all).")
 @json_option
 @engine_options
 @store_option
@@ -163,11 +158,7 @@ def sync(ctx: Ctx, name: str, as_json: bool, engine: str | None, config_path: st
 @click.command()
 @click.argument("name")
 @click.option(
-    "--version",
-    "version",
-    type=click.IntRange(min=0),
-    default=None,
-    help="The published version to checkpoint (default: the last published one).",
+    "--version", type=click.IntRange(min=0), help="The published version to checkpoint (default: the last)."
 )
 @engine_options
 @store_option
@@ -185,16 +176,10 @@ def checkpoint(ctx: Ctx, name: str, version: int | None, engine: str | None, con
 @click.command()
 @click.argument("name")
 @click.option(
-    "--from-version",
-    type=click.IntRange(min=0),
-    default=None,
-    help="First version to compare (default: the first readable one).",
+    "--from-version", type=click.IntRange(min=0), help="First version to compare (default: the first)."
 )
 @click.option(
-    "--to-version",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Last version to compare (default: the last published one).",
+    "--to-version", type=click.IntRange(min=0), help="Last version to compare (default: the last published)."
 )
 @click.option(
     "--reader",
