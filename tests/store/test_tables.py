@@ -44,7 +44,7 @@ def test_a_commit_names_its_tables_location_in_any_spelling_of_it(store: SqlStor
     assert store.commit("t", [add("b")], location=hadoop) == 1
     assert store.commit("t", [add("c")], location=location + "/") == 2
     before = state(store)
-    with pytest.raises(PermanentError, match="the table is at .*, not .*elsewhere"):
+    with pytest.raises(PermanentError, match=r"the table is at .*, not .*elsewhere"):
         store.commit("t", [add("d")], location=location + "-elsewhere")
     assert state(store) == before
 
