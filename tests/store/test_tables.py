@@ -34,7 +34,6 @@ def test_commit_with_a_location_creates_the_table_in_the_same_transaction(
     assert store.commit("t", [add("b")], location=location) == 1
 
 
-
 def test_a_commit_names_its_tables_location_in_any_spelling_of_it(store: SqlStore, location: str) -> None:
     """``location`` is compared as the store keeps it (one normaliser): Hadoop's ``file:/x``, a
     trailing ``/`` are the same root; another root is refused in one line and writes nothing."""
@@ -47,6 +46,7 @@ def test_a_commit_names_its_tables_location_in_any_spelling_of_it(store: SqlStor
     with pytest.raises(PermanentError, match=r"the table is at .*, not .*elsewhere"):
         store.commit("t", [add("d")], location=location + "-elsewhere")
     assert state(store) == before
+
 
 @pytest.mark.parametrize(
     "name",
