@@ -30,10 +30,10 @@ from delta_mirror.delta.actions import render_commit
 from delta_mirror.delta.replay import file_key
 from delta_mirror.errors import (
     CommitConflictError,
-    DataError,
     InvalidActionError,
     MirrorError,
     TableHaltedError,
+    VersionGapError,
 )
 from delta_mirror.store import SqlStore
 from delta_mirror.store.schema import (
@@ -56,9 +56,9 @@ OUTCOMES = (
     "created",
     "existing",
     "CommitConflictError",
-    "DataError",
     "InvalidActionError",
     "TableHaltedError",
+    "VersionGapError",
 )
 OPS = int(os.environ.get("DELTA_MIRROR_DIFF_OPS", "40"))
 TABLES = ("t0", "t1")
@@ -175,7 +175,7 @@ class Reference:
                     f" written _delta_log/{version - 1:020d}.json outside the authority"
                 )
                 hint = f"run `delta-mirror reconcile {name} --strategy full`"
-            return _refusal(DataError(what, table=name, version=version, hint=hint))
+            return _refusal(VersionGapError(what, next_version=nxt, table=name, version=version, hint=hint))
         proto = next((b for k, b in actions if k == "protocol"), None)
         if proto is not None and t.protocol is not None:
             for key in ("minReaderVersion", "minWriterVersion"):
