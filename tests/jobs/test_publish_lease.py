@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from support.stores import sqlite_store
 
-from delta_mirror.errors import LeaseHeldError, TransientError
+from delta_mirror.errors import LeaseHeldError, PermanentError, TransientError
 from delta_mirror.jobs.publish_lease import PublishLease
 from delta_mirror.store import SqlStore
 from delta_mirror.store.sql_store import TableInfo
@@ -102,3 +102,30 @@ def test_while_the_store_is_still_away_the_owner_stays_remembered(
     PublishLease(store, "host:1:third", TTL).take(table)  # the store answers again
 
     assert store.get_table("t").lease_owner == "host:1:third"
+
+
+def test_when_the_work_failed_its_error_is_what_the_caller_sees_not_the_failed_release(
+    store_table: tuple[SqlStore, TableInfo], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A publish that failed because the primary was lost also fails to give its lease back: the
+    caller (the task, its alert) gets the publish's error; the release is logged and remembered."""
+    store, table = store_table
+    lease = PublishLease(store, "host:1:first", TTL)
+    with pytest.raises(PermanentError, match="the publish itself"), lease.held(table):
+        _lost_primary_once(store, monkeypatch)
+        raise PermanentError("the publish itself failed", table="t")
+    assert "could not give back the publisher lease of 't'" in caplog.text
+
+    PublishLease(store, "host:1:second", TTL).take(table)  # remembered: given back at the next take
+    assert store.get_table("t").lease_owner == "host:1:second"
+
+
+def test_when_the_work_succeeded_a_failed_release_is_raised_and_a_clean_one_frees_the_table(
+    store_table: tuple[SqlStore, TableInfo], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, table = store_table
+    with PublishLease(store, "host:1:clean", TTL).held(table):
+        assert store.get_table("t").lease_owner == "host:1:clean"
+    assert store.get_table("t").lease_owner is None
+    with pytest.raises(TransientError), PublishLease(store, "host:1:first", TTL).held(table):
+        _lost_primary_once(store, monkeypatch)

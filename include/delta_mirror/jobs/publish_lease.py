@@ -15,14 +15,19 @@ first, once the store answers again.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from delta_mirror.errors import LeaseHeldError
+from delta_mirror.errors import LeaseHeldError, first_line
 from delta_mirror.store.sql_store import SqlStore, TableInfo
+
+log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_TTL = 120.0
 LEASE_TTL_ENV = "DELTA_MIRROR_LEASE_TTL"
@@ -124,6 +129,24 @@ class PublishLease:
                 hint="the other publisher carries on; raise DELTA_MIRROR_LEASE_TTL if runs are slow",
             )
         self._taken_at = time.monotonic()
+
+    @contextmanager
+    def held(self, table: TableInfo, version: int | None = None) -> Iterator[None]:
+        """The lease around a block of work: taken, then given back however the block ends. When
+        the block failed, a give-back that fails too is logged, not raised: the block's error is
+        what the caller must see (the lease is remembered for the next take, see ``release``)."""
+        self.take(table, version)
+        try:
+            yield
+        except BaseException:
+            try:
+                self.release(table)
+            except Exception as exc:
+                log.warning(
+                    "could not give back the publisher lease of '%s': %s", table.name, first_line(exc)
+                )
+            raise
+        self.release(table)
 
     def release(self, table: TableInfo) -> None:
         """Give the lease back; when the store cannot be reached, the next ``take`` of the table in

@@ -175,19 +175,17 @@ class Publisher:
         keys = [table_key(name), endpoint_key(table.location, self.storage_options)]
         for key in keys:
             breakers.check(key, table=name)
-        self.lease.take(table)
-        try:
-            self.store.reset_in_progress(table.id)
-            result = self._publish(table, to_version, progress)
-        except BaseException as exc:
-            if isinstance(exc, TransientError) and not isinstance(exc, LeaseHeldError):
-                for key in keys:
-                    breakers.record_failure(key, exc.message)
-            if isinstance(exc, Exception):
-                self._record_table_failure(table, exc)
-            raise
-        finally:
-            self.lease.release(table)
+        with self.lease.held(table):
+            try:
+                self.store.reset_in_progress(table.id)
+                result = self._publish(table, to_version, progress)
+            except BaseException as exc:
+                if isinstance(exc, TransientError) and not isinstance(exc, LeaseHeldError):
+                    for key in keys:
+                        breakers.record_failure(key, exc.message)
+                if isinstance(exc, Exception):
+                    self._record_table_failure(table, exc)
+                raise
         for key in keys:
             breakers.record_success(key)
         self.store.clear_table_failure(table.id)
@@ -460,11 +458,8 @@ class Publisher:
                 version=version,
                 hint="checkpoints follow published commits; mirror first",
             )
-        self.lease.take(table, version)
-        try:
+        with self.lease.held(table, version):
             self._checkpoint(table, self.open_location(table.location), version, PublishResult(name))
-        finally:
-            self.lease.release(table)
         return version
 
     def _checkpoint(
@@ -528,8 +523,7 @@ class Publisher:
         from delta_mirror.delta.log_listing import list_log, sidecar_refs
 
         table = self.store.get_table(name)
-        self.lease.take(table)
-        try:
+        with self.lease.held(table):
             objects = self.open_location(table.location)
             listing = list_log(objects)
             pointer = objects.get(LAST_CHECKPOINT_PATH)
@@ -540,8 +534,6 @@ class Publisher:
             built = self._build_checkpoint(table, version)
             in_log = [(f.path, f.data, objects.get(f.path) or f.data) for f in built.files]
             objects.put(LAST_CHECKPOINT_PATH, pointer_for_files(built.last_checkpoint, in_log))
-        finally:
-            self.lease.release(table)
 
 
 __all__ = [
