@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlparse
 
 from support.waiting import load_scaled
 
@@ -24,7 +25,10 @@ def open_delta_mirror_page(page: Any, base: str) -> Any:
     overview's first row; the page's iframe (a playwright ``FrameLocator``)."""
     page.goto(f"{base}/")
     page.get_by_role("link", name="Delta Mirror").click()  # the nav entry
-    page.wait_for_url("**/plugin/delta-mirror")
+    # What the user sees, then where the app says it is. Not a wait for the URL ".../plugin/delta-mirror":
+    # once the iframe has loaded, Airflow appends the iframe's own path to it
+    # (/plugin/delta-mirror/delta-mirror/), so a late wait never saw it (a .ci/run on a loaded machine).
     frame = page.frame_locator("iframe")
     frame.locator("#overview tbody tr").first.wait_for()
+    assert urlparse(page.url).path.startswith("/plugin/delta-mirror"), f"the nav entry led to {page.url}"
     return frame
