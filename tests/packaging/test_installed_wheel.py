@@ -29,6 +29,7 @@ import httpx
 import pytest
 import yaml
 from dm_airflow_kit import make_table
+from support.browser import open_delta_mirror_page, signed_in_page
 from support.builders import action, lines, metadata_body, protocol_body
 from support.cli import assert_one_error_line
 from support.packaging import (
@@ -310,17 +311,10 @@ def _check_the_page(
             executable_path=str(CHROMIUM), args=["--headless", "--no-sandbox", "--disable-gpu"], headless=True
         )
         try:
-            context = browser.new_context(viewport={"width": 1280, "height": 800})
-            context.add_cookies([{"name": "_token", "value": token, "url": base}])
-            page = context.new_page()
-            page.set_default_timeout(load_scaled(30) * 1000)
-            page.goto(f"{base}/")
-            page.get_by_role("link", name="Delta Mirror").click()  # the nav entry
-            page.wait_for_url("**/plugin/delta-mirror")
-            rows = page.frame_locator("iframe").locator("#overview tbody tr")
-            rows.first.wait_for()
-            assert rows.count() == len(TABLES)
-            overview = page.frame_locator("iframe").locator("#overview").inner_text()
+            page = signed_in_page(browser, base, token, width=1280, height=800)
+            frame = open_delta_mirror_page(page, base)  # the nav entry, the overview's first row
+            assert frame.locator("#overview tbody tr").count() == len(TABLES)
+            overview = frame.locator("#overview").inner_text()
             assert "orders" in overview and "clicks" in overview
         finally:
             browser.close()
